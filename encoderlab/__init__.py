@@ -1,0 +1,41 @@
+"""encoderlab: transformers-compatible bidirectional encoders built on new attention designs.
+
+Importing the package registers every family with the transformers Auto classes, so
+``AutoModelForMaskedLM.from_pretrained(path)`` resolves encoderlab checkpoints. Checkpoints also carry their own
+code: ``trust_remote_code=True`` loads them where encoderlab is not installed.
+"""
+
+from .configuration.base import EncoderConfig
+from .configuration.dta import DTABertConfig
+from .modeling.dta import (
+    DTABertForMaskedLM,
+    DTABertForQuestionAnswering,
+    DTABertForSequenceClassification,
+    DTABertForTokenClassification,
+    DTABertModel,
+)
+from .registry import register_family
+
+__version__ = "0.1.0"
+
+register_family(
+    DTABertConfig,
+    {
+        "AutoModel": DTABertModel,
+        "AutoModelForMaskedLM": DTABertForMaskedLM,
+        "AutoModelForSequenceClassification": DTABertForSequenceClassification,
+        "AutoModelForTokenClassification": DTABertForTokenClassification,
+        "AutoModelForQuestionAnswering": DTABertForQuestionAnswering,
+    },
+)
+
+__all__ = [
+    "EncoderConfig",
+    "DTABertConfig",
+    "DTABertModel",
+    "DTABertForMaskedLM",
+    "DTABertForSequenceClassification",
+    "DTABertForTokenClassification",
+    "DTABertForQuestionAnswering",
+    "register_family",
+]

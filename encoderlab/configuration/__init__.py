@@ -1,0 +1,4 @@
+from .base import EncoderConfig
+from .dta import DTABertConfig
+
+__all__ = ["EncoderConfig", "DTABertConfig"]

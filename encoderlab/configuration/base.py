@@ -1,0 +1,214 @@
+"""Configuration fields and validation shared by every encoderlab family.
+
+Every family config subclasses :class:`EncoderConfig`, which owns the options that mean the same thing
+everywhere (sizes, norms, MLP kind, position scheme, dropout, classifier pooling) and validates them on
+construction, so a bad value fails at ``Config(...)`` with a message that names the field, the value and
+what is allowed instead of surfacing later as a shape error inside torch.
+
+Only relative imports of concrete modules are used here: the checkpoint export flattens these files into
+one folder for ``trust_remote_code`` loading.
+"""
+
+from transformers import PreTrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
+ROPE_SCALING_TYPES = ("linear", "ntk", "yarn")
+NORM_TYPES = ("layernorm", "rmsnorm")
+MLP_TYPES = ("swiglu", "gelu")
+CLASSIFIER_POOLING = ("cls", "mean")
+
+
+def check_choice(field, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}")
+
+
+def check_positive_int(field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{field}={value!r} must be a positive integer")
+
+
+def check_probability(field, value):
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{field}={value!r} must be a number in [0, 1)")
+
+
+def check_divisible(field, value, divisor_field, divisor):
+    if value % divisor != 0:
+        raise ValueError(
+            f"{field}={value} must be divisible by {divisor_field}={divisor} "
+            f"(for example {divisor * max(1, round(value / divisor))})"
+        )
+
+
+def rope_scaling_from_dict(rope_scaling):
+    """Translates the familiar ``rope_scaling={"type": ..., "factor": ...}`` dict into our flat fields.
+
+    transformers 5 reserves the ``rope_scaling``/``rope_parameters`` attributes for its own RoPE layouts, so the
+    config stores the scaling as ``rope_scaling_type``, ``rope_scaling_factor``, ``rope_original_max_position_embeddings``,
+    ``yarn_beta_fast`` and ``yarn_beta_slow``.
+    """
+    if not isinstance(rope_scaling, dict):
+        raise ValueError(f"rope_scaling={rope_scaling!r} must be a dict like {{'type': 'yarn', 'factor': 4.0}} or None")
+    known = {"type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow"}
+    unknown = set(rope_scaling) - known
+    if unknown:
+        raise ValueError(f"rope_scaling has unknown keys {sorted(unknown)}; allowed keys: {sorted(known)}")
+    fields = {
+        "rope_scaling_type": rope_scaling.get("type", rope_scaling.get("rope_type")),
+        "rope_scaling_factor": rope_scaling.get("factor", 1.0),
+        "rope_original_max_position_embeddings": rope_scaling.get("original_max_position_embeddings"),
+    }
+    if "beta_fast" in rope_scaling:
+        fields["yarn_beta_fast"] = rope_scaling["beta_fast"]
+    if "beta_slow" in rope_scaling:
+        fields["yarn_beta_slow"] = rope_scaling["beta_slow"]
+    return fields
+
+
+class EncoderConfig(PreTrainedConfig):
+    r"""
+    Options shared by the encoderlab families.
+
+    Args:
+        vocab_size (`int`): size of the token vocabulary.
+        hidden_size (`int`): width of the residual stream.
+        num_hidden_layers (`int`): number of transformer blocks.
+        num_attention_heads (`int`): number of logical attention heads; ``hidden_size`` must be divisible by it.
+        intermediate_size (`int`, *optional*): MLP hidden width; defaults to ``4 * hidden_size``.
+        mlp_type (`str`): ``"swiglu"`` (gated SiLU) or ``"gelu"`` (two-layer GELU MLP).
+        norm_type (`str`): ``"layernorm"`` or ``"rmsnorm"``; all blocks are pre-norm.
+        norm_eps (`float`): epsilon of the norms.
+        position_embedding_type (`str`): ``"none"``, ``"absolute"`` (learned table added to the token embeddings),
+            ``"sinusoidal"`` (fixed table added to the token embeddings), ``"rope"`` (rotary on queries and keys)
+            or ``"alibi"`` (linear distance bias on the attention scores).
+        use_positions (`bool`): runtime switch; ``False`` turns every position signal off without touching any
+            weight (DroPE-style dropping). Saved with the checkpoint, so a dropped model stays dropped.
+        max_position_embeddings (`int`): rows of the learned absolute table; also the training length that
+            RoPE scaling extends from.
+        rope_theta (`float`): RoPE base frequency.
+        rope_scaling_type (`str`, *optional*): ``"linear"`` (position interpolation), ``"ntk"`` (NTK-aware base
+            change) or ``"yarn"`` to run RoPE beyond the training length; ``None`` for plain RoPE. The familiar
+            ``rope_scaling={"type": "yarn", "factor": 4.0}`` keyword is accepted and translated into these fields.
+        rope_scaling_factor (`float`): context extension ratio ``s >= 1``.
+        rope_original_max_position_embeddings (`int`, *optional*): training length YaRN measures wavelengths
+            against; defaults to ``max_position_embeddings``.
+        yarn_beta_fast, yarn_beta_slow (`float`): YaRN's ramp bounds in rotations per training length.
+        hidden_dropout_prob (`float`): dropout on the residual branches and embeddings.
+        attention_dropout (`float`): dropout on the attention probabilities (eager and sdpa only).
+        initializer_range (`float`): std of the normal initialisation of weight matrices and embeddings.
+        classifier_pooling (`str`): ``"cls"`` (first token) or ``"mean"`` (mean over real tokens) for
+            sequence classification.
+        classifier_dropout (`float`, *optional*): dropout before classifier heads; defaults to
+            ``hidden_dropout_prob``.
+    """
+
+    def __init__(
+        self,
+        vocab_size=4096,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=None,
+        mlp_type="swiglu",
+        norm_type="layernorm",
+        norm_eps=1e-5,
+        position_embedding_type="rope",
+        use_positions=True,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        rope_scaling_type=None,
+        rope_scaling_factor=1.0,
+        rope_original_max_position_embeddings=None,
+        yarn_beta_fast=32.0,
+        yarn_beta_slow=1.0,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+        initializer_range=0.02,
+        classifier_pooling="cls",
+        classifier_dropout=None,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size if intermediate_size is not None else 4 * hidden_size
+        self.mlp_type = mlp_type
+        self.norm_type = norm_type
+        self.norm_eps = norm_eps
+        self.position_embedding_type = position_embedding_type
+        self.use_positions = use_positions
+        self.max_position_embeddings = max_position_embeddings
+        self.rope_theta = rope_theta
+        self.rope_scaling_type = rope_scaling_type
+        self.rope_scaling_factor = rope_scaling_factor
+        self.rope_original_max_position_embeddings = rope_original_max_position_embeddings
+        self.yarn_beta_fast = yarn_beta_fast
+        self.yarn_beta_slow = yarn_beta_slow
+        if kwargs.get("rope_scaling") is not None:
+            for field, value in rope_scaling_from_dict(kwargs.pop("rope_scaling")).items():
+                setattr(self, field, value)
+        kwargs.pop("rope_scaling", None)
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_dropout = attention_dropout
+        self.initializer_range = initializer_range
+        self.classifier_pooling = classifier_pooling
+        self.classifier_dropout = classifier_dropout
+        super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
+        self.validate_encoder_fields()
+
+    @property
+    def rope_scaling_dict(self):
+        """The RoPE scaling as ``positions.rope_inverse_frequencies`` takes it, or None."""
+        if self.rope_scaling_type is None:
+            return None
+        return {
+            "type": self.rope_scaling_type,
+            "factor": float(self.rope_scaling_factor),
+            "original_max_position_embeddings": self.rope_original_max_position_embeddings
+            or self.max_position_embeddings,
+            "beta_fast": float(self.yarn_beta_fast),
+            "beta_slow": float(self.yarn_beta_slow),
+        }
+
+    @property
+    def head_dim(self):
+        return self.hidden_size // self.num_attention_heads
+
+    def validate_encoder_fields(self):
+        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "intermediate_size", "max_position_embeddings"):
+            check_positive_int(field, getattr(self, field))
+        check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
+        check_choice("mlp_type", self.mlp_type, MLP_TYPES)
+        check_choice("norm_type", self.norm_type, NORM_TYPES)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
+        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
+        check_probability("attention_dropout", self.attention_dropout)
+        if self.classifier_dropout is not None:
+            check_probability("classifier_dropout", self.classifier_dropout)
+        if not isinstance(self.use_positions, bool):
+            raise ValueError(f"use_positions={self.use_positions!r} must be True or False")
+        if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="
+                f"{self.num_attention_heads}) must be even with position_embedding_type='rope': "
+                "rotary embeddings rotate pairs of channels"
+            )
+        if self.rope_scaling_type is not None:
+            check_choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALING_TYPES)
+            if self.position_embedding_type != "rope":
+                raise ValueError(
+                    f"rope_scaling_type={self.rope_scaling_type!r} only applies to position_embedding_type='rope', "
+                    f"not {self.position_embedding_type!r}"
+                )
+        if not isinstance(self.rope_scaling_factor, (int, float)) or self.rope_scaling_factor < 1.0:
+            raise ValueError(
+                f"rope_scaling_factor={self.rope_scaling_factor!r} must be a number >= 1 (the context extension ratio)"
+            )
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id={self.pad_token_id} must be in [0, vocab_size={self.vocab_size})")

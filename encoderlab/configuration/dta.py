@@ -1,0 +1,92 @@
+"""Configuration of DTA-BERT, the Dual Triangle Attention encoder."""
+
+from .base import EncoderConfig, check_choice
+
+ATTENTION_TYPES = ("bidirectional", "causal", "dual_triangle")
+
+
+class DTABertConfig(EncoderConfig):
+    r"""
+    Configuration of a DTA-BERT model. Takes every option of
+    [`~encoderlab.configuration.base.EncoderConfig`] plus:
+
+    Args:
+        attention_type (`str`, defaults to `"dual_triangle"`):
+            ``"bidirectional"`` (every query sees every key), ``"causal"`` (key j <= query i) or
+            ``"dual_triangle"``: the first half of each head's channels attends to j <= i, the second half to
+            j >= i, each half with its own softmax and scale ``(head_dim/2) ** -0.5``. Position-aware without
+            any position encoding, at about half the attention FLOPs of bidirectional attention.
+        unet (`bool`, defaults to `False`):
+            U-Net body of the DTA paper: the first half of the blocks store their outputs, the second half add
+            them back in reverse order with learnable skip weights (init 1), and every block first mixes the
+            embedding output ``x0`` into its input with learnable ``lambda0 * x + lambda1 * x0`` (init 1, 0).
+            Needs an even ``num_hidden_layers``.
+        value_embeddings (`bool`, defaults to `False`):
+            Per-block embedding tables of the raw token ids mixed into the attention values as
+            ``v <- a * v + b * ve(ids)`` (learnable scalars, init a=1, b=0 so a fresh model equals one without
+            them). With ``unet`` the encoder block r and the decoder block n-1-r share a table.
+        attention_bias (`bool`, defaults to `False`): bias in the QKV and output projections.
+        lm_head_bias (`bool`, defaults to `True`): bias of the MLM decoder.
+
+    The default shape (12 layers, 768 wide, 6 heads of 128) is the paper's dual-triangle model: each half-head
+    then has 64 channels, like a 12-head bidirectional model.
+
+    Example:
+
+    ```python
+    >>> from encoderlab import DTABertConfig, DTABertForMaskedLM
+    >>> config = DTABertConfig(attention_type="dual_triangle", position_embedding_type="none")
+    >>> model = DTABertForMaskedLM(config)
+    ```
+    """
+
+    model_type = "dta_bert"
+
+    def __init__(
+        self,
+        attention_type="dual_triangle",
+        unet=False,
+        value_embeddings=False,
+        attention_bias=False,
+        lm_head_bias=True,
+        vocab_size=4096,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=6,
+        position_embedding_type="none",
+        **kwargs,
+    ):
+        self.attention_type = attention_type
+        self.unet = unet
+        self.value_embeddings = value_embeddings
+        self.attention_bias = attention_bias
+        self.lm_head_bias = lm_head_bias
+        super().__init__(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            position_embedding_type=position_embedding_type,
+            **kwargs,
+        )
+        self.validate_dta_fields()
+
+    def validate_dta_fields(self):
+        check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
+        if self.attention_type == "dual_triangle" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="
+                f"{self.num_attention_heads}) must be even with attention_type='dual_triangle': each head is "
+                "split into two halves of head_dim/2 channels"
+            )
+        if self.unet and self.num_hidden_layers % 2 != 0:
+            raise ValueError(
+                f"num_hidden_layers={self.num_hidden_layers} must be even with unet=True "
+                "(half encoder blocks, half decoder blocks)"
+            )
+        for field in ("unet", "value_embeddings", "attention_bias", "lm_head_bias"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
+
+
+__all__ = ["DTABertConfig", "ATTENTION_TYPES"]

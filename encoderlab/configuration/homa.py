@@ -1,0 +1,130 @@
+"""Configuration of HOMA, the Higher-Order Modular Attention encoder for protein sequences."""
+
+from .base import EncoderConfig, check_choice, check_positive_int
+
+ATTENTION_TYPES = ("pairwise", "blockwise", "linformer", "homa", "triadic")
+BLOCK_ATTENTION_TYPES = ("blockwise", "homa", "triadic")
+FUSION_TYPES = ("mlp", "add", "gated")
+HOMA_POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope")
+
+
+class HOMAConfig(EncoderConfig):
+    r"""
+    Configuration of a HOMA model. Takes every option of [`~encoderlab.configuration.base.EncoderConfig`] plus:
+
+    Args:
+        attention_type (`str`, defaults to `"homa"`):
+            ``"pairwise"`` (global multi-head attention), ``"blockwise"`` (full attention inside overlapping
+            blocks, outputs averaged over the blocks covering each position), ``"linformer"`` (keys and values
+            projected along the sequence to ``linformer_k`` rows), ``"homa"`` (blockwise pairwise attention
+            fused with windowed triadic attention) or ``"triadic"`` (the triadic pathway alone).
+        block_size (`int`, defaults to 30): block length ``l`` of the block attention types.
+        block_stride (`int`, defaults to 15): distance ``s`` between block starts; ``s <= l`` so blocks overlap
+            or touch and every token is covered.
+        triadic_window (`int`, defaults to 5): odd width ``w`` of the triadic window centred on the query; the
+            two key positions ``j`` and ``k`` range over it independently (``w * w`` pairs per query).
+        u_rank (`int` or `None`, defaults to 8): rank of the triadic ``U`` projection (``d -> r -> d``, no bias,
+            shared by all heads); ``None`` for a full-rank ``d -> d`` map.
+        fusion (`str`, defaults to `"mlp"`): how a head merges its pairwise and triadic outputs: ``"mlp"``
+            (concatenate, ``Linear(2*head_dim, fusion_hidden_size)``, ReLU, ``Linear(.., head_dim)``, shared by
+            all heads), ``"add"`` (sum) or ``"gated"`` (``pairwise + g * triadic``, learnable scalar ``g``
+            initialised to 0 so a warm-started model starts out equal to its blockwise source).
+        fusion_hidden_size (`int`, defaults to 128): hidden width of the ``"mlp"`` fusion.
+        linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
+            not be longer than ``max_position_embeddings``, the width of its sequence projections.
+        attention_bias (`bool`, defaults to `True`): bias in the Q, K, V and output projections.
+
+    Defaults follow the paper's secondary-structure model: TAPE IUPAC vocabulary (30 tokens, pad 0), 12 layers
+    of width 512 with 8 heads, MLP width 1024, learned absolute positions, masked-mean pooling.
+
+    Example:
+
+    ```python
+    >>> from encoderlab import HOMAConfig, HOMAForTokenClassification
+    >>> config = HOMAConfig(attention_type="homa", triadic_window=7, num_labels=3)
+    >>> model = HOMAForTokenClassification(config)
+    ```
+    """
+
+    model_type = "homa"
+
+    def __init__(
+        self,
+        attention_type="homa",
+        block_size=30,
+        block_stride=15,
+        triadic_window=5,
+        u_rank=8,
+        fusion="mlp",
+        fusion_hidden_size=128,
+        linformer_k=50,
+        attention_bias=True,
+        vocab_size=30,
+        hidden_size=512,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        intermediate_size=1024,
+        mlp_type="gelu",
+        position_embedding_type="absolute",
+        classifier_pooling="mean",
+        **kwargs,
+    ):
+        self.attention_type = attention_type
+        self.block_size = block_size
+        self.block_stride = block_stride
+        self.triadic_window = triadic_window
+        self.u_rank = u_rank
+        self.fusion = fusion
+        self.fusion_hidden_size = fusion_hidden_size
+        self.linformer_k = linformer_k
+        self.attention_bias = attention_bias
+        super().__init__(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            intermediate_size=intermediate_size,
+            mlp_type=mlp_type,
+            position_embedding_type=position_embedding_type,
+            classifier_pooling=classifier_pooling,
+            **kwargs,
+        )
+        self.validate_homa_fields()
+
+    @property
+    def uses_blocks(self):
+        return self.attention_type in BLOCK_ATTENTION_TYPES
+
+    def validate_homa_fields(self):
+        check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
+        check_choice("fusion", self.fusion, FUSION_TYPES)
+        check_choice("position_embedding_type", self.position_embedding_type, HOMA_POSITION_EMBEDDING_TYPES)
+        for field in ("block_size", "block_stride", "triadic_window", "fusion_hidden_size", "linformer_k"):
+            check_positive_int(field, getattr(self, field))
+        if self.block_stride > self.block_size:
+            raise ValueError(
+                f"block_stride={self.block_stride} must be <= block_size={self.block_size}: a larger stride "
+                "leaves positions between blocks with no attention output"
+            )
+        if self.triadic_window % 2 == 0:
+            raise ValueError(
+                f"triadic_window={self.triadic_window} must be odd (the window is centred on the query); "
+                f"use {self.triadic_window - 1} or {self.triadic_window + 1}"
+            )
+        if self.triadic_window > self.block_size:
+            raise ValueError(
+                f"triadic_window={self.triadic_window} must be <= block_size={self.block_size}: the triadic "
+                "window lives inside a block"
+            )
+        if self.u_rank is not None:
+            check_positive_int("u_rank", self.u_rank)
+            if self.u_rank > self.hidden_size:
+                raise ValueError(
+                    f"u_rank={self.u_rank} must be <= hidden_size={self.hidden_size}; "
+                    "use u_rank=None for a full-rank U projection"
+                )
+        if not isinstance(self.attention_bias, bool):
+            raise ValueError(f"attention_bias={self.attention_bias!r} must be True or False")
+
+
+__all__ = ["HOMAConfig", "ATTENTION_TYPES", "BLOCK_ATTENTION_TYPES", "FUSION_TYPES"]

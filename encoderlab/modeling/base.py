@@ -1,0 +1,180 @@
+"""The pieces every encoderlab family shares: input checks, embeddings, the PreTrainedModel base with weight
+initialisation and self-contained checkpoint export, and the position context handed to each layer.
+
+Only relative imports of concrete modules: the export flattens these files into one folder.
+"""
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from .attention import AttentionMask, check_attention_implementation
+from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
+
+
+def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None):
+    """Validates the tensors a model receives and returns (batch_size, seq_len, device)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of input_ids and inputs_embeds")
+    if input_ids is not None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq_len); got shape {tuple(input_ids.shape)}")
+        if input_ids.dtype.is_floating_point:
+            raise ValueError(f"input_ids must hold integer token ids; got dtype {input_ids.dtype}")
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
+            raise ValueError(
+                f"input_ids contain token id {int(input_ids.max()) if int(input_ids.min()) >= 0 else int(input_ids.min())}"
+                f" outside [0, vocab_size={config.vocab_size}); is the tokenizer the one this model was trained with?"
+            )
+        batch_size, seq_len = input_ids.shape
+        device = input_ids.device
+    else:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+            raise ValueError(
+                f"inputs_embeds must have shape (batch, seq_len, hidden_size={config.hidden_size}); "
+                f"got {tuple(inputs_embeds.shape)}"
+            )
+        batch_size, seq_len = inputs_embeds.shape[:2]
+        device = inputs_embeds.device
+    if seq_len == 0:
+        raise ValueError("the input sequence is empty (seq_len=0)")
+    if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
+        raise ValueError(
+            f"attention_mask must have shape (batch, seq_len) = {(batch_size, seq_len)} with 1 for real tokens and "
+            f"0 for padding; got shape {tuple(attention_mask.shape)}"
+        )
+    needs_table = config.position_embedding_type == "absolute" and config.use_positions
+    if needs_table and seq_len > config.max_position_embeddings:
+        raise ValueError(
+            f"sequence length {seq_len} exceeds max_position_embeddings={config.max_position_embeddings} of the "
+            "learned absolute position table; truncate the input (tokenizer(..., truncation=True)) or use a "
+            "relative scheme (rope, alibi) or none"
+        )
+    return batch_size, seq_len, device
+
+
+def default_position_ids(attention_mask, batch_size, seq_len, device):
+    """Positions counted over real tokens, so a left-padded sequence starts at 0 like a right-padded one.
+
+    Returns (B, L) long, or (1, L) when there is no mask.
+    """
+    if attention_mask is None:
+        return torch.arange(seq_len, device=device).unsqueeze(0)
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class EncoderEmbeddings(nn.Module):
+    """Token embeddings plus, per config, a learned absolute or fixed sinusoidal position table."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "absolute":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids=None, inputs_embeds=None, position_ids=None):
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.config.use_positions:
+            kind = self.config.position_embedding_type
+            if kind == "absolute":
+                x = x + self.position_embeddings(position_ids)
+            elif kind == "sinusoidal":
+                x = x + sinusoidal_table(position_ids, self.config.hidden_size, x.dtype)
+        return self.dropout(x)
+
+
+class PositionContext:
+    """What every layer of one forward needs about positions: RoPE tables and/or an additive bias module."""
+
+    def __init__(self, rope=None, bias_module=None):
+        self.rope = rope  # (cos, sin) each (B|1, 1, L, head_dim/2), or None
+        self.bias_module = bias_module
+
+
+class ExportMixin:
+    """``save_pretrained`` that also writes ``auto_map`` and flat, self-contained code into the folder, so the
+    checkpoint loads with ``trust_remote_code=True`` where encoderlab is not installed.
+
+    Inside such a flat copy there is no encoderlab package: transformers then copies the module files itself
+    (the classes were registered for auto classes on load), and this mixin just defers to it.
+    """
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        try:
+            from encoderlab.export import auto_map_for, write_remote_code
+        except ImportError:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.auto_map = auto_map_for(type(self.config))
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            write_remote_code(type(self.config), save_directory)
+
+
+class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
+    """Base of every encoderlab model: weight initialisation, attention implementation support, export."""
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = False
+
+    def _init_weights(self, module):
+        # transformers' default covers Linear, Embedding (padding row zeroed) and the norms; it goes through
+        # `transformers.initialization`, which leaves weights loaded from a checkpoint alone.
+        super()._init_weights(module)
+        if hasattr(module, "init_scalars"):
+            module.init_scalars()
+
+    @property
+    def attention_implementation(self):
+        implementation = self.config._attn_implementation or "sdpa"
+        check_attention_implementation(implementation)
+        return implementation
+
+    def set_positions_enabled(self, enabled):
+        """Turns every position signal on or off without touching weights (DroPE-style dropping).
+
+        The switch lives in ``config.use_positions``, so a saved model keeps it.
+        """
+        self.config.use_positions = bool(enabled)
+
+
+class EncoderBackbone:
+    """Mixin for base models: builds the per-forward attention mask and position context."""
+
+    def build_rotary(self, config, head_dim):
+        if config.position_embedding_type == "rope":
+            return RotaryEmbedding(head_dim, config.rope_theta, config.rope_scaling_dict, config.max_position_embeddings)
+        return None
+
+    def prepare_attention(self, config, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+        mask = AttentionMask(attention_mask, batch_size, seq_len, device)
+        if not config.use_positions:
+            return mask, PositionContext()
+        rope = None
+        if self.rotary is not None:
+            rope = self.rotary(position_ids, dtype)
+        return mask, PositionContext(rope=rope, bias_module=self.position_bias)
+
+
+def masked_mean(hidden_states, attention_mask):
+    """Mean over real tokens: hidden_states (B, L, D), attention_mask (B, L) or None -> (B, D)."""
+    if attention_mask is None:
+        return hidden_states.mean(dim=1)
+    weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)
+    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+__all__ = [
+    "check_inputs",
+    "default_position_ids",
+    "EncoderEmbeddings",
+    "PositionContext",
+    "EncoderPreTrainedModel",
+    "EncoderBackbone",
+    "masked_mean",
+    "build_position_bias",
+]

@@ -1,0 +1,290 @@
+"""DTA-BERT: a pre-norm bidirectional encoder with Dual Triangle Attention.
+
+Dual triangle attention splits each head's query, key and value channels in half: the first half attends to the
+past and itself (j <= i), the second half to the future and itself (j >= i), each with its own softmax. The model
+sees both directions, yet, unlike bidirectional attention, it is not permutation-invariant without position
+encodings. ``attention_type`` also offers plain ``bidirectional`` and ``causal`` attention for comparisons, and
+every position scheme of [`EncoderConfig`] is available. With ``config.unet`` the body is the U-Net of the DTA
+paper (skip connections, x0 mixing, optional value embeddings).
+"""
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
+
+from ..configuration.dta import DTABertConfig
+from .attention import attend
+from .base import (
+    EncoderBackbone,
+    EncoderEmbeddings,
+    EncoderPreTrainedModel,
+    build_position_bias,
+    check_inputs,
+    default_position_ids,
+)
+from .heads import EncoderForQuestionAnswering, EncoderForSequenceClassification, EncoderForTokenClassification
+from .layers import build_mlp, build_norm
+from .positions import apply_rotary
+
+
+class DTABertAttention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection; the pattern comes from ``config.attention_type``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        if config.value_embeddings:
+            # v <- value_scale * v + value_embed_scale * ve(ids); init (1, 0) leaves a fresh model unchanged.
+            self.value_scale = nn.Parameter(torch.ones(()))
+            self.value_embed_scale = nn.Parameter(torch.zeros(()))
+
+    def init_scalars(self):
+        if self.config.value_embeddings:
+            init.ones_(self.value_scale)
+            init.zeros_(self.value_embed_scale)
+
+    def forward(self, hidden_states, mask, positions, implementation, value_embeds=None, output_attentions=False):
+        batch_size, seq_len, _ = hidden_states.shape
+        query, key, value = self.qkv(hidden_states).chunk(3, dim=-1)  # each (B, L, hidden)
+        if value_embeds is not None:
+            value = self.value_scale * value + self.value_embed_scale * value_embeds
+
+        def split_heads(x):  # (B, L, hidden) -> (B, H, L, D)
+            return x.view(batch_size, seq_len, self.num_heads, self.head_dim).transpose(1, 2)
+
+        query, key, value = split_heads(query), split_heads(key), split_heads(value)
+        if positions.rope is not None:
+            # RoPE rotates the full head before dual triangle attention splits it.
+            cos, sin = positions.rope
+            query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        output, probs = attend(
+            query, key, value,
+            mask=mask,
+            attention_type=self.config.attention_type,
+            implementation=implementation,
+            bias_module=positions.bias_module,
+            dropout=self.config.attention_dropout,
+            training=self.training,
+            output_attentions=output_attentions,
+        )
+        output = output.transpose(1, 2).reshape(batch_size, seq_len, -1)  # (B, L, hidden)
+        return self.out_proj(output), probs
+
+
+class DTABertLayer(GradientCheckpointingLayer):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)); with U-Net, x0 is mixed in first."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.attention_norm = build_norm(config)
+        self.attention = DTABertAttention(config)
+        self.mlp_norm = build_norm(config)
+        self.mlp = build_mlp(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        if config.unet:
+            # x <- residual_scale * x + x0_scale * x0, init (1, 0).
+            self.residual_scale = nn.Parameter(torch.ones(()))
+            self.x0_scale = nn.Parameter(torch.zeros(()))
+
+    def init_scalars(self):
+        if self.config.unet:
+            init.ones_(self.residual_scale)
+            init.zeros_(self.x0_scale)
+
+    def forward(self, hidden_states, x0, mask, positions, implementation, value_embeds=None,
+                output_attentions=False):
+        if self.config.unet:
+            hidden_states = self.residual_scale * hidden_states + self.x0_scale * x0
+        attention_output, probs = self.attention(
+            self.attention_norm(hidden_states), mask, positions, implementation, value_embeds, output_attentions
+        )
+        hidden_states = hidden_states + self.dropout(attention_output)
+        hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
+        return hidden_states, probs
+
+
+class DTABertPreTrainedModel(EncoderPreTrainedModel):
+    config_class = DTABertConfig
+    _no_split_modules = ["DTABertLayer"]
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """Resizes the token embeddings (and tied/untied MLM decoder) and the value-embedding tables with them."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        base = self.base_model
+        if base.config.value_embeddings:
+            for index, table in enumerate(base.value_embeddings):
+                base.value_embeddings[index] = self._get_resized_embeddings(
+                    table, self.config.vocab_size, mean_resizing=mean_resizing
+                )
+        return embeddings
+
+
+class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
+    """The bare DTA-BERT encoder: embeddings, blocks and the final norm.
+
+    Returns [`BaseModelOutput`] with ``last_hidden_state`` (B, L, hidden), ``hidden_states`` (embedding output
+    plus one entry per block, before the final norm) and ``attentions`` (eager only; (B, H, L, L) per layer, or
+    (B, 2H, L, L) for dual triangle: index h is the down half of head h, H + h its up half).
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embeddings = EncoderEmbeddings(config)
+        self.layers = nn.ModuleList(DTABertLayer(config) for _ in range(config.num_hidden_layers))
+        if config.unet:
+            self.skip_weights = nn.Parameter(torch.ones(config.num_hidden_layers // 2))
+        if config.value_embeddings:
+            num_tables = config.num_hidden_layers // 2 if config.unet else config.num_hidden_layers
+            self.value_embeddings = nn.ModuleList(
+                nn.Embedding(config.vocab_size, config.hidden_size) for _ in range(num_tables)
+            )
+        self.final_norm = build_norm(config)
+        self.rotary = self.build_rotary(config, config.head_dim)
+        self.position_bias = build_position_bias(config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def init_scalars(self):
+        if self.config.unet:
+            init.ones_(self.skip_weights)
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def _value_embedding_table(self, layer_index):
+        if not self.config.unet:
+            return self.value_embeddings[layer_index]
+        # U-Net: encoder block r and decoder block n-1-r share a table.
+        return self.value_embeddings[min(layer_index, self.config.num_hidden_layers - 1 - layer_index)]
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        config = self.config
+        batch_size, seq_len, device = check_inputs(config, input_ids, inputs_embeds, attention_mask)
+        if token_type_ids is not None and bool(token_type_ids.any()):
+            raise ValueError("token_type_ids has non-zero segment ids, but DTA-BERT has no segment embeddings")
+        if config.value_embeddings and input_ids is None:
+            raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if position_ids is None:
+            position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
+
+        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
+        mask, positions = self.prepare_attention(
+            config, attention_mask, position_ids, batch_size, seq_len, device, hidden_states.dtype
+        )
+        implementation = self.attention_implementation
+        x0 = hidden_states
+        half = config.num_hidden_layers // 2
+        skips, all_hidden_states, all_attentions = [], (hidden_states,), ()
+        for index, layer in enumerate(self.layers):
+            if config.unet and index >= half:
+                hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
+            value_embeds = self._value_embedding_table(index)(input_ids) if config.value_embeddings else None
+            hidden_states, probs = layer(
+                hidden_states, x0, mask, positions, implementation, value_embeds, output_attentions
+            )
+            if config.unet and index < half:
+                skips.append(hidden_states)
+            all_hidden_states += (hidden_states,)
+            all_attentions += (probs,)
+
+        output = BaseModelOutput(
+            last_hidden_state=self.final_norm(hidden_states),
+            hidden_states=all_hidden_states if output_hidden_states else None,
+            attentions=all_attentions if output_attentions else None,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class DTABertLMHead(nn.Module):
+    """dense -> GELU -> decoder, the paper's two-layer MLM head."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.GELU()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+
+    def forward(self, hidden_states):
+        return self.decoder(self.activation(self.dense(hidden_states)))
+
+
+class DTABertForMaskedLM(DTABertPreTrainedModel):
+    """DTA-BERT with the masked-language-modelling head. Labels are token ids at masked positions, -100 elsewhere.
+    The decoder is tied to the input embeddings when ``config.tie_word_embeddings`` is True."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = DTABertModel(config)
+        self.lm_head = DTABertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, L, vocab)
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(
+                logits.view(-1, self.config.vocab_size).float(), labels.view(-1), ignore_index=-100
+            )
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
+
+
+class DTABertForSequenceClassification(EncoderForSequenceClassification, DTABertPreTrainedModel):
+    """DTA-BERT with a pooled classification/regression head (``num_labels=1`` is regression)."""
+
+    base_model_class = DTABertModel
+
+
+class DTABertForTokenClassification(EncoderForTokenClassification, DTABertPreTrainedModel):
+    """DTA-BERT with a per-token classifier."""
+
+    base_model_class = DTABertModel
+
+
+class DTABertForQuestionAnswering(EncoderForQuestionAnswering, DTABertPreTrainedModel):
+    """DTA-BERT with span start/end logits for extractive question answering."""
+
+    base_model_class = DTABertModel
+
+
+__all__ = [
+    "DTABertModel",
+    "DTABertPreTrainedModel",
+    "DTABertForMaskedLM",
+    "DTABertForSequenceClassification",
+    "DTABertForTokenClassification",
+    "DTABertForQuestionAnswering",
+]

@@ -1,0 +1,164 @@
+"""Task heads shared by the encoderlab families.
+
+Each family declares its task models as ``class XForTask(EncoderForTask, XPreTrainedModel)`` with
+``base_model_class = XModel``; the head, the loss and the output dataclass are written once here.
+"""
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import (
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .base import masked_mean
+
+
+def classifier_dropout(config):
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+def sequence_classification_loss(config, logits, labels):
+    """Regression (num_labels=1, MSE), single-label (cross entropy) or multi-label (BCE), as BERT decides it."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        if config.num_labels == 1:
+            logits, labels = logits.squeeze(-1), labels.reshape(logits.shape[0])
+        return MSELoss()(logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        return CrossEntropyLoss()(logits.view(-1, config.num_labels), labels.view(-1))
+    return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+
+
+class SequenceClassificationHead(nn.Module):
+    """Pooled vector -> dense -> activation -> dropout -> classifier."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[getattr(config, "classifier_activation", "gelu")]
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, pooled):
+        return self.classifier(self.dropout(self.activation(self.dense(pooled))))
+
+
+class EncoderTaskModel:
+    """Runs the family's base model (``self.model``) and exposes the per-token features heads read."""
+
+    base_model_class = None
+
+    def run_base_model(self, input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
+                       output_hidden_states, kwargs):
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+
+    def sequence_features(self, outputs):
+        """(B, L, hidden_size) features the head reads; families with several streams override this."""
+        return outputs.last_hidden_state
+
+
+class EncoderForSequenceClassification(EncoderTaskModel):
+    """Sequence classification or regression on the CLS vector or the mean over real tokens
+    (``config.classifier_pooling``)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = self.base_model_class(config)
+        self.head = SequenceClassificationHead(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, kwargs)
+        hidden = self.sequence_features(outputs)
+        if self.config.classifier_pooling == "mean":
+            pooled = masked_mean(hidden, attention_mask)
+        else:
+            pooled = hidden[:, 0]
+        logits = self.head(pooled)
+        loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                          attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
+
+
+class EncoderForTokenClassification(EncoderTaskModel):
+    """Per-token classification (labels -100 are ignored)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = self.base_model_class(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, kwargs)
+        logits = self.classifier(self.dropout(self.sequence_features(outputs)))
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                       attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
+
+
+class EncoderForQuestionAnswering(EncoderTaskModel):
+    """Extractive QA: start and end logits per token; positions outside the sequence are clamped and ignored."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **kwargs):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, kwargs)
+        logits = self.qa_outputs(self.sequence_features(outputs))
+        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored = start_logits.size(1)
+            loss_fct = CrossEntropyLoss(ignore_index=ignored)
+            start = start_positions.view(-1).clamp(0, ignored)
+            end = end_positions.view(-1).clamp(0, ignored)
+            loss = (loss_fct(start_logits, start) + loss_fct(end_logits, end)) / 2
+        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
+
+
+__all__ = [
+    "SequenceClassificationHead",
+    "sequence_classification_loss",
+    "EncoderForSequenceClassification",
+    "EncoderForTokenClassification",
+    "EncoderForQuestionAnswering",
+]
