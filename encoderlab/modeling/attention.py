@@ -180,6 +180,7 @@ def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout
 # ----------------------------------------------------------------------------------------------------------------
 # flex_attention
 
+_FLEX_BLOCK = 128  # flex_attention's default sparse block size
 _FLEX_BLOCK_MASKS = {}  # (triangles, heads per triangle, L, device) -> BlockMask, for batches without padding
 _compiled_flex_attention = None
 FLEX_COMPILE = True  # tests switch compilation off to check the mask/score logic over many shapes quickly
@@ -196,55 +197,65 @@ def _flex_attention_fn():
     return _compiled_flex_attention
 
 
-def _flex_mask_mod(triangles, heads_per_triangle, key_valid):
-    """mask_mod for flex heads laid out as ``len(triangles)`` groups of ``heads_per_triangle`` sub-heads."""
-    first_triangle = triangles[0]
-    routed = len(triangles) == 2  # dual triangle: heads [0, H) lower, [H, 2H) upper
+def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len):
+    """mask_mod for flex heads laid out as ``len(triangles)`` groups of ``heads_per_triangle`` sub-heads.
 
-    def admits(triangle, q_idx, kv_idx):
-        if triangle == "lower":
-            return kv_idx <= q_idx
-        if triangle == "upper":
-            return kv_idx >= q_idx
-        return q_idx >= 0  # "all": a tensor True
+    ``key_valid`` is (B, padded L) or None; keys at or past ``seq_len`` are the block padding added by
+    ``flex_attention_call``. (Avoid always-true terms such as ``q_idx >= 0``: torch 2.13's CPU kernel mis-compiles
+    masks built with them.)
+    """
+    triangle = triangles[0] if len(triangles) == 1 else "routed"  # routed: heads [0, H) lower, [H, 2H) upper
 
     def mask_mod(batch, head, q_idx, kv_idx):
-        if routed:
+        real_key = key_valid[batch, kv_idx] if key_valid is not None else kv_idx < seq_len
+        real_key = real_key | (q_idx == kv_idx)
+        if triangle == "all":
+            return real_key
+        if triangle == "routed":
             allowed = torch.where(head < heads_per_triangle, kv_idx <= q_idx, kv_idx >= q_idx)
         else:
-            allowed = admits(first_triangle, q_idx, kv_idx)
-        if key_valid is not None:
-            allowed = allowed & (key_valid[batch, kv_idx] | (q_idx == kv_idx))
-        return allowed
+            allowed = kv_idx <= q_idx if triangle == "lower" else kv_idx >= q_idx
+        return allowed & real_key
 
     return mask_mod
 
 
-def flex_block_mask(mask, triangles, heads_per_triangle):
+def flex_block_mask(mask, triangles, heads_per_triangle, padded_len):
     from torch.nn.attention.flex_attention import create_block_mask
 
     num_heads = heads_per_triangle * len(triangles)
-    mask_mod = _flex_mask_mod(triangles, heads_per_triangle, mask.key_valid)
     if mask.has_padding:
+        key_valid = F.pad(mask.key_valid, (0, padded_len - mask.seq_len), value=False)
+        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len)
         return mask._cached(
             ("flex", triangles, heads_per_triangle),
-            lambda: create_block_mask(mask_mod, mask.batch_size, num_heads, mask.seq_len, mask.seq_len, mask.device),
+            lambda: create_block_mask(mask_mod, mask.batch_size, num_heads, padded_len, padded_len, mask.device),
         )
     cache_key = (triangles, heads_per_triangle, mask.seq_len, str(mask.device))
     if cache_key not in _FLEX_BLOCK_MASKS:
+        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, None, mask.seq_len)
         heads = num_heads if len(triangles) == 2 else None
-        _FLEX_BLOCK_MASKS[cache_key] = create_block_mask(mask_mod, None, heads, mask.seq_len, mask.seq_len, mask.device)
+        _FLEX_BLOCK_MASKS[cache_key] = create_block_mask(mask_mod, None, heads, padded_len, padded_len, mask.device)
     return _FLEX_BLOCK_MASKS[cache_key]
 
 
 def flex_attention_call(query, key, value, mask, triangles, bias_module, logical_heads, scale):
-    """One flex_attention call; query/key/value (B, len(triangles) * H, L, D) grouped by triangle."""
-    if triangles == ("all",) and not mask.has_padding:
+    """One flex_attention call; query/key/value (B, len(triangles) * H, L, D) grouped by triangle.
+
+    L is padded to a whole number of flex blocks (padded keys are masked, padded queries dropped): torch 2.13's
+    compiled CPU kernel gives wrong rows for per-batch masks shorter than one block.
+    """
+    seq_len = query.shape[2]
+    padded_len = seq_len + (-seq_len % _FLEX_BLOCK)
+    if triangles == ("all",) and not mask.has_padding and padded_len == seq_len:
         block_mask = None
     else:
-        block_mask = flex_block_mask(mask, triangles, query.shape[1] // len(triangles))
+        block_mask = flex_block_mask(mask, triangles, query.shape[1] // len(triangles), padded_len)
+    if padded_len != seq_len:
+        query, key, value = (F.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
     score_mod = None if bias_module is None else bias_module.score_mod(logical_heads)
-    return _flex_attention_fn()(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    output = _flex_attention_fn()(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return output[:, :, :seq_len]
 
 
 def _needs_cpu_backward(*tensors):

@@ -1,0 +1,39 @@
+# Set-up and everyday commands. `make test` and `make demo` work on a fresh machine: they create .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+# Where the CPU build of torch comes from when no local wheel is found (PyPI's default torch is a CUDA build).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: venv test demo bench clean
+
+venv: $(VENV)/.installed
+
+# Idempotent: re-runs only when the package metadata changes. An existing torch (e.g. a CUDA build) is kept.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+		echo "keeping installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(PY) -m pip install "torch==$(TORCH_VERSION)"; \
+	else \
+		$(PY) -m pip install --no-index "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
+		|| $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
+	fi
+	$(PY) -m pip install -e ".[test]"
+	touch $@
+
+test: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q tests
+
+demo: venv
+	OMP_NUM_THREADS=2 $(VENV)/bin/encoderlab demo
+
+bench: venv
+	OMP_NUM_THREADS=2 $(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Pretraining and fine-tuning on top of the HF Trainer."""

@@ -1,0 +1,125 @@
+"""Every attention implementation against the naive reference, on random inputs with padding."""
+
+import pytest
+import torch
+
+from encoderlab.modeling.attention import AttentionMask, attend
+from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
+from naive_reference import naive_attention, padding_mask
+
+TYPES = ["bidirectional", "causal", "dual_triangle"]
+
+
+def random_case(batch, heads, length, dim, side, dtype=torch.float64):
+    query, key, value = (torch.randn(batch, heads, length, dim, dtype=dtype) for _ in range(3))
+    lengths = [length, max(1, length - 3), max(1, length // 2)][:batch]
+    mask = None if side == "none" else padding_mask(lengths, length, side)
+    return query, key, value, mask
+
+
+def run(query, key, value, mask, attention_type, implementation, bias_module=None):
+    batch, _, length, _ = query.shape
+    context = AttentionMask(mask, batch, length, query.device)
+    with torch.no_grad():
+        output, _ = attend(query, key, value, mask=context, attention_type=attention_type,
+                           implementation=implementation, bias_module=bias_module)
+    return output
+
+
+def real_rows(mask, batch, length):
+    return torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
+@pytest.mark.parametrize("side", ["none", "right", "left"])
+@pytest.mark.parametrize("length,dim", [(1, 4), (7, 8), (16, 6), (33, 16)])
+def test_matches_naive_fp64(attention_type, implementation, side, length, dim, uncompiled_flex):
+    query, key, value, mask = random_case(3, 2, length, dim, side)
+    expected = naive_attention(query, key, value, real_rows(mask, 3, length), attention_type)
+    got = run(query, key, value, mask, attention_type, implementation)
+    rows = real_rows(mask, 3, length)
+    assert (got - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-10
+    assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
+@pytest.mark.parametrize("bias_kind", ["alibi", "t5"])
+@pytest.mark.parametrize("side", ["none", "left"])
+def test_matches_naive_with_bias(attention_type, implementation, bias_kind, side, uncompiled_flex):
+    query, key, value, mask = random_case(3, 4, 11, 8, side)
+    if bias_kind == "alibi":
+        bias_module = ALiBiBias(4)
+    else:
+        bias_module = T5RelativeBias(4, num_buckets=8, max_distance=6).double()
+        torch.nn.init.normal_(bias_module.relative_attention_bias.weight)
+    bias = bias_module.dense(11, "cpu", torch.float64)
+    expected = naive_attention(query, key, value, real_rows(mask, 3, 11), attention_type, bias)
+    got = run(query, key, value, mask, attention_type, implementation, bias_module)
+    assert (got - expected).abs().permute(0, 2, 1, 3)[real_rows(mask, 3, 11)].max() < 1e-10
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_matches_naive_fp32(attention_type, implementation):
+    query, key, value, mask = random_case(3, 2, 19, 16, "left", dtype=torch.float32)
+    rows = real_rows(mask, 3, 19)
+    expected = naive_attention(query.double(), key.double(), value.double(), rows, attention_type)
+    got = run(query, key, value, mask, attention_type, implementation)
+    assert (got.double() - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-5
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+def test_compiled_flex_matches_naive_fp32(attention_type):
+    """One compiled flex_attention run per type (compilation takes seconds; the shapes above use eager flex)."""
+    query, key, value, mask = random_case(2, 2, 40, 16, "right", dtype=torch.float32)
+    rows = real_rows(mask, 2, 40)
+    expected = naive_attention(query.double(), key.double(), value.double(), rows, attention_type)
+    got = run(query, key, value, mask, attention_type, "flex_attention")
+    assert (got.double() - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("attention_type", TYPES)
+def test_all_padding_row_is_finite_with_finite_gradients(dtype, implementation, attention_type):
+    query, key, value = (torch.randn(2, 2, 6, 8, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]])
+    context = AttentionMask(mask, 2, 6, "cpu")
+    output, _ = attend(query, key, value, mask=context, attention_type=attention_type, implementation=implementation)
+    assert torch.isfinite(output).all()
+    (output * mask[:, None, :, None]).sum().backward()
+    for tensor in (query, key, value):
+        assert torch.isfinite(tensor.grad).all()
+
+
+def test_padded_keys_get_no_weight():
+    query, key, value, mask = random_case(3, 2, 10, 8, "left")
+    reference = run(query, key, value, mask, "dual_triangle", "sdpa")
+    noisy_key, noisy_value = key.clone(), value.clone()
+    pad = ~mask.bool()
+    noisy_key.permute(0, 2, 1, 3)[pad] = 1e3
+    noisy_value.permute(0, 2, 1, 3)[pad] = -1e3
+    changed = run(query, noisy_key, noisy_value, mask, "dual_triangle", "sdpa")
+    rows = mask.bool()
+    assert (changed - reference).abs().permute(0, 2, 1, 3)[rows].max() < 1e-12
+
+
+def test_eager_returns_both_triangles():
+    query, key, value, mask = random_case(2, 3, 9, 8, "right")
+    context = AttentionMask(mask, 2, 9, "cpu")
+    _, probs = attend(query, key, value, mask=context, attention_type="dual_triangle", implementation="eager",
+                      output_attentions=True)
+    assert probs.shape == (2, 6, 9, 9)
+    down, up = probs[:, :3], probs[:, 3:]
+    assert torch.all(down.triu(1) == 0) and torch.all(up.tril(-1) == 0)
+    real = mask.bool()
+    assert torch.allclose(probs.sum(-1).permute(0, 2, 1)[real], torch.ones(()).double())
+
+
+def test_output_attentions_needs_eager():
+    query, key, value, _ = random_case(1, 1, 4, 4, "none")
+    with pytest.raises(ValueError, match="output_attentions=True needs attn_implementation='eager'"):
+        attend(query, key, value, mask=AttentionMask(None, 1, 4, "cpu"), attention_type="causal",
+               implementation="sdpa", output_attentions=True)
