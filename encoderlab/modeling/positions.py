@@ -77,17 +77,23 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim, base=10000.0, scaling=None, max_position_embeddings=None):
         super().__init__()
-        inv_freq, attention_factor = rope_inverse_frequencies(head_dim, base, scaling, max_position_embeddings)
-        # Plain attributes, not buffers: see the module docstring.
-        self.inv_freq = inv_freq
-        self.attention_factor = attention_factor
+        self.settings = (head_dim, base, scaling, max_position_embeddings)
+        self._frequencies = {}  # device -> (inv_freq, attention_factor); built lazily, never on the meta device
+
+    def frequencies(self, device):
+        key = str(device)
+        if key not in self._frequencies:
+            with torch.device("cpu"):
+                inv_freq, attention_factor = rope_inverse_frequencies(*self.settings)
+            self._frequencies[key] = (inv_freq.to(device), attention_factor)
+        return self._frequencies[key]
 
     def forward(self, position_ids, dtype):
         """position_ids (B or 1, L) -> cos, sin of shape (B or 1, 1, L, head_dim/2), ready to broadcast over heads."""
-        inv_freq = self.inv_freq.to(position_ids.device)
+        inv_freq, attention_factor = self.frequencies(position_ids.device)
         angles = position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (B, L, head_dim/2)
-        cos = (angles.cos() * self.attention_factor).to(dtype).unsqueeze(1)
-        sin = (angles.sin() * self.attention_factor).to(dtype).unsqueeze(1)
+        cos = (angles.cos() * attention_factor).to(dtype).unsqueeze(1)
+        sin = (angles.sin() * attention_factor).to(dtype).unsqueeze(1)
         return cos, sin
 
 
@@ -117,7 +123,11 @@ class ALiBiBias(nn.Module):
     def __init__(self, num_heads):
         super().__init__()
         self.num_heads = num_heads
-        self.slopes = alibi_slopes(num_heads)
+
+    @property
+    def slopes(self):
+        with torch.device("cpu"):  # never on the meta device that from_pretrained builds modules on
+            return alibi_slopes(self.num_heads)
 
     def dense(self, seq_len, device, dtype):
         """(1, H, L, L) bias."""
