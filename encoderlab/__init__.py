@@ -7,12 +7,20 @@ code: ``trust_remote_code=True`` loads them where encoderlab is not installed.
 
 from .configuration.base import EncoderConfig
 from .configuration.dta import DTABertConfig
+from .configuration.homa import HOMAConfig
 from .modeling.dta import (
     DTABertForMaskedLM,
     DTABertForQuestionAnswering,
     DTABertForSequenceClassification,
     DTABertForTokenClassification,
     DTABertModel,
+)
+from .modeling.homa import (
+    HOMA_AUTO_CLASSES,
+    HOMAForMaskedLM,
+    HOMAForSequenceClassification,
+    HOMAForTokenClassification,
+    HOMAModel,
 )
 from .registry import register_family
 
@@ -28,6 +36,7 @@ register_family(
         "AutoModelForQuestionAnswering": DTABertForQuestionAnswering,
     },
 )
+register_family(HOMAConfig, HOMA_AUTO_CLASSES)
 
 __all__ = [
     "EncoderConfig",
@@ -37,5 +46,10 @@ __all__ = [
     "DTABertForSequenceClassification",
     "DTABertForTokenClassification",
     "DTABertForQuestionAnswering",
+    "HOMAConfig",
+    "HOMAModel",
+    "HOMAForMaskedLM",
+    "HOMAForSequenceClassification",
+    "HOMAForTokenClassification",
     "register_family",
 ]

@@ -123,6 +123,11 @@ class HOMAConfig(EncoderConfig):
                     f"u_rank={self.u_rank} must be <= hidden_size={self.hidden_size}; "
                     "use u_rank=None for a full-rank U projection"
                 )
+        if self.attention_type == "linformer" and self.position_embedding_type == "rope":
+            raise ValueError(
+                "position_embedding_type='rope' does not apply to attention_type='linformer': its keys are mixed "
+                "along the sequence before attention; use 'absolute', 'sinusoidal' or 'none'"
+            )
         if not isinstance(self.attention_bias, bool):
             raise ValueError(f"attention_bias={self.attention_bias!r} must be True or False")
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
+from transformers.modeling_outputs import BaseModelOutput
 
 from ..configuration.dta import DTABertConfig
 from .attention import attend
@@ -24,7 +24,12 @@ from .base import (
     check_inputs,
     default_position_ids,
 )
-from .heads import EncoderForQuestionAnswering, EncoderForSequenceClassification, EncoderForTokenClassification
+from .heads import (
+    EncoderForMaskedLM,
+    EncoderForQuestionAnswering,
+    EncoderForSequenceClassification,
+    EncoderForTokenClassification,
+)
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary
 
@@ -221,45 +226,13 @@ class DTABertLMHead(nn.Module):
         return self.decoder(self.activation(self.dense(hidden_states)))
 
 
-class DTABertForMaskedLM(DTABertPreTrainedModel):
+class DTABertForMaskedLM(EncoderForMaskedLM, DTABertPreTrainedModel):
     """DTA-BERT with the masked-language-modelling head. Labels are token ids at masked positions, -100 elsewhere.
     The decoder is tied to the input embeddings when ``config.tie_word_embeddings`` is True."""
 
+    base_model_class = DTABertModel
+    lm_head_class = DTABertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = DTABertModel(config)
-        self.lm_head = DTABertLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
-        )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, L, vocab)
-        loss = None
-        if labels is not None:
-            loss = nn.functional.cross_entropy(
-                logits.view(-1, self.config.vocab_size).float(), labels.view(-1), ignore_index=-100
-            )
-        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
 
 
 class DTABertForSequenceClassification(EncoderForSequenceClassification, DTABertPreTrainedModel):

@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
+    MaskedLMOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
@@ -74,6 +75,37 @@ class EncoderTaskModel:
     def sequence_features(self, outputs):
         """(B, L, hidden_size) features the head reads; families with several streams override this."""
         return outputs.last_hidden_state
+
+
+class EncoderForMaskedLM(EncoderTaskModel):
+    """Masked language modelling: ``lm_head_class`` maps the features to vocabulary logits. Labels are token ids at
+    masked positions and -100 elsewhere. The family sets ``_tied_weights_keys`` for its decoder path."""
+
+    lm_head_class = None
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = self.lm_head_class(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
+                                      output_hidden_states, kwargs)
+        logits = self.lm_head(self.sequence_features(outputs))  # (B, L, vocab)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
 
 
 class EncoderForSequenceClassification(EncoderTaskModel):
@@ -156,6 +188,7 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
 
 
 __all__ = [
+    "EncoderForMaskedLM",
     "SequenceClassificationHead",
     "sequence_classification_loss",
     "EncoderForSequenceClassification",

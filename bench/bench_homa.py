@@ -1,0 +1,182 @@
+"""One HOMA attention layer, forward + backward on CPU, against blockwise-2D and a materialising baseline.
+
+Shape of the paper's secondary-structure model: d=512, 8 heads, L=512, blocks l=30 / s=15, U rank 8, w in
+{3, 5, 7}. The "materialising" baseline is the straightforward implementation of the published operator: it
+builds the (.., l, w, Dh) query-key products and the (.., l, w, w, Dh) score and value-pair tensors.
+
+Peak memory: every tensor allocation and free of the CPU allocator during one forward + backward is recorded
+by ``torch.profiler`` (``profile_memory=True``, the ``[memory]`` events, each +/- bytes, in time order); the peak
+is the largest running total above what was live when the step started. Unlike process RSS this is immune to
+the allocator keeping freed pages, and unlike tracemalloc it sees the C++ allocations that hold tensor data.
+
+Usage: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_homa.py [--batch 4] [--repeats 5] [--no-write]
+"""
+
+import argparse
+import datetime
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from encoderlab.configuration.homa import HOMAConfig
+from encoderlab.modeling.attention import AttentionMask
+from encoderlab.modeling.homa import BlockSelfAttention, BlockLayout
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+SECTION = "## HOMA"
+
+
+def materialising_triadic(query, key, u, value, key_mask, window):
+    """The published operator written the direct way (window positions masked, not replicated)."""
+    half = window // 2
+    key_w, u_w, value_w = (
+        F.pad(t, (0, 0, half, half)).unfold(-2, window, 1).transpose(-1, -2) for t in (key, u, value)
+    )  # (..., n, w, Dh)
+    query_key = query.unsqueeze(-2) * key_w  # (..., n, w, Dh)
+    scores = (query_key.unsqueeze(-2) * u_w.unsqueeze(-3)).sum(-1) / math.sqrt(query.shape[-1])  # via (.., w, w, Dh)
+    in_window = F.pad(key_mask, (half, half), value=False).unfold(-1, window, 1)
+    pairs = in_window.unsqueeze(-1) & in_window.unsqueeze(-2)
+    probs = scores.masked_fill(~pairs, float("-inf")).flatten(-2).softmax(-1).view_as(scores).nan_to_num() * pairs
+    value_pairs = value_w.unsqueeze(-2) * value_w.unsqueeze(-3)  # (..., n, w, w, Dh)
+    return (probs.unsqueeze(-1) * value_pairs).sum(dim=(-3, -2))
+
+
+class MaterialisingHOMAAttention(BlockSelfAttention):
+    triadic_kernel = staticmethod(materialising_triadic)
+
+
+def build_layers(window, seed=0):
+    layers = {}
+    for name, attention_type, cls in (
+        ("blockwise-2D", "blockwise", BlockSelfAttention),
+        ("HOMA", "homa", BlockSelfAttention),
+        ("materialising", "homa", MaterialisingHOMAAttention),
+    ):
+        config = HOMAConfig(attention_type=attention_type, hidden_size=512, num_attention_heads=8, block_size=30,
+                            block_stride=15, triadic_window=window, u_rank=8, max_position_embeddings=512)
+        torch.manual_seed(seed)
+        layers[name] = cls(config)
+    layers["materialising"].load_state_dict(layers["HOMA"].state_dict())
+    return layers
+
+
+def step(layer, hidden, mask, layout):
+    hidden.grad = None
+    for parameter in layer.parameters():
+        parameter.grad = None
+    out = layer(hidden, mask, block_layout=layout)
+    out.backward(torch.ones_like(out))
+    return out
+
+
+def best_times(layers, hidden, mask, layout, repeats):
+    """Fastest of `repeats` steps per layer. Variants alternate within each round so background load hits them
+    alike, and the minimum is the estimate least inflated by it (the CPU is shared with other jobs)."""
+    for layer in layers.values():
+        step(layer, hidden, mask, layout)  # warm-up
+    times = {name: [] for name in layers}
+    for _ in range(repeats):
+        for name, layer in layers.items():
+            start = time.perf_counter()
+            step(layer, hidden, mask, layout)
+            times[name].append(time.perf_counter() - start)
+    return {name: min(values) for name, values in times.items()}
+
+
+def peak_bytes(layer, hidden, mask, layout):
+    hidden.grad = None
+    for parameter in layer.parameters():
+        parameter.grad = None
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(layer, hidden, mask, layout)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def run(batch, seq_len, repeats):
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(batch, seq_len, 512, generator=generator, requires_grad=True)
+    key_valid = torch.ones(batch, seq_len, dtype=torch.bool)
+    mask = AttentionMask(key_valid, batch, seq_len, hidden.device)
+    layout = BlockLayout.from_mask(key_valid, 30, 15)
+    rows = []
+    for window in (3, 5, 7):
+        layers = build_layers(window)
+        with torch.no_grad():
+            fast = layers["HOMA"](hidden, mask, block_layout=layout)
+            slow = layers["materialising"](hidden, mask, block_layout=layout)
+        agreement = (fast - slow).abs().max().item()
+        seconds = best_times(layers, hidden, mask, layout, repeats)
+        for name, layer in layers.items():
+            rows.append(dict(window=window, name=name, seconds=seconds[name],
+                             peak=peak_bytes(layer, hidden, mask, layout), agreement=agreement))
+    return rows
+
+
+def format_table(rows, batch, seq_len):
+    lines = [
+        f"Batch {batch} x L={seq_len}, d=512, 8 heads, l=30, s=15, r=8, fp32, fwd+bwd of one attention layer.",
+        "",
+        "| w | variant | time (s) | tokens/s | peak MiB | time vs materialising | memory vs materialising "
+        "| time vs blockwise |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_key = {(r["window"], r["name"]): r for r in rows}
+    for r in rows:
+        slow, block = by_key[(r["window"], "materialising")], by_key[(r["window"], "blockwise-2D")]
+        lines.append(
+            f"| {r['window']} | {r['name']} | {r['seconds']:.3f} | {batch * seq_len / r['seconds']:,.0f} "
+            f"| {r['peak'] / 2**20:,.0f} | {slow['seconds'] / r['seconds']:.1f}x faster "
+            f"| {slow['peak'] / r['peak']:.1f}x less | {r['seconds'] / block['seconds']:.2f}x |"
+        )
+    worst = max(r["agreement"] for r in rows)
+    lines += ["", f"HOMA vs materialising outputs agree to {worst:.1e} (max abs, fp32)."]
+    return "\n".join(lines)
+
+
+def append_to_results(title, body):
+    """Writes a dated subsection into the HOMA section of bench/RESULTS.md (replacing an earlier run of the same
+    benchmark), leaving every other section alone."""
+    heading = f"### {title}"
+    entry = f"{heading} ({datetime.date(2026, 11, 22).isoformat()}, 2-core CPU)\n\n{body}\n"
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    start = text.find(f"\n{SECTION}\n")
+    if start < 0:
+        RESULTS.write_text(text.rstrip("\n") + f"\n\n{SECTION}\n\n{entry}")
+        return
+    next_section = text.find("\n## ", start + len(SECTION) + 2)
+    end = len(text) if next_section < 0 else next_section + 1
+    section = text[start:end]
+    old = section.find(f"\n{heading} ")
+    if old >= 0:
+        old_end = section.find("\n### ", old + 1)
+        section = section[:old] + section[len(section) if old_end < 0 else old_end:]
+    section = section.rstrip("\n") + f"\n\n{entry}"
+    RESULTS.write_text(text[:start] + section + ("\n" if end < len(text) else "") + text[end:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-write", action="store_true", help="print only; do not touch bench/RESULTS.md")
+    args = parser.parse_args()
+    table = format_table(run(args.batch, args.seq_len, args.repeats), args.batch, args.seq_len)
+    print(table)
+    if not args.no_write:
+        append_to_results("HOMA attention layer: time and peak memory", table)
+
+
+if __name__ == "__main__":
+    main()
