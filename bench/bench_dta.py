@@ -1,0 +1,106 @@
+"""DTA-BERT speed: the attention op and a whole-model MLM train step, against baselines measured in the same run.
+
+1. Attention forward+backward at L = 512, 1024, 4096 through `encoderlab.modeling.attention.attend` with the
+   sdpa implementation: dual triangle vs bidirectional (targets on CPU: <= 0.8x at 1024, <= 0.6x at 4096).
+2. MLM train step (forward, backward, AdamW) tokens/s of DTA-BERT base (12 layers, 768 wide, seq 512) vs HF
+   `BertForMaskedLM` with SDPA at the same size (target >= 1.0x).
+
+Usage: python bench/bench_dta.py [--quick]   (--quick: smaller shapes, for a smoke run; not written to RESULTS.md)
+"""
+
+import argparse
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+from common import markdown_table, time_call, write_section
+from encoderlab import DTABertConfig, DTABertForMaskedLM
+from encoderlab.modeling.attention import AttentionMask, attend
+
+
+def attention_step(attention_type, batch, heads, length, head_dim):
+    q, k, v = (torch.randn(batch, heads, length, head_dim, requires_grad=True) for _ in range(3))
+    mask = AttentionMask(None, batch, length, q.device)
+
+    def step():
+        out, _ = attend(q, k, v, mask=mask, attention_type=attention_type, implementation="sdpa", training=True)
+        out.sum().backward()
+
+    return step
+
+
+def bench_attention(lengths, hidden=768):
+    rows = []
+    for length in lengths:
+        batch = max(1, 8192 // length)  # keeps B*L (and so B*H*L) constant: the machine stays busy at every length
+        timings = {}
+        for attention_type, heads in (("bidirectional", hidden // 64), ("dual_triangle", hidden // 128)):
+            timings[attention_type] = time_call(attention_step(attention_type, batch, heads, length, hidden // heads))
+        ratio = timings["dual_triangle"] / timings["bidirectional"]
+        rows.append((length, batch, f"{timings['bidirectional'] * 1e3:.0f}", f"{timings['dual_triangle'] * 1e3:.0f}",
+                     f"{ratio:.2f}x"))
+        print(f"attention L={length}: bidirectional {timings['bidirectional']:.3f}s dual_triangle "
+              f"{timings['dual_triangle']:.3f}s ratio {ratio:.2f}")
+    return markdown_table(["L", "batch", "bidirectional SDPA ms", "dual triangle ms", "DTA / bidirectional"], rows)
+
+
+def train_step(model, batch, length, vocab):
+    ids = torch.randint(5, vocab, (batch, length))
+    labels = ids.masked_fill(torch.rand(batch, length) > 0.15, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def bench_model(layers, hidden, length, batch, vocab=4096):
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                      num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
+                                      max_position_embeddings=length, attn_implementation="sdpa")).train()
+    dta = DTABertForMaskedLM(DTABertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                           num_attention_heads=hidden // 128, attention_type="dual_triangle",
+                                           position_embedding_type="none", mlp_type="gelu",
+                                           intermediate_size=4 * hidden, attn_implementation="sdpa")).train()
+    rows, tokens = [], batch * length
+    seconds = {}
+    for name, model in (("HF BertForMaskedLM (sdpa)", bert), ("DTA-BERT dual triangle (sdpa)", dta)):
+        seconds[name] = time_call(train_step(model, batch, length, vocab), repeats=3)
+        params = sum(p.numel() for p in model.parameters()) / 1e6
+        rows.append((name, f"{params:.1f}M", f"{tokens / seconds[name]:.0f}"))
+        print(f"{name}: {tokens / seconds[name]:.0f} tokens/s")
+    ratio = seconds["HF BertForMaskedLM (sdpa)"] / seconds["DTA-BERT dual triangle (sdpa)"]
+    rows.append(("DTA-BERT / BERT throughput", "", f"{ratio:.2f}x"))
+    print(f"throughput ratio DTA/BERT: {ratio:.2f}")
+    table = markdown_table(["model", "parameters", "train tokens/s"], rows)
+    return f"{layers} layers, hidden {hidden}, seq {length}, batch {batch}, fp32, AdamW step included.\n\n{table}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small shapes; prints only")
+    args = parser.parse_args()
+    if args.quick:
+        print(bench_attention([256, 512], hidden=256))
+        print(bench_model(layers=2, hidden=256, length=128, batch=4))
+        return
+    attention = bench_attention([512, 1024, 4096])
+    model = bench_model(layers=12, hidden=768, length=512, batch=4)
+    write_section("DTA-BERT", (
+        "### Attention op, forward + backward (sdpa)\n\n"
+        "Hidden 768: bidirectional uses 12 heads of 64, dual triangle 6 heads of 128 (two 64-channel halves), "
+        "the paper's shapes. B*L = 8192 at every length.\n\n"
+        f"{attention}\n\n"
+        "### Whole-model MLM train step\n\n"
+        "Both with a GELU MLP (the BERT one) so that only the attention and the LM head differ; "
+        "DTA-BERT without position embeddings.\n\n"
+        f"{model}\n"
+    ))
+
+
+if __name__ == "__main__":
+    main()
