@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
-# Where the CPU build of torch comes from when no local wheel is found (PyPI's default torch is a CUDA build).
+# Where the CPU build of torch comes from when no local CPU wheel is found (PyPI's default torch is a CUDA build).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -20,7 +20,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		$(PY) -m pip install "torch==$(TORCH_VERSION)"; \
 	else \
-		$(PY) -m pip install --no-index "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
+		( $(PY) -m pip install --no-deps --no-index "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
+		  && $(PY) -m pip install "torch==$(TORCH_VERSION)+cpu" ) \
 		|| $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
 	fi
 	$(PY) -m pip install -e ".[test]"

@@ -14,6 +14,8 @@ Any encoderlab token-classification / sequence-classification model works; the p
 import csv
 
 import numpy as np
+from scipy.stats import spearmanr
+from sklearn.metrics import accuracy_score, f1_score
 from datasets import Dataset
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
@@ -78,40 +80,19 @@ def q3_and_macro_f1(predictions, labels):
     predictions, labels = predictions[keep], labels[keep]
     if labels.size == 0:
         raise ValueError("no labelled residue to score (every label is IGNORE_INDEX)")
-    f1_per_class = []
-    for state in range(len(SS3_LABELS)):
-        true_positive = np.sum((predictions == state) & (labels == state))
-        predicted, actual = np.sum(predictions == state), np.sum(labels == state)
-        # A class that is neither present nor predicted is scored 0, as scikit-learn does.
-        f1_per_class.append(2 * true_positive / (predicted + actual) if predicted + actual else 0.0)
-    return {"q3": float(np.mean(predictions == labels)), "macro_f1": float(np.mean(f1_per_class))}
-
-
-def _average_ranks(values):
-    """Ranks 1..n, ties sharing their mean rank."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_values = values[order]
-    ranks = np.empty(len(values), dtype=np.float64)
-    start = 0
-    while start < len(values):
-        end = start
-        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
-            end += 1
-        ranks[order[start:end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
+    states = list(range(len(SS3_LABELS)))
+    macro_f1 = f1_score(labels, predictions, labels=states, average="macro", zero_division=0.0)
+    return {"q3": float(accuracy_score(labels, predictions)), "macro_f1": float(macro_f1)}
 
 
 def spearman_rho(predictions, labels):
-    """Spearman's rank correlation: the Pearson correlation of the average ranks."""
+    """Spearman's rank correlation (scipy; ties share their mean rank)."""
     predictions = np.asarray(predictions, dtype=np.float64).reshape(-1)
     labels = np.asarray(labels, dtype=np.float64).reshape(-1)
     if predictions.shape != labels.shape or predictions.size < 2:
         raise ValueError(f"need two equally long vectors of at least 2 values; got {predictions.size}, {labels.size}")
-    rank_p, rank_l = _average_ranks(predictions), _average_ranks(labels)
-    rank_p, rank_l = rank_p - rank_p.mean(), rank_l - rank_l.mean()
-    denominator = np.sqrt((rank_p**2).sum() * (rank_l**2).sum())
-    return float((rank_p * rank_l).sum() / denominator) if denominator else 0.0
+    rho = spearmanr(predictions, labels).statistic
+    return 0.0 if np.isnan(rho) else float(rho)  # a constant vector has no ranking: report no correlation
 
 
 def _argmax_logits(logits, labels):
