@@ -6,6 +6,7 @@ code: ``trust_remote_code=True`` loads them where encoderlab is not installed.
 """
 
 from .configuration.base import EncoderConfig
+from .configuration.dstg import DSTGNeoBERTConfig
 from .configuration.dta import DTABertConfig
 from .configuration.homa import HOMAConfig
 from .modeling.dta import (
@@ -14,6 +15,14 @@ from .modeling.dta import (
     DTABertForSequenceClassification,
     DTABertForTokenClassification,
     DTABertModel,
+)
+from .modeling.dstg import (
+    DSTGNeoBERT,
+    DSTGNeoBERTForMaskedLM,
+    DSTGNeoBERTForQuestionAnswering,
+    DSTGNeoBERTForSequenceClassification,
+    DSTGNeoBERTForTokenClassification,
+    DSTGNeoBERTModel,
 )
 from .modeling.homa import (
     HOMA_AUTO_CLASSES,
@@ -37,6 +46,16 @@ register_family(
     },
 )
 register_family(HOMAConfig, HOMA_AUTO_CLASSES)
+register_family(
+    DSTGNeoBERTConfig,
+    {
+        "AutoModel": DSTGNeoBERT,
+        "AutoModelForMaskedLM": DSTGNeoBERTForMaskedLM,
+        "AutoModelForSequenceClassification": DSTGNeoBERTForSequenceClassification,
+        "AutoModelForTokenClassification": DSTGNeoBERTForTokenClassification,
+        "AutoModelForQuestionAnswering": DSTGNeoBERTForQuestionAnswering,
+    },
+)
 
 __all__ = [
     "EncoderConfig",
@@ -51,5 +70,12 @@ __all__ = [
     "HOMAForMaskedLM",
     "HOMAForSequenceClassification",
     "HOMAForTokenClassification",
+    "DSTGNeoBERTConfig",
+    "DSTGNeoBERT",
+    "DSTGNeoBERTModel",
+    "DSTGNeoBERTForMaskedLM",
+    "DSTGNeoBERTForSequenceClassification",
+    "DSTGNeoBERTForTokenClassification",
+    "DSTGNeoBERTForQuestionAnswering",
     "register_family",
 ]
