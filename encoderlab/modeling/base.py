@@ -143,7 +143,13 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
 
 
 class EncoderBackbone:
-    """Mixin for base models: builds the per-forward attention mask and position context."""
+    """Mixin for base models: token-embedding access, and the per-forward attention mask and position context."""
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
 
     def build_rotary(self, config, head_dim):
         if config.position_embedding_type == "rope":

@@ -441,12 +441,6 @@ class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
     def check_dstg_inputs(self, input_ids, inputs_embeds, token_type_ids):
         if token_type_ids is not None and bool(token_type_ids.any()):
             raise ValueError("token_type_ids has non-zero segment ids, but DSTG-NeoBERT has no segment embeddings")

@@ -160,12 +160,6 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
         if self.config.unet:
             init.ones_(self.skip_weights)
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
     def _value_embedding_table(self, layer_index):
         if not self.config.unet:
             return self.value_embeddings[layer_index]

@@ -530,12 +530,6 @@ class HOMAModel(EncoderBackbone, HOMAPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
     def block_layout(self, mask, batch_size, seq_len, device):
         """The overlapping block grid shared by all layers, or None for the non-block attention types."""
         if not self.config.uses_blocks:
