@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: timing with warm-up, and writing a section of bench/RESULTS.md."""
 
+import os
 import platform
 import re
 import time
@@ -41,7 +42,9 @@ def markdown_table(header, rows):
 def write_section(title, body):
     """Replaces (or appends) the ``## title`` section of RESULTS.md, stamped with the date and machine."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by `make bench`.\n"
-    section = f"## {title}\n\n_{date.today().isoformat()}, {machine_description()}_\n\n{body.strip()}\n"
+    load = os.getloadavg()[0]  # other jobs on a shared machine skew absolute times; ratios from one run hold better
+    stamp = f"_{date.today().isoformat()}, {machine_description()}, load average {load:.1f} when written_"
+    section = f"## {title}\n\n{stamp}\n\n{body.strip()}\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     RESULTS.write_text(text)

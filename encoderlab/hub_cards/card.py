@@ -1,0 +1,243 @@
+"""Model cards (`huggingface_hub.ModelCard`) for pretraining runs.
+
+`build_model_card(run_dir)` reads what `encoderlab pretrain` saved (``config.json``, ``results.json``,
+``run_config.yaml``, the tokenizer) and writes a card with Hub metadata (pipeline tag ``fill-mask``, model-index
+evaluation results at 1x and 4x the training length) and a body: how to load the model with and without
+encoderlab, the architecture, training data, tokenizer, token budget, results, limitations and the citation of
+the family's paper. `validate_model_card` checks a card offline; `ModelCard.validate` asks the Hub.
+"""
+
+import json
+from pathlib import Path
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+
+PAPERS = {
+    "dta_bert": {
+        "title": "Dual Triangle Attention: Effective Bidirectional Attention Without Positional Embeddings",
+        "arxiv": "2604.18603",
+        "key": "dta2026",
+    },
+    "homa": {
+        "title": "Higher-Order Modular Attention: Fusing Pairwise and Triadic Interactions for Protein Sequences",
+        "authors": "Amiraslani, Shirin and Gao, Xin",
+        "key": "homa",
+    },
+    "dstg_neobert": {
+        "title": "Give it Space! Explicit Disentangling of Positional and Semantic Representations in Encoders",
+        "authors": "Lequeu, Pierre-Antoine and Barboule, Camille and Piwowarski, Benjamin",
+        "key": "dstg",
+    },
+}
+"""Family (``model_type``) -> the paper cited in its cards."""
+
+ARCHITECTURE_FIELDS = (
+    "attention_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "mlp_type",
+    "norm_type", "position_embedding_type", "use_positions", "max_position_embeddings", "unet", "value_embeddings",
+    "vocab_size",
+)  # fmt: skip
+"""config.json fields shown in the architecture table, where the family has them."""
+
+LENGTHS = ("short", "long")
+REQUIRED_METADATA = ("pipeline_tag", "library_name", "license", "model-index")
+
+
+def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
+    missing = [name for name in ("config.json", "results.json", "run_config.yaml") if not (run_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a finished pretraining run: missing {missing}")
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    run = yaml.safe_load((run_dir / "run_config.yaml").read_text(encoding="utf-8"))
+    return config, results, run
+
+
+def _dataset_name(run: dict) -> str:
+    source = run["data"]["source"]
+    return "pydoc_data.topics (Python's English reference text)" if source == "embedded" else source
+
+
+def _eval_results(results: dict, run: dict, model_name: str) -> list[EvalResult]:
+    """Test-split accuracy, MCC and loss at 1x and 4x the training length as model-index entries."""
+    entries = []
+    for length in LENGTHS:
+        tokens = results["seq_len"] if length == "short" else results["long_len"]
+        for metric, value in results["test"][length].items():
+            entries.append(
+                EvalResult(
+                    task_type="fill-mask",
+                    task_name="Masked language modelling",
+                    dataset_type=run["data"]["source"],
+                    dataset_name=f"{_dataset_name(run)}, held-out test documents",
+                    dataset_split="test",
+                    dataset_args={"sequence_length": tokens},
+                    metric_type=metric,
+                    metric_name=f"{metric} @ {tokens} tokens ({length})",
+                    metric_value=round(float(value), 4),
+                )
+            )
+    return entries
+
+
+def _table(rows: list[tuple]) -> str:
+    header, *body = rows
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _citation(family: str) -> str:
+    paper = PAPERS.get(family)
+    if paper is None:
+        return "No paper is registered for this family."
+    fields = [f"  title = {{{paper['title']}}}"]
+    if "authors" in paper:
+        fields.append(f"  author = {{{paper['authors']}}}")
+    if "arxiv" in paper:
+        fields += [f"  journal = {{arXiv preprint arXiv:{paper['arxiv']}}}", f"  eprint = {{{paper['arxiv']}}}"]
+    link = f" ([arXiv:{paper['arxiv']}](https://arxiv.org/abs/{paper['arxiv']}))" if "arxiv" in paper else ""
+    return f"*{paper['title']}*{link}\n\n```bibtex\n@article{{{paper['key']},\n" + ",\n".join(fields) + "\n}\n```"
+
+
+def _body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
+    family = config["model_type"]
+    architecture = _table(
+        [("field", "value")] + [(name, config[name]) for name in ARCHITECTURE_FIELDS if name in config]
+    )
+    results_rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.")]
+    for split in ("validation", "test"):
+        for length in LENGTHS:
+            m = results[split][length]
+            tokens = results["seq_len"] if length == "short" else results["long_len"]
+            baseline = f"{results['unigram_baseline'][length]:.4f}" if split == "test" else ""
+            results_rows.append(
+                (split, tokens, f"{m['mlm_loss']:.4f}", f"{m['accuracy']:.4f}", f"{m['micro_f1']:.4f}",
+                 f"{m['mcc']:.4f}", baseline)
+            )  # fmt: skip
+    plan, train, tokenizer = results["plan"], run["train"], run["tokenizer"]
+    drope = (
+        f"positions switched off (DroPE) from optimizer step {results['drope_step']}"
+        if results.get("drope_step") is not None
+        else "no DroPE switch"
+    )
+    return f"""
+# {model_name}
+
+A `{family}` encoder pretrained with masked language modelling by
+encoderlab (`encoderlab pretrain`).
+
+## How to load
+
+With encoderlab installed (`pip install encoderlab`), importing it registers the family:
+
+```python
+import encoderlab  # registers {family} with the transformers Auto classes
+from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+model = AutoModelForMaskedLM.from_pretrained("{repo_id}")
+tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
+fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
+```
+
+Without encoderlab, the checkpoint carries its own modelling code:
+
+```python
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+# trust_remote_code for both: config.json names the checkpoint's own classes
+model = AutoModelForMaskedLM.from_pretrained("{repo_id}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
+```
+
+## Architecture
+
+{architecture}
+
+## Training data
+
+- Source: {_dataset_name(run)}; documents split by document (no document in two splits):
+  {results['documents']['train']} train, {results['documents']['validation']} validation,
+  {results['documents']['test']} test documents (split seed {train['seed']}).
+- Training examples: windows of at most {results['seq_len']} tokens (`{run['data']['packing']}` packing).
+- Evaluation: the validation and test documents with at least {results['long_len']} tokens, cut into windows of
+  {results['seq_len']} ("short", 1x) and {results['long_len']} ("long", 4x) tokens, masked once with a fixed seed.
+
+## Tokenizer
+
+`{tokenizer['path'] or tokenizer['name']}` with {config['vocab_size']} tokens (saved with the model; loads with
+`AutoTokenizer`). Masking: {run['mlm']['probability']:.0%} of non-special tokens,
+{run['mlm']['mask_replace_prob']:.0%} replaced by the mask token, {run['mlm']['random_replace_prob']:.0%} by a
+random token.
+
+## Training
+
+- Token budget: {plan['token_budget']:,} non-padding tokens -> {plan['max_steps']} optimizer steps of
+  {plan['examples_per_step']} examples; actually trained on **{results['tokens_seen']:,}** non-padding tokens
+  ({plan['epochs']:.1f} epochs of the training split).
+- Optimizer: `{run['optimizer']['name']}` (AdamW lr {run['optimizer']['lr']}, Muon lr {run['optimizer']['muon_lr']}
+  where used); schedule `{train['schedule']}` (warmup {train['warmup_fraction']:.0%},
+  cooldown {train['cooldown_fraction']:.0%}); {drope}.
+- Sequence length {results['seq_len']}, {train['batch_size']} examples per device, seed {train['seed']}.
+
+## Results
+
+Masked-token metrics (over masked positions only); micro-F1 equals accuracy for single-label prediction.
+The unigram baseline always predicts the most frequent training token
+(`{results['unigram_baseline']['token']}`).
+
+{_table(results_rows)}
+
+![training curves](training_curves.png)
+
+## Limitations
+
+- Evaluated only by masked-token prediction on held-out documents of the pretraining corpus; no downstream task.
+- Small runs (such as the demo) see a tiny corpus for many epochs: expect memorised phrasing and weak transfer.
+- The model only knows the language/alphabet of its tokenizer and corpus and inherits the corpus' biases.
+
+## Citation
+
+{_citation(family)}
+"""
+
+
+def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
+    """The model card of the finished run in `run_dir` (`repo_id` is used in the loading snippets)."""
+    run_dir = Path(run_dir)
+    config, results, run = _read_run(run_dir)
+    model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
+    data = ModelCardData(
+        model_name=model_name,
+        pipeline_tag="fill-mask",
+        library_name="transformers",
+        license=license,
+        tags=["encoderlab", config["model_type"], "masked-lm", "fill-mask"],
+        datasets=[run["data"]["source"]] if run["data"]["source"] != "embedded" else None,
+        eval_results=_eval_results(results, run, model_name),
+    )
+    body = _body(model_name, config, results, run, repo_id or str(run_dir))
+    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)
+
+
+def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
+    """Offline validation: the card parses back, has the required metadata and well-formed eval results.
+
+    Raises:
+        ValueError: naming what is missing or malformed.
+    """
+    card = card if isinstance(card, ModelCard) else ModelCard.load(card)
+    reparsed = ModelCard(str(card))  # the text as the Hub would read it
+    metadata = reparsed.data.to_dict()
+    missing = [key for key in REQUIRED_METADATA if not metadata.get(key)]
+    if missing:
+        raise ValueError(f"Model card metadata lacks {missing}")
+    if metadata["pipeline_tag"] != "fill-mask":
+        raise ValueError(f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected 'fill-mask'")
+    results = reparsed.data.eval_results or []
+    if not results or any(not isinstance(r.metric_value, (int, float)) for r in results):
+        raise ValueError("Model card model-index must hold numeric evaluation results")
+    if not reparsed.text.strip():
+        raise ValueError("Model card has no body text")
+    return reparsed

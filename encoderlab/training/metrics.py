@@ -1,0 +1,125 @@
+"""Masked-language-modelling metrics, the unigram baseline, and the run's metrics CSV and curve plot.
+
+Every metric is over masked positions only (labels != -100): mean cross-entropy per masked token, accuracy,
+micro-F1 (equal to accuracy for single-label multiclass prediction, reported because the paper does) and
+multiclass Matthews correlation, computed with scikit-learn.
+"""
+
+import csv
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from .collator import IGNORE_INDEX
+
+
+METRIC_NAMES = ("mlm_loss", "accuracy", "micro_f1", "mcc")
+
+
+def preprocess_logits_for_metrics(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reduce (B, L, vocab) logits to predictions and per-token losses before the Trainer gathers them.
+
+    Keeping full logits of every evaluation batch would take batch x length x vocab floats each.
+    """
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    token_loss = torch.nn.functional.cross_entropy(
+        logits.float().transpose(1, 2), labels.clamp(min=0), reduction="none"
+    )
+    return logits.argmax(dim=-1), token_loss
+
+
+def masked_metrics(predictions: np.ndarray, labels: np.ndarray, token_loss: np.ndarray | None = None) -> dict:
+    """Metrics over the positions where ``labels != -100``; arrays of any (equal) shape."""
+    labels = np.asarray(labels)
+    masked = labels != IGNORE_INDEX
+    if not masked.any():
+        raise ValueError("No masked position (every label is -100): nothing to evaluate")
+    y_true, y_pred = labels[masked], np.asarray(predictions)[masked]
+    metrics = {
+        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "micro_f1": float(f1_score(y_true, y_pred, average="micro")),
+        "mcc": float(matthews_corrcoef(y_true, y_pred)),
+        "masked_tokens": int(masked.sum()),
+    }
+    if token_loss is not None:
+        metrics["mlm_loss"] = float(np.asarray(token_loss, dtype=np.float64)[masked].mean())
+    return metrics
+
+
+def compute_metrics(eval_prediction) -> dict:
+    """`transformers.Trainer` ``compute_metrics`` for outputs of `preprocess_logits_for_metrics`."""
+    predictions, token_loss = eval_prediction.predictions
+    return masked_metrics(predictions, eval_prediction.label_ids, token_loss)
+
+
+def unigram_argmax(examples: Iterable[Iterable[int]], special_token_ids: Iterable[int]) -> int:
+    """The most frequent non-special token id of the training examples."""
+    special = set(special_token_ids)
+    counts = Counter(token for ids in examples for token in ids if token not in special)
+    if not counts:
+        raise ValueError("The training examples hold no non-special token")
+    return counts.most_common(1)[0][0]
+
+
+def unigram_baseline_accuracy(token_id: int, labels: Iterable[np.ndarray]) -> float:
+    """Accuracy of predicting `token_id` at every masked position of `labels`."""
+    masked = np.concatenate([np.asarray(batch)[np.asarray(batch) != IGNORE_INDEX].ravel() for batch in labels])
+    if masked.size == 0:
+        raise ValueError("No masked position (every label is -100): nothing to evaluate")
+    return float((masked == token_id).mean())
+
+
+def write_metrics_csv(log_history: list[Mapping], path: str | Path) -> Path:
+    """One row per Trainer log entry (training losses and evaluations), the union of keys as columns."""
+    columns = sorted({key for entry in log_history for key in entry}, key=lambda k: (k not in ("step", "epoch"), k))
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(log_history)
+    return path
+
+
+def plot_training_curves(log_history: list[Mapping], path: str | Path, title: str = "") -> Path:
+    """Training loss and evaluation loss/accuracy at 1x and 4x length against non-padding tokens seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on training machines
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    train = [entry for entry in log_history if "loss" in entry and "num_input_tokens_seen" in entry]
+    if train:
+        loss_axis.plot(*_series(train, "loss"), label="train (batch mean)", alpha=0.6)
+    for name in ("short", "long"):
+        evals = [entry for entry in log_history if f"eval_{name}_mlm_loss" in entry]
+        if evals:
+            loss_axis.plot(*_series(evals, f"eval_{name}_mlm_loss"), marker="o", label=f"eval {name}")
+            accuracy_axis.plot(*_series(evals, f"eval_{name}_accuracy"), marker="o", label=f"eval {name}")
+    loss_axis.set(xlabel="non-padding tokens seen", ylabel="masked-token cross-entropy", title="loss")
+    accuracy_axis.set(xlabel="non-padding tokens seen", ylabel="masked-token accuracy", title="accuracy")
+    for axis in (loss_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        if axis.has_data():
+            axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _series(entries: list[Mapping], key: str) -> tuple[list, list]:
+    # Evaluation entries carry no token count of their own: use the last one logged before them.
+    xs, ys, tokens = [], [], 0
+    for entry in entries:
+        tokens = entry.get("num_input_tokens_seen", tokens)
+        xs.append(tokens)
+        ys.append(entry[key])
+    return xs, ys

@@ -1,0 +1,98 @@
+"""Model cards of pretraining runs, `encoderlab publish --dry-run`, and offline loading by repo id."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from huggingface_hub import ModelCard
+
+from encoderlab.cli import main
+from encoderlab.hub_cards.card import build_model_card, validate_model_card
+from encoderlab.training.pretrain import pretrain
+
+from test_pretrain import ENV, tiny_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("card") / "tiny-dta"
+    pretrain(tiny_run(path))
+    return path
+
+
+def test_saved_card_validates_and_has_the_sections(run_dir):
+    card = validate_model_card(run_dir / "README.md")
+    metadata = card.data.to_dict()
+    assert metadata["pipeline_tag"] == "fill-mask" and metadata["library_name"] == "transformers"
+    names = {result.metric_name for result in card.data.eval_results}
+    assert {"accuracy @ 32 tokens (short)", "accuracy @ 128 tokens (long)", "mcc @ 128 tokens (long)"} <= names
+    for heading in ("## How to load", "## Architecture", "## Training data", "## Tokenizer", "## Training",
+                    "## Results", "## Limitations", "## Citation"):  # fmt: skip
+        assert heading in card.text, heading
+    assert "trust_remote_code=True" in card.text
+    assert "Dual Triangle Attention: Effective Bidirectional Attention Without Positional Embeddings" in card.text
+    assert "2604.18603" in card.text
+
+
+def test_card_without_results_is_rejected(run_dir, tmp_path):
+    card = build_model_card(run_dir)
+    card.data.eval_results = None
+    card.data.model_index = None
+    path = tmp_path / "README.md"
+    card.save(path)
+    with pytest.raises(ValueError, match="metadata lacks \\['model-index'\\]"):
+        validate_model_card(path)
+    with pytest.raises(FileNotFoundError, match="not a finished pretraining run"):
+        build_model_card(tmp_path)
+
+
+def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
+    out = tmp_path / "upload"
+    assert main(["publish", str(run_dir), "--repo-id", "acme/tiny-dta", "--dry-run", str(out)]) == 0
+    files = {path.name for path in out.iterdir()}
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "modeling_dta.py",
+            "training_curves.png", "metrics.csv", "results.json"} <= files  # fmt: skip
+    assert not any(name.startswith("checkpoint-") or name == "training_args.bin" for name in files)
+    card = ModelCard.load(out / "README.md")
+    assert 'from_pretrained("acme/tiny-dta"' in card.text
+    assert "acme/tiny-dta" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="must look like ORG/NAME"):
+        main(["publish", str(run_dir), "--repo-id", "tiny-dta", "--dry-run", str(tmp_path / "x")])
+
+
+LOAD = """
+    import sys
+    {imports}
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    model = AutoModelForMaskedLM.from_pretrained("acme/tiny-dta"{remote})
+    tokenizer = AutoTokenizer.from_pretrained("acme/tiny-dta"{remote})
+    batch = tokenizer(["The {{mask}} statement".replace("{{mask}}", tokenizer.mask_token)], return_tensors="pt")
+    print(type(model).__module__, model(**batch).logits.shape[-1] == len(tokenizer))
+"""
+
+
+@pytest.mark.parametrize("with_encoderlab", [True, False])
+def test_offline_load_by_repo_id_from_cache_snapshot(run_dir, tmp_path, with_encoderlab):
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny-dta"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    main(["publish", str(run_dir), "--repo-id", "acme/tiny-dta", "--dry-run", str(tmp_path / "upload")])
+    shutil.copytree(tmp_path / "upload", repo / "snapshots" / sha)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    script = LOAD.format(
+        imports="import encoderlab" if with_encoderlab else "",
+        remote="" if with_encoderlab else ", trust_remote_code=True",
+    )
+    env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "home")}
+    # Outside the repo: without encoderlab importable from the working directory, the checkpoint's own code runs.
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    module, ok = done.stdout.split()[-2:]
+    assert ok == "True"
+    assert module.startswith("encoderlab.") if with_encoderlab else module.startswith("transformers_modules")
