@@ -13,23 +13,45 @@ SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
+    "experiment": {
+        "argmax": ("encoderlab.evaluation.argmax", "the DTA paper's argmax position probe (experiment 1)"),
+        "mlm": ("encoderlab.evaluation.mlm_comparison", "the DTA paper's MLM comparison (experiments 2a/2b)"),
+    },
+    "plot": {
+        "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
+    },
 }
-"""Subcommand -> (module with add_arguments/run, one-line help). The modules import their heavy dependencies
-lazily, so building the parser stays fast."""
+"""Subcommand -> (module with add_arguments/run, one-line help), or a dict of nested subcommands
+(``encoderlab experiment argmax``). The modules import their heavy dependencies lazily, so building the parser
+stays fast."""
 
 
-def build_parser(subcommands: dict = SUBCOMMANDS) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="encoderlab", description="Bidirectional encoder families for transformers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module_name, help_text) in subcommands.items():
+def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: list[str], depth: int = 0) -> None:
+    """Adds `subcommands` to `parser`. Only the module of the subcommand named in `argv` is imported (for its
+    options), so a broken or slow optional module never gets in the way of the others."""
+    commands = parser.add_subparsers(dest=f"command_{depth}", required=True, metavar="{" + ",".join(subcommands) + "}")
+    chosen, rest = (argv[0], argv[1:]) if argv else (None, [])
+    for name, entry in subcommands.items():
+        if isinstance(entry, dict):
+            group = commands.add_parser(name, help=f"{name} subcommands: {', '.join(entry)}")
+            add_subcommands(group, entry, rest if name == chosen else [], depth + 1)
+            continue
+        module_name, help_text = entry
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(module=module_name)
-        importlib.import_module(module_name).add_arguments(sub)
+        if name == chosen:
+            importlib.import_module(module_name).add_arguments(sub)
+
+
+def build_parser(argv: list[str], subcommands: dict = SUBCOMMANDS) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="encoderlab", description="Bidirectional encoder families for transformers.")
+    add_subcommands(parser, subcommands, argv)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return importlib.import_module(args.module).run(args)
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from .optim import OptimizerSettings
+
 
 logger = logging.getLogger(__name__)
 
@@ -92,18 +94,6 @@ class MLMSection:
 
 
 @dataclass
-class OptimizerSection:
-    name: str = "muon"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    muon_lr: float = 0.01
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.0
-
-
-@dataclass
 class TrainSection:
     seq_len: int = 256
     batch_size: int = 32
@@ -135,7 +125,7 @@ SECTIONS = {
     "tokenizer": TokenizerSection,
     "data": DataSection,
     "mlm": MLMSection,
-    "optimizer": OptimizerSection,
+    "optimizer": OptimizerSettings,  # validated on construction
     "train": TrainSection,
 }
 
@@ -146,7 +136,7 @@ class RunConfig:
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
     data: DataSection = field(default_factory=DataSection)
     mlm: MLMSection = field(default_factory=MLMSection)
-    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     train: TrainSection = field(default_factory=TrainSection)
     output_dir: str = "runs/pretrain"
 
@@ -542,7 +532,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
     from .callbacks import DroPECallback, drope_step
     from .collator import MLMCollator
     from .metrics import compute_metrics, preprocess_logits_for_metrics
-    from .optim import OptimizerSettings, build_optimizer
+    from .optim import build_optimizer
 
     drope = run.train.drope_fraction is not None and model.config.position_embedding_type != "none"
     callbacks = list(callbacks)
@@ -553,7 +543,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
         mask_replace_prob=run.mlm.mask_replace_prob,
         random_replace_prob=run.mlm.random_replace_prob,
     )
-    optimizer = build_optimizer(model, OptimizerSettings(**dataclasses.asdict(run.optimizer)))
+    optimizer = build_optimizer(model, run.optimizer)
     return _mlm_trainer_class()(
         model=model,
         args=training_arguments(run, plan, drope),
