@@ -171,3 +171,13 @@ def test_parallel_sweep_matches_the_sequential_one(tmp_path):
     for seed, row in by_seed["sequential"].items():
         assert abs(float(row["best_accuracy"]) - float(by_seed["parallel"][seed]["best_accuracy"])) < 0.07
         assert row["steps"] == by_seed["parallel"][seed]["steps"]
+
+
+def test_summary_reports_the_best_constant_answer_of_its_evaluation_set():
+    assert argmax.best_constant_score(torch.tensor([0, 0, 5, 7])) == 0.5
+    labels = torch.cat([labels for _, labels in evaluation_batches(2, 16)])
+    row = {"task": "argmax", "attention": "causal", "positions": "none", "hidden_size": "64", "depth": "1",
+           "seed": "1", "best_accuracy": "0.5", "eval_batches": "2", "batch_size": "16"}
+    table = argmax.summary_table([row])
+    expected = torch.bincount(labels).max().item() / 32
+    assert f"On the 32 held-out examples of 2 x 16, the best constant answer scores {expected:.3f}" in table

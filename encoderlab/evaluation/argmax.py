@@ -341,22 +341,22 @@ def mean_accuracy(rows, metric="best_accuracy"):
     return summary
 
 
-def draw_panel(axis, values, hiddens, depths, title):
+def draw_panel(axis, values, hiddens, depths):
     """One heatmap panel: rows hidden sizes, columns depths, each cell annotated with its accuracy."""
-    image = axis.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", origin="lower")
+    image = axis.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", origin="lower", aspect="auto")
     for y, row in enumerate(values):
         for x, value in enumerate(row):
             if not math.isnan(value):
-                axis.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                axis.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=9,
                           color="white" if value < 0.6 else "black")
     axis.set_xticks(range(len(depths)), depths)
     axis.set_yticks(range(len(hiddens)), hiddens)
-    axis.set_title(title, fontsize=8)
     return image
 
 
 def plot_heatmaps(rows, path):
-    """Figure 1: one panel per (attention, positions), cells hidden size x depth, mean accuracy annotated."""
+    """Figure 1: a grid of panels, attention types down and position schemes across; each panel's cells are
+    hidden size x depth with the mean best accuracy annotated."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -366,19 +366,22 @@ def plot_heatmaps(rows, path):
     schemes = [p for p in POSITION_SCHEMES if any(k[1] == p for k in summary)]
     hiddens = sorted({k[2] for k in summary})
     depths = sorted({k[3] for k in summary})
-    size = (1.2 + 0.9 * len(depths) * len(schemes), 0.9 + 0.8 * len(hiddens) * len(attentions))
-    figure, axes = plt.subplots(len(attentions), len(schemes), squeeze=False, figsize=size)
+    # Panels at least ~1.5 inches, so one-cell grids (CPU sweeps) stay readable.
+    size = (1.8 + max(1.5, 0.55 * len(depths)) * len(schemes), 0.8 + max(1.2, 0.45 * len(hiddens)) * len(attentions))
+    figure, axes = plt.subplots(len(attentions), len(schemes), squeeze=False, figsize=size, layout="constrained")
     for row_index, attention in enumerate(attentions):
         for col_index, scheme in enumerate(schemes):
             values = [[summary.get((attention, scheme, h, d), (math.nan,))[0] for d in depths] for h in hiddens]
             axis = axes[row_index][col_index]
-            image = draw_panel(axis, values, hiddens, depths, f"{attention} / {scheme}")
+            image = draw_panel(axis, values, hiddens, depths)
+            if row_index == 0:
+                axis.set_title(f"positions: {scheme}", fontsize=9)
             if row_index == len(attentions) - 1:
                 axis.set_xlabel("layers")
             if col_index == 0:
-                axis.set_ylabel("hidden")
-    figure.colorbar(image, ax=axes, shrink=0.6, label="best held-out accuracy (mean over seeds)")
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+                axis.set_ylabel(f"{attention}\nhidden size", fontsize=9)
+    figure.colorbar(image, ax=axes, shrink=0.8, label="best held-out accuracy (mean over seeds)")
+    figure.savefig(path, dpi=150)
     plt.close(figure)
 
 
@@ -420,9 +423,28 @@ def summary_table(rows):
         for attention, positions, hidden, depth in order:
             mean, sd, n = summary[(attention, positions, hidden, depth)]
             lines.append(f"| {task} | {attention} | {positions} | {hidden} | {depth} | {n} | {mean:.3f} +- {sd:.3f} |")
-    lines.append(f"\nChance is {CHANCE:.3f} (1/{SEQ_LEN}); a model blind to positions can reach at most "
+    lines.append(f"\nChance is {CHANCE:.3f} (1/{SEQ_LEN}); in expectation a model blind to positions can reach at most "
                  f"{POSITION_BLIND_CEILING:.3f} by always answering position 0.")
+    lines += [f"On the {size} held-out examples of {batches} x {batch_size}, the best constant answer scores "
+              f"{score:.3f}; taking the best of several evaluations adds upward noise on top."
+              for batches, batch_size, size, score in _constant_answer_scores(rows)]
     return "\n".join(lines) + "\n"
+
+
+def best_constant_score(labels):
+    """Accuracy of always answering the most frequent label: what a position-blind model can score on a finite
+    evaluation set, where the realised label counts differ from their expectation."""
+    return torch.bincount(labels, minlength=SEQ_LEN).max().item() / labels.numel()
+
+
+def _constant_answer_scores(rows):
+    """(batches, batch_size, examples, best constant score) for every evaluation set the runs used."""
+    sizes = sorted({(int(row["eval_batches"]), int(row["batch_size"])) for row in rows if row["task"] == "argmax"})
+    scores = []
+    for batches, batch_size in sizes:
+        labels = torch.cat([labels for _, labels in evaluation_batches(batches, batch_size)])
+        scores.append((batches, batch_size, labels.numel(), best_constant_score(labels)))
+    return scores
 
 
 def write_outputs(csv_path, out_dir):
