@@ -208,6 +208,25 @@ def test_tied_decoder(tmp_path):
     assert reloaded.lm_head.decoder.weight is reloaded.model.embeddings.word_embeddings.weight
 
 
+@pytest.mark.parametrize("position", ["none", "absolute"])
+def test_embedding_and_lm_head_norms(position, tmp_path):
+    model = build(position_embedding_type=position, embedding_norm=True, lm_head_norm=True, tie_word_embeddings=True)
+    ids = torch.randint(1, 40, (2, 7))
+    embedded = model.model.embeddings(input_ids=ids, position_ids=torch.arange(7).expand(2, -1))
+    assert torch.allclose(embedded.mean(-1), torch.zeros(2, 7, dtype=embedded.dtype), atol=1e-10)
+    assert torch.allclose(embedded.var(-1, unbiased=False), torch.ones(2, 7, dtype=embedded.dtype), atol=1e-3)  # eps
+    plain = build(position_embedding_type=position, tie_word_embeddings=True)
+    plain.load_state_dict(model.state_dict(), strict=False)  # same weights, no norms
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+        assert (logits - plain(input_ids=ids).logits).abs().max() > 1e-3
+    model.save_pretrained(tmp_path)
+    reloaded = DTABertForMaskedLM.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    assert reloaded.config.embedding_norm and reloaded.config.lm_head_norm
+    with torch.no_grad():
+        assert torch.allclose(reloaded(input_ids=ids).logits, logits, atol=1e-10)
+
+
 @pytest.mark.parametrize("position", ["absolute", "rope", "alibi", "sinusoidal"])
 def test_positions_switch_off_without_touching_weights(position, tmp_path):
     model = build(DTABertModel, position_embedding_type=position, attention_type="dual_triangle")
@@ -251,6 +270,8 @@ def test_fill_mask_pipeline():
     (dict(rope_scaling={"type": "dynamic", "factor": 2.0}, position_embedding_type="rope"),
      "rope_scaling_type='dynamic'", "'yarn'"),
     (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5", "[0, 1)"),
+    (dict(embedding_norm="yes"), "embedding_norm='yes'", "True or False"),
+    (dict(lm_head_norm=1), "lm_head_norm=1", "True or False"),
 ])
 def test_bad_config_is_rejected_clearly(overrides, field, allowed):
     with pytest.raises(ValueError) as error:

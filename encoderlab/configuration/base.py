@@ -79,6 +79,9 @@ class EncoderConfig(PreTrainedConfig):
         mlp_type (`str`): ``"swiglu"`` (gated SiLU) or ``"gelu"`` (two-layer GELU MLP).
         norm_type (`str`): ``"layernorm"`` or ``"rmsnorm"``; all blocks are pre-norm.
         norm_eps (`float`): epsilon of the norms.
+        embedding_norm (`bool`): normalise the embedding output (tokens plus any added position table) before
+            the first block, as BERT and ModernBERT do. Small models leave the unigram plateau of MLM much sooner
+            with it (together with ``lm_head_norm`` and a tied decoder).
         position_embedding_type (`str`): ``"none"``, ``"absolute"`` (learned table added to the token embeddings),
             ``"sinusoidal"`` (fixed table added to the token embeddings), ``"rope"`` (rotary on queries and keys)
             or ``"alibi"`` (linear distance bias on the attention scores).
@@ -113,6 +116,7 @@ class EncoderConfig(PreTrainedConfig):
         mlp_type="swiglu",
         norm_type="layernorm",
         norm_eps=1e-5,
+        embedding_norm=False,
         position_embedding_type="rope",
         use_positions=True,
         max_position_embeddings=512,
@@ -139,6 +143,7 @@ class EncoderConfig(PreTrainedConfig):
         self.mlp_type = mlp_type
         self.norm_type = norm_type
         self.norm_eps = norm_eps
+        self.embedding_norm = embedding_norm
         self.position_embedding_type = position_embedding_type
         self.use_positions = use_positions
         self.max_position_embeddings = max_position_embeddings
@@ -191,8 +196,9 @@ class EncoderConfig(PreTrainedConfig):
         check_probability("attention_dropout", self.attention_dropout)
         if self.classifier_dropout is not None:
             check_probability("classifier_dropout", self.classifier_dropout)
-        if not isinstance(self.use_positions, bool):
-            raise ValueError(f"use_positions={self.use_positions!r} must be True or False")
+        for field in ("use_positions", "embedding_norm"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
         if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="

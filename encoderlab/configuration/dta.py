@@ -27,6 +27,8 @@ class DTABertConfig(EncoderConfig):
             them). With ``unet`` the encoder block r and the decoder block n-1-r share a table.
         attention_bias (`bool`, defaults to `False`): bias in the QKV and output projections.
         lm_head_bias (`bool`, defaults to `True`): bias of the MLM decoder.
+        lm_head_norm (`bool`, defaults to `False`): a norm between the MLM head's GELU and its decoder
+            (dense -> GELU -> norm -> decoder, as in BERT), which keeps the logits well scaled for a tied decoder.
 
     The default shape (12 layers, 768 wide, 6 heads of 128) is the paper's dual-triangle model: each half-head
     then has 64 channels, like a 12-head bidirectional model.
@@ -49,6 +51,7 @@ class DTABertConfig(EncoderConfig):
         value_embeddings=False,
         attention_bias=False,
         lm_head_bias=True,
+        lm_head_norm=False,
         vocab_size=4096,
         hidden_size=768,
         num_hidden_layers=12,
@@ -61,6 +64,7 @@ class DTABertConfig(EncoderConfig):
         self.value_embeddings = value_embeddings
         self.attention_bias = attention_bias
         self.lm_head_bias = lm_head_bias
+        self.lm_head_norm = lm_head_norm
         super().__init__(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -84,7 +88,7 @@ class DTABertConfig(EncoderConfig):
                 f"num_hidden_layers={self.num_hidden_layers} must be even with unet=True "
                 "(half encoder blocks, half decoder blocks)"
             )
-        for field in ("unet", "value_embeddings", "attention_bias", "lm_head_bias"):
+        for field in ("unet", "value_embeddings", "attention_bias", "lm_head_bias", "lm_head_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
 

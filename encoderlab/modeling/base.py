@@ -9,6 +9,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .attention import AttentionMask, check_attention_implementation
+from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
 
@@ -64,7 +65,8 @@ def default_position_ids(attention_mask, batch_size, seq_len, device):
 
 
 class EncoderEmbeddings(nn.Module):
-    """Token embeddings plus, per config, a learned absolute or fixed sinusoidal position table."""
+    """Token embeddings plus, per config, a learned absolute or fixed sinusoidal position table, optionally
+    normalised (``config.embedding_norm``)."""
 
     def __init__(self, config):
         super().__init__()
@@ -72,6 +74,7 @@ class EncoderEmbeddings(nn.Module):
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         if config.position_embedding_type == "absolute":
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.norm = build_norm(config) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids=None, inputs_embeds=None, position_ids=None):
@@ -82,7 +85,7 @@ class EncoderEmbeddings(nn.Module):
                 x = x + self.position_embeddings(position_ids)
             elif kind == "sinusoidal":
                 x = x + sinusoidal_table(position_ids, self.config.hidden_size, x.dtype)
-        return self.dropout(x)
+        return self.dropout(self.norm(x))
 
 
 class PositionContext:

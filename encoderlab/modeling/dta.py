@@ -208,16 +208,18 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
 
 
 class DTABertLMHead(nn.Module):
-    """dense -> GELU -> decoder, the paper's two-layer MLM head."""
+    """dense -> GELU -> decoder, the paper's two-layer MLM head (with ``config.lm_head_norm``, a norm before the
+    decoder)."""
 
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.GELU()
+        self.norm = build_norm(config) if config.lm_head_norm else nn.Identity()
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
 
     def forward(self, hidden_states):
-        return self.decoder(self.activation(self.dense(hidden_states)))
+        return self.decoder(self.norm(self.activation(self.dense(hidden_states))))
 
 
 class DTABertForMaskedLM(EncoderForMaskedLM, DTABertPreTrainedModel):
