@@ -12,6 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from encoderlab.configuration.homa import HOMAConfig
+from encoderlab.modeling import homa
 from encoderlab.modeling.attention import AttentionMask
 from encoderlab.modeling.homa import ATTENTION_CLASSES, BlockLayout, triadic_attention
 
@@ -296,6 +297,62 @@ def test_homa_layer_gradcheck(fusion):
     mask = padding_mask([7, 5], 7, side="left")
     attention_mask = AttentionMask(mask, 2, 7, mask.device)
     assert torch.autograd.gradcheck(lambda x: layer(x, attention_mask), (hidden,))
+
+
+def test_triadic_tiles_match_reference(monkeypatch):
+    # Tiles of 3 blocks (the last one shorter): every tile boundary must be invisible in outputs and gradients.
+    monkeypatch.setattr(homa, "_TILE_ELEMENTS", 3 * BLOCK * (HIDDEN // HEADS))
+    layer = make_layer(make_config(triadic_window=5))
+    mask = padding_mask([23, 17], 23, side="left")
+    assert_matches_reference(layer, random_hidden(2, 23), mask)
+
+    generator = torch.Generator().manual_seed(4)
+    inputs = [torch.randn(7, 6, 3, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
+    key_mask = torch.rand(7, 6, generator=generator) > 0.3
+    monkeypatch.setattr(homa, "_TILE_ELEMENTS", 2 * 6 * 3)
+    assert torch.autograd.gradcheck(lambda q, k, u, v: triadic_attention(q, k, u, v, key_mask, 3), inputs)
+
+
+def test_triadic_reads_no_uninitialised_memory(monkeypatch):
+    # Blocks shorter than half the window skip whole offsets; poisoning every uninitialised allocation with NaN
+    # shows that no output or gradient ever reads one.
+    def run():
+        generator = torch.Generator().manual_seed(5)
+        inputs = [torch.randn(2, 3, 2, 4, generator=generator, requires_grad=True) for _ in range(4)]
+        out = triadic_attention(*inputs, torch.tensor([True, False]), 7)
+        return [out, *torch.autograd.grad(out.square().sum(), inputs)]
+
+    clean = run()
+    empty_like, new_empty = torch.empty_like, torch.Tensor.new_empty
+    monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: empty_like(*args, **kwargs).fill_(math.nan))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda *args, **kwargs: new_empty(*args, **kwargs).fill_(math.nan))
+    for poisoned, expected in zip(run(), clean):
+        torch.testing.assert_close(poisoned, expected, rtol=0, atol=0)
+
+
+def _saved_for_backward(function):
+    """The tensors autograd saves while ``function()`` runs."""
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda tensor: saved.append(tensor) or tensor, lambda t: t):
+        function()
+    return saved
+
+
+def test_triadic_saves_only_its_inputs_and_the_probabilities():
+    batch, n, head_dim, window = 5, 9, 4, 5
+    inputs = [torch.randn(batch, n, head_dim, requires_grad=True) for _ in range(4)]
+    saved = _saved_for_backward(lambda: triadic_attention(*inputs, torch.ones(batch, n, dtype=torch.bool), window))
+    assert sorted(tuple(t.shape) for t in saved) == [(batch, n, head_dim)] * 4 + [(batch, n, window, window)]
+    assert {t.data_ptr() for t in saved} >= {t.data_ptr() for t in inputs}  # the inputs themselves, not copies
+
+
+def test_block_split_and_merge_keep_only_index_sized_tensors_for_backward():
+    # A gather would save the whole (B, H, L, Dh) projection for its backward; index_select keeps only the index.
+    mask = padding_mask([19, 12], 19)
+    layout = BlockLayout.from_mask(mask, BLOCK, STRIDE)
+    x = torch.randn(2, HEADS, 19, 4, requires_grad=True)
+    saved = _saved_for_backward(lambda: layout.merge(layout.split(x), 19))
+    assert saved and all(t.numel() <= layout.merge_weight.numel() for t in saved if t.is_floating_point())
 
 
 class _LargestTensor(TorchDispatchMode):
