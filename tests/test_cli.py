@@ -37,4 +37,4 @@ def test_options_of_other_subcommands_are_rejected(capsys):
 def test_missing_subcommand_names_the_choices():
     result = subprocess.run([sys.executable, "-m", "encoderlab.cli", "experiment"], capture_output=True, text=True)
     assert result.returncode == 2
-    assert "argmax" in result.stderr
+    assert "argmax" in result.stderr and "mlm" in result.stderr
