@@ -8,16 +8,30 @@ import pytest
 from encoderlab import cli
 
 
-def test_every_subcommand_module_has_the_cli_contract():
-    def leaves(tree):
-        for entry in tree.values():
-            yield from leaves(entry) if isinstance(entry, dict) else [entry[0]]
+def leaf_commands(tree, prefix=()):
+    """(argv prefix naming the subcommand, module name) for every runnable subcommand."""
+    for name, entry in tree.items():
+        if isinstance(entry, dict):
+            yield from leaf_commands(entry, prefix + (name,))
+        else:
+            yield list(prefix + (name,)), entry[0]
 
+
+def test_every_subcommand_module_has_the_cli_contract():
     import importlib
 
-    for module_name in leaves(cli.SUBCOMMANDS):
+    for _, module_name in leaf_commands(cli.SUBCOMMANDS):
         module = importlib.import_module(module_name)
         assert callable(module.add_arguments) and callable(module.run), module_name
+
+
+@pytest.mark.parametrize("argv", [argv for argv, _ in leaf_commands(cli.SUBCOMMANDS)], ids=" ".join)
+def test_help_of_every_subcommand_renders(argv, capsys):
+    # argparse %-formats help strings only when --help is printed: a stray '%' breaks it then and only then
+    with pytest.raises(SystemExit) as exit_info:
+        cli.build_parser(argv + ["--help"]).parse_args(argv + ["--help"])
+    assert exit_info.value.code == 0
+    assert "usage: encoderlab " + " ".join(argv) in capsys.readouterr().out
 
 
 def test_nested_subcommand_parses_its_own_options():

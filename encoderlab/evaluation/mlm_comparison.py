@@ -552,7 +552,7 @@ def add_arguments(parser):
                         help="override a key of the base config for every arm, e.g. --set train.token_budget=2e6")
     parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=["bidirectional", "dual_triangle"])
     parser.add_argument("--positions", nargs="+", choices=list(POSITION_ARMS), default=list(POSITION_ARMS),
-                        help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION:.0%} of the budget")
+                        help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of the budget")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--head-size", type=int, default=None,
                         help="channels per bidirectional/causal head (dual triangle heads get twice this); "
