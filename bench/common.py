@@ -3,6 +3,7 @@
 import os
 import platform
 import re
+import statistics
 import time
 from datetime import date
 from pathlib import Path
@@ -17,20 +18,29 @@ def machine_description():
     return f"{platform.machine()} {device}, torch {torch.__version__}"
 
 
-def time_call(fn, repeats=3, warmup=1):
-    """Median wall time of fn() in seconds after warm-up calls (synchronising CUDA when present)."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def interleaved_times(steps, repeats, warmup=1):
+    """Times every callable of ``steps`` (name -> fn) ``repeats`` times, the variants back to back in each round,
+    so that a burst of background load hits all of them alike. Returns name -> list of seconds, one per round."""
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in steps}
     for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+        for name, fn in steps.items():
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def paired_ratio(times, numerator, denominator):
+    """Median over rounds of times[numerator] / times[denominator] within the same round: the ratio least moved
+    by load that drifts during a run (both sides of each ratio ran seconds apart)."""
+    return statistics.median(a / b for a, b in zip(times[numerator], times[denominator]))
 
 
 def markdown_table(header, rows):
