@@ -28,6 +28,11 @@ def check_positive_int(field, value):
         raise ValueError(f"{field}={value!r} must be a positive integer")
 
 
+def check_bool(field, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} must be True or False")
+
+
 def check_probability(field, value):
     if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"{field}={value!r} must be a number in [0, 1)")
@@ -197,8 +202,7 @@ class EncoderConfig(PreTrainedConfig):
         if self.classifier_dropout is not None:
             check_probability("classifier_dropout", self.classifier_dropout)
         for field in ("use_positions", "embedding_norm"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
+            check_bool(field, getattr(self, field))
         if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="

@@ -1,6 +1,6 @@
 """Configuration of DSTG-NeoBERT, the NeoBERT encoder with disentangled semantic / absolute / relative streams."""
 
-from .base import EncoderConfig, check_choice, check_divisible, check_positive_int
+from .base import EncoderConfig, check_bool, check_choice, check_divisible, check_positive_int
 
 PRESETS = ("dstg", "ap", "rp", "rope")
 
@@ -174,8 +174,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
                 f"special_token_ids={self.special_token_ids} contains pad_token_id={self.pad_token_id}: padding "
                 "is masked out of attention, not treated as a special token"
             )
-        if not isinstance(self.position_shift, bool):
-            raise ValueError(f"position_shift={self.position_shift!r} must be True or False")
+        check_bool("position_shift", self.position_shift)
         if self.position_shift and self.position_embedding_type != "absolute":
             raise ValueError(
                 f"position_shift=True needs a learned absolute position table (preset 'dstg' or 'ap'), "

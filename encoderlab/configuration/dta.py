@@ -1,6 +1,6 @@
 """Configuration of DTA-BERT, the Dual Triangle Attention encoder."""
 
-from .base import EncoderConfig, check_choice
+from .base import EncoderConfig, check_bool, check_choice
 
 ATTENTION_TYPES = ("bidirectional", "causal", "dual_triangle")
 
@@ -89,8 +89,7 @@ class DTABertConfig(EncoderConfig):
                 "(half encoder blocks, half decoder blocks)"
             )
         for field in ("unet", "value_embeddings", "attention_bias", "lm_head_bias", "lm_head_norm"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field}={getattr(self, field)!r} must be True or False")
+            check_bool(field, getattr(self, field))
 
 
 __all__ = ["DTABertConfig", "ATTENTION_TYPES"]

@@ -1,6 +1,6 @@
 """Configuration of HOMA, the Higher-Order Modular Attention encoder for protein sequences."""
 
-from .base import EncoderConfig, check_choice, check_positive_int
+from .base import EncoderConfig, check_bool, check_choice, check_positive_int
 
 ATTENTION_TYPES = ("pairwise", "blockwise", "linformer", "homa", "triadic")
 BLOCK_ATTENTION_TYPES = ("blockwise", "homa", "triadic")
@@ -128,8 +128,7 @@ class HOMAConfig(EncoderConfig):
                 "position_embedding_type='rope' does not apply to attention_type='linformer': its keys are mixed "
                 "along the sequence before attention; use 'absolute', 'sinusoidal' or 'none'"
             )
-        if not isinstance(self.attention_bias, bool):
-            raise ValueError(f"attention_bias={self.attention_bias!r} must be True or False")
+        check_bool("attention_bias", self.attention_bias)
 
 
 __all__ = ["HOMAConfig", "ATTENTION_TYPES", "BLOCK_ATTENTION_TYPES", "FUSION_TYPES"]
