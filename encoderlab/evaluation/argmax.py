@@ -15,13 +15,10 @@ Run as ``encoderlab experiment argmax`` or ``python -m encoderlab.evaluation.arg
 """
 
 import argparse
-import csv
 import logging
 import math
 import sys
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..modeling.dta import DTABertModel
+from .sweeps import append_rows, read_results, run_jobs, runs_in_this_process
 
 logger = logging.getLogger(__name__)
 
@@ -271,24 +269,8 @@ def grid(args):
     return specs
 
 
-def read_results(path):
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def finished_keys(rows):
     return {tuple(row[name] for name in (field.name for field in fields(RunSpec))) for row in rows}
-
-
-def append_row(path, row):
-    new_file = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        if new_file:
-            writer.writeheader()
-        writer.writerow(row)
 
 
 def sweep(specs, csv_path, progress=True, workers=1):
@@ -299,26 +281,14 @@ def sweep(specs, csv_path, progress=True, workers=1):
     todo = [spec for spec in specs if spec.key() not in done]
     logger.info("%d of %d runs already in %s; %d to go", len(specs) - len(todo), len(specs), csv_path, len(todo))
     bar = tqdm(total=len(todo), desc="argmax sweep", disable=not progress)
-    for row in run_specs(todo, progress, workers):
-        append_row(csv_path, row)
+    progress_per_run = progress and runs_in_this_process(workers, len(todo))  # parallel bars would interleave
+    for row in run_jobs(train_run, [(spec, progress_per_run) for spec in todo], workers):
+        append_rows(csv_path, [row], CSV_FIELDS)
         bar.update(1)
         logger.info("%s: best %.3f last %.3f (%d steps, %.0f s)", row_label(row), row["best_accuracy"],
                     row["last_accuracy"], row["steps"], row["wall_seconds"])
     bar.close()
     return len(todo)
-
-
-def run_specs(specs, progress, workers):
-    """Yields the result row of each spec, in this process or in a pool of `workers` processes."""
-    if workers == 1 or len(specs) <= 1:
-        yield from (train_run(spec, progress) for spec in specs)
-        return
-    threads = max(1, torch.get_num_threads() // workers)
-    context = multiprocessing.get_context("spawn")  # fork would copy this process's OpenMP thread pool state
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=torch.set_num_threads,
-                             initargs=(threads,)) as pool:
-        futures = [pool.submit(train_run, spec, False) for spec in specs]
-        yield from (future.result() for future in as_completed(futures))
 
 
 def row_label(row):

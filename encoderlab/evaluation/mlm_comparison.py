@@ -39,12 +39,10 @@ import dataclasses
 import hashlib
 import json
 import logging
-import multiprocessing
 import shutil
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -54,7 +52,8 @@ import torch
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
-from .argmax import heads_for, read_results
+from .argmax import heads_for
+from .sweeps import append_rows, read_results, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -167,18 +166,6 @@ def curve_points(log_history, arm: Arm):
     return list(points.values())
 
 
-def append_rows(path: Path, rows):
-    """Append dict rows to a CSV (the header comes from the first row when the file is new)."""
-    if not rows:
-        return
-    new_file = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
 def check_setup(rows, setup: str, csv_path: Path):
     other = {row["setup"] for row in rows} - {setup}
     if other:
@@ -197,24 +184,12 @@ def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1):
     todo = [arm for arm in arms if arm.key() not in done]
     logger.info("%d of %d runs already in %s; %d to go", len(arms) - len(todo), len(arms), runs_csv, len(todo))
     jobs = [(arm, arm_config(base, arm, head_size, out_dir), setup) for arm in todo]
-    for row, curve in run_jobs(jobs, workers):
+    for row, curve in run_jobs(train_arm, jobs, workers, worker_setup=_init_worker):
         append_rows(out_dir / CURVES_CSV, curve)
         append_rows(runs_csv, [row])
         logger.info("%s-%s-s%s: test accuracy %.3f (1x) %.3f (4x) in %.0f s", row["attention"], row["positions"],
                     row["seed"], row["test_short_accuracy"], row["test_long_accuracy"], row["wall_seconds"])
     return len(todo)
-
-
-def run_jobs(jobs, workers):
-    """Yields `train_arm` results, in this process or in `workers` processes with an equal share of the threads."""
-    if workers == 1 or len(jobs) <= 1:
-        yield from (train_arm(*job) for job in jobs)
-        return
-    threads = max(1, torch.get_num_threads() // workers)
-    context = multiprocessing.get_context("spawn")  # fork would copy this process's OpenMP thread pool state
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = [pool.submit(train_arm, *job) for job in jobs]
-        yield from (future.result() for future in as_completed(futures))
 
 
 def _init_worker(threads):
