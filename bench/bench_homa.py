@@ -33,7 +33,7 @@ from encoderlab.modeling.attention import AttentionMask
 from encoderlab.modeling.homa import BlockSelfAttention, BlockLayout
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import interleaved_times, paired_ratio  # noqa: E402
+from common import command_line, interleaved_times, paired_ratio  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## HOMA"
@@ -196,11 +196,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-write", action="store_true", help="print only; do not touch bench/RESULTS.md")
     args = parser.parse_args()
-    command = f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} PYTHONPATH=. python bench/bench_homa.py " + \
-        " ".join(sys.argv[1:])
+    command = command_line()
     load_before = os.getloadavg()[0]
     rows = run(args.batch, args.seq_len, args.repeats)
-    table = format_table(rows, args.batch, args.seq_len, command.strip(), load_before, os.getloadavg()[0])
+    table = format_table(rows, args.batch, args.seq_len, command, load_before, os.getloadavg()[0])
     print(table)
     if not args.no_write:
         append_to_results("HOMA attention layer: time and peak memory", table)

@@ -27,6 +27,7 @@ from encoderlab.tokenization.protein import tape_iupac_tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_homa import append_to_results  # noqa: E402
+from common import command_line  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tape" / "secondary_structure"
 ATTENTION_TYPES = ("pairwise", "blockwise", "homa")
@@ -76,8 +77,7 @@ def main():
     if not DATA.is_dir():
         sys.exit(f"{DATA} is absent: this benchmark needs the shared TAPE data beside the repo")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    command = f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} PYTHONPATH=. python bench/bench_homa_ss.py " \
-        + " ".join(sys.argv[1:])
+    command = command_line()
     chains = "all" if args.train_sequences is None else f"the first {args.train_sequences}"
 
     results = {}
@@ -87,7 +87,7 @@ def main():
             print(f"{attention_type} seed {seed}: Q3 {q3:.4f}, macro-F1 {f1:.4f}, {seconds:.0f} s", flush=True)
 
     lines = [
-        f"Command: `{command.strip()}` (torch {torch.__version__}, {torch.get_num_threads()} threads).",
+        f"Command: `{command}` (torch {torch.__version__}, {torch.get_num_threads()} threads).",
         "",
         f"From scratch, d={args.hidden}, {args.layers} layers, 4 heads, FFN {2 * args.hidden}, learned absolute "
         f"positions; l=30, s=15, w={args.window}, r=8, MLP fusion. {args.steps} steps of batch {args.batch} (AdamW, "

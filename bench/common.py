@@ -4,6 +4,7 @@ import os
 import platform
 import re
 import statistics
+import sys
 import time
 from datetime import date
 from pathlib import Path
@@ -16,6 +17,12 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 def machine_description():
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
     return f"{platform.machine()} {device}, torch {torch.__version__}"
+
+
+def command_line():
+    """The command that ran this benchmark, thread setting included, as its RESULTS entry records it."""
+    threads = os.environ.get("OMP_NUM_THREADS", "?")
+    return " ".join([f"OMP_NUM_THREADS={threads} PYTHONPATH=. python bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
 
 
 def interleaved_times(steps, repeats, warmup=1):
