@@ -1,7 +1,6 @@
 """The MLM comparison: arms, resume, Welch's tests, summary and figures, and a tiny end-to-end sweep."""
 
 import argparse
-import csv
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -158,11 +157,8 @@ def test_comparisons_mark_a_real_difference_and_not_identical_groups():
 def test_summary_and_figures_from_synthetic_rows(tmp_path):
     rows = [synthetic_row(a, p, s, 0.2 + 0.1 * (a == "dual_triangle") + 0.01 * s)
             for a in ("bidirectional", "dual_triangle") for p in ("rope", "none", "rope-off") for s in range(3)]
-    for name, table in (("mlm_runs.csv", rows), ("mlm_curves.csv", [p for r in rows for p in synthetic_curve(r)])):
-        with open(tmp_path / name, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
+    mlm.write_csv(tmp_path / "mlm_runs.csv", rows)
+    mlm.write_csv(tmp_path / "mlm_curves.csv", [point for row in rows for point in synthetic_curve(row)])
     assert mlm.run(parse(tmp_path, "--plots-only")) == 0
     for name in ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png",
                  "mlm_drope.png"):
