@@ -100,7 +100,7 @@ def test_bpe_decoding_gives_back_the_text(bpe, text):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="[]"), max_size=80))
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="[]"), max_size=80))
 def test_bpe_byte_level_round_trip_property(bpe, text):
     assert bpe.decode(bpe(text, add_special_tokens=False)["input_ids"]) == text
 
