@@ -282,6 +282,22 @@ def test_fully_padded_sequence_gives_finite_rows(attention_type):
 # Gradients, memory shape discipline, errors
 
 
+@pytest.mark.parametrize("window", [1, 3, 7])
+def test_product_band_reads_the_window_entries_of_the_product(window):
+    generator = torch.Generator().manual_seed(6)
+    n, half = 9, window // 2
+    left, right = (torch.randn(4, n, 5, generator=generator, dtype=torch.float64) for _ in range(2))
+    product = left @ right.mT
+    for first in range(half + 1):
+        rows = slice(first, n - (half - first))
+        band = homa._product_band(left[:, rows], right.mT, first, window)
+        assert torch.isfinite(band).all()
+        for r, a in enumerate(range(rows.start, rows.stop)):
+            for k in range(window):
+                if 0 <= a + k - half < n:  # window positions outside the block are unspecified (masked later)
+                    torch.testing.assert_close(band[:, r, k], product[:, a, a + k - half], rtol=0, atol=1e-12)
+
+
 def test_triadic_function_gradcheck():
     generator = torch.Generator().manual_seed(3)
     inputs = [torch.randn(2, 1, 6, 3, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]

@@ -16,8 +16,8 @@ Implementation notes:
   right-padding a sequence does not move its blocks.
 * The triadic pathway never builds a tensor with both a ``w*w`` axis and a head-channel axis, nor padded or
   w-fold copies of K, U or V: for each offset ``j`` the scores of all ``k`` come from one ``(l, Dh) @ (Dh, l)``
-  product of block rows whose band is read through a strided view (see `_banded_matrix`), and the read-out is the
-  same kind of product with the band written in. A custom autograd function recomputes those products in the
+  product of block rows whose band is read through a strided view (see `_product_band`), and the read-out is a
+  product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). A custom autograd function recomputes those products in the
   backward pass, so only the inputs and the ``(l, w, w)`` probabilities are kept per block and head; it runs on
   cache-sized tiles of blocks, so its temporaries are small too.
 * Blocks are cut out with ``index_select`` and merged back with ``scatter_add``, whose backward passes keep only
@@ -108,13 +108,13 @@ class BlockLayout:
         return slots.view(batch, heads, self.num_blocks, self.block_size, head_dim)
 
     def merge(self, blocks, seq_len):
-        """(B, H, T, l, Dh) -> (B, H, L, Dh): each position gets the mean of the blocks covering it (0 if none)."""
-        batch, heads, _, _, head_dim = blocks.shape
+        """(B, H, T, l, C) -> (B, H, L, C): each position gets the mean of the blocks covering it (0 if none)."""
+        batch, heads, _, _, channels = blocks.shape
         weighted = blocks * self.merge_weight[:, None, :, :, None].to(blocks.dtype)
         # scatter_add rather than index_add: its backward keeps the index only, not the block-sized source.
-        rows = self._rows(heads, seq_len)[:, None].expand(-1, head_dim)
-        merged = blocks.new_zeros(batch * heads * seq_len, head_dim).scatter_add(0, rows, weighted.view(-1, head_dim))
-        return merged.view(batch, heads, seq_len, head_dim)
+        rows = self._rows(heads, seq_len)[:, None].expand(-1, channels)
+        merged = blocks.new_zeros(batch * heads * seq_len, channels).scatter_add(0, rows, weighted.view(-1, channels))
+        return merged.view(batch, heads, seq_len, channels)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -135,13 +135,31 @@ def _banded_matrix(like, window):
     """Views of a zeroed (N, n, n + w - 1) matrix for the (N, n, Dh) blocks ``like``: ``middle`` (N, n, n), whose
     column c is block row c, and ``band`` (N, n, w), whose entry (a, o) is middle[a, a + o - w//2].
 
-    A product of block rows with block rows is written into (or read from) ``middle``; its band then holds the w
-    window entries of every query. Band entries in the w - 1 padding columns stand for rows outside the block: no
-    product touches them, so the (n, n + w - 1) product of a padded copy of K, U or V is never needed.
+    The w window weights of every query are written into ``band`` and ``middle`` then multiplies block rows. Band
+    entries in the w - 1 padding columns stand for rows outside the block: ``middle`` never reads them, and the
+    padding keeps every band entry in a cell of its own, so no product with a padded copy of V or U is needed.
     """
     n, half = like.shape[1], window // 2
     full = like.new_zeros(like.shape[0], n, n + 2 * half)
     return full[..., half:half + n], _band(full, window)
+
+
+def _product_band(left, right_t, first, window):
+    """The window band of the product of (N, rows, C) ``left``, block rows ``first``.. of their blocks, with
+    (N, C, n) ``right_t``: an (N, rows, w) view whose entry (r, k) is the product's entry in column
+    first + r + k - w//2, window position k of query row first + r.
+
+    The product goes contiguously into a buffer with a zeroed margin of w on each side and the band is read with a
+    row stride of n + 1. Entries whose column falls outside the block read a neighbouring row or the margin:
+    finite values that only ever land on masked window pairs, so no padded (n, n + w - 1) copy is written.
+    """
+    num, rows, n = left.shape[0], left.shape[1], right_t.shape[-1]
+    size = num * rows * n
+    buffer = left.new_empty(size + 2 * window)
+    buffer[:window].zero_()
+    buffer[size + window:].zero_()
+    torch.bmm(left, right_t, out=buffer[window:size + window].view(num, rows, n))
+    return buffer.as_strided((num, rows, window), (rows * n, n + 1, 1), window + first - window // 2)
 
 
 def _window_offsets(window, n):
@@ -168,13 +186,11 @@ def _masked_pair_softmax(scores, pair_mask):
 
 
 def _triadic_scores(query, key, u, window):
-    """(N, n, w, w) raw scores s_ajk = sum_c (Q_a K_{a+j})_c U_{a+k,c}: for each offset j, one (n, n) product whose
-    band holds the k entries. Entries of masked pairs are left unspecified: the masked softmax overwrites them."""
+    """(N, n, w, w) raw scores s_ajk = sum_c (Q_a K_{a+j})_c U_{a+k,c}: for each offset j, one (rows, n) product
+    whose band holds the k entries. Entries of masked pairs are left unspecified: the masked softmax overwrites them."""
     scores = query.new_empty(*query.shape[:2], window, window)
-    products, band = _banded_matrix(query, window)
     for j, rows, keys in _window_offsets(window, query.shape[1]):
-        products[:, rows] = torch.bmm(query[:, rows] * key[:, keys], u.mT)
-        scores[:, :, j] = band
+        scores[:, rows, j] = _product_band(query[:, rows] * key[:, keys], u.mT, rows.start, window)
     return scores
 
 
@@ -196,14 +212,12 @@ def _readout_backward(grad_out, probs, value, grad_value):
     one, gives both of V's gradient terms.
     """
     window = probs.shape[-1]
-    products, product_band = _banded_matrix(value, window)
     weights, weight_band = _banded_matrix(value, window)
     symmetric = probs + probs.mT
-    grad_probs = torch.zeros_like(probs)  # finite where no product writes (offsets outside short blocks)
+    grad_probs = torch.zeros_like(probs)  # finite where no product writes (query rows whose offset j is outside)
     grad_value.zero_()
     for j, rows, keys in _window_offsets(window, value.shape[1]):
-        products[:, rows] = torch.bmm(grad_out[:, rows] * value[:, keys], value.mT)
-        grad_probs[:, :, j] = product_band
+        grad_probs[:, rows, j] = _product_band(grad_out[:, rows] * value[:, keys], value.mT, rows.start, window)
         weight_band.copy_(symmetric[:, :, j])
         grad_value[:, keys].addcmul_(grad_out[:, rows], torch.bmm(weights[:, rows], value))
     return grad_probs
@@ -316,7 +330,13 @@ def build_u_projection(config):
 
 
 class MLPFusion(nn.Module):
-    """``Linear(2 Dh -> hidden) -> ReLU -> Linear(hidden -> Dh)`` on [pairwise || triadic], shared by all heads."""
+    """``Linear(2 Dh -> hidden) -> ReLU -> Linear(hidden -> Dh)`` on [pairwise || triadic], shared by all heads.
+
+    Every fusion is ``project(fuse(pairwise, triadic))`` with a linear ``project``, so the layer averages the
+    blocks' ``fuse`` outputs first and projects each position once: fc2 then runs on L rows per head instead of
+    one per block slot (half the rows at the usual stride l / 2), with the same result at every position a block
+    covers (an uncovered padding position gets fc2's bias instead of 0).
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -324,35 +344,48 @@ class MLPFusion(nn.Module):
         self.fc1 = nn.Linear(2 * config.head_dim, config.fusion_hidden_size)
         self.fc2 = nn.Linear(config.fusion_hidden_size, config.head_dim)
 
-    def forward(self, pairwise, triadic):
+    def fuse(self, pairwise, triadic):
+        """(..., Dh) twice -> (..., fusion_hidden_size): ReLU(fc1([pairwise || triadic]))."""
         # fc1 on the concatenation without materialising it: the triadic half accumulates in place into the
-        # pairwise half, and ReLU runs in place too (neither addmm needs its output for the backward), so no
-        # (.., fusion_hidden_size) temporary beyond the one fc2 keeps.
+        # pairwise half, and ReLU runs in place too (neither addmm needs its output for the backward).
         weight_2d, weight_3d = self.fc1.weight.split(self.head_dim, dim=1)
         hidden = torch.addmm(self.fc1.bias, pairwise.reshape(-1, self.head_dim), weight_2d.t())
         hidden = hidden.addmm_(triadic.reshape(-1, self.head_dim), weight_3d.t()).relu_()
-        return self.fc2(hidden).view_as(pairwise)
+        return hidden.view(*pairwise.shape[:-1], -1)
+
+    def project(self, fused):
+        """(..., fusion_hidden_size) -> (..., Dh): fc2, linear, so it commutes with the block average."""
+        return self.fc2(fused)
+
+    def forward(self, pairwise, triadic):
+        return self.project(self.fuse(pairwise, triadic))
 
 
 class AddFusion(nn.Module):
     def __init__(self, config):
         super().__init__()
 
-    def forward(self, pairwise, triadic):
+    def fuse(self, pairwise, triadic):
         return pairwise + triadic
 
+    def project(self, fused):
+        return fused
 
-class GatedFusion(nn.Module):
+    def forward(self, pairwise, triadic):
+        return self.fuse(pairwise, triadic)
+
+
+class GatedFusion(AddFusion):
     """``pairwise + g * triadic``; g starts at 0 so a model warm-started from blockwise weights is unchanged."""
 
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config)
         self.gate = nn.Parameter(torch.zeros(()))
 
     def init_scalars(self):
         init.zeros_(self.gate)
 
-    def forward(self, pairwise, triadic):
+    def fuse(self, pairwise, triadic):
         return pairwise + self.gate * triadic
 
 
@@ -465,6 +498,17 @@ class BlockSelfAttention(HOMAAttentionBase):
         """(B, L, d) -> (B, H, T, l, Dh)."""
         return layout.split(self.split_heads(x))
 
+    def triadic_u(self, layout, hidden_states):
+        """(B, L, d) -> U in blocks, (B, H, T, l, Dh). A low-rank U is expanded in block space from the blocks of
+        its r coordinates, so the blocks of the full-width U are written once and never gathered."""
+        if not isinstance(self.u_projection, LowRankProjection):
+            return self.to_blocks(layout, self.u_projection(hidden_states))
+        coordinates = layout.split(self.u_projection.down(hidden_states).unsqueeze(1))  # (B, 1, T, l, r)
+        batch, _, num_blocks, block_size, rank = coordinates.shape
+        basis = self.u_projection.up.weight.view(self.num_heads, self.head_dim, rank)  # per-head rows of `up`
+        u = coordinates.view(batch, 1, num_blocks * block_size, rank) @ basis.mT  # (B, H, T * l, Dh)
+        return u.view(batch, self.num_heads, num_blocks, block_size, self.head_dim)
+
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
         batch, seq_len, _ = hidden_states.shape
         layout = block_layout
@@ -482,13 +526,13 @@ class BlockSelfAttention(HOMAAttentionBase):
                 dropout_p=self.dropout_probability(),
             ).view_as(query)
         if self.use_triadic:
-            u = self.to_blocks(layout, self.u_projection(hidden_states))
+            u = self.triadic_u(layout, hidden_states)
             triadic = self.triadic_kernel(query, key, u, value, key_mask, self.config.triadic_window)
-        if self.use_pairwise and self.use_triadic:
-            out = self.fusion(pairwise, triadic)
+        if not (self.use_pairwise and self.use_triadic):
+            out = layout.merge(pairwise if self.use_pairwise else triadic, seq_len)
         else:
-            out = pairwise if self.use_pairwise else triadic
-        return self.output(self.merge_heads(layout.merge(out, seq_len)))
+            out = self.fusion.project(layout.merge(self.fusion.fuse(pairwise, triadic), seq_len))
+        return self.output(self.merge_heads(out))
 
 
 ATTENTION_CLASSES = {
