@@ -272,6 +272,7 @@ def test_fill_mask_pipeline():
     (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5", "[0, 1)"),
     (dict(embedding_norm="yes"), "embedding_norm='yes'", "True or False"),
     (dict(lm_head_norm=1), "lm_head_norm=1", "True or False"),
+    (dict(sparse_prediction="yes"), "sparse_prediction='yes'", "True or False"),
 ])
 def test_bad_config_is_rejected_clearly(overrides, field, allowed):
     with pytest.raises(ValueError) as error:

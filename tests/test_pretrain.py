@@ -174,8 +174,10 @@ def test_drope_switches_positions_off_at_the_step():
 
 def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
     run_dir = tmp_path / "run"
+    # Sparse prediction on: evaluation gets packed logits, and the saved model still fills masks densely.
     result = pretrain(tiny_run(run_dir, model={"config": {"hidden_size": 32, "num_hidden_layers": 2,
-                                                          "num_attention_heads": 2, "position_embedding_type": "absolute"}}))  # fmt: skip
+                                                          "num_attention_heads": 2, "position_embedding_type": "absolute",
+                                                          "sparse_prediction": True}}))  # fmt: skip
     results = result.results
     plan = results["plan"]
     assert results["steps"] == plan["max_steps"]
@@ -190,6 +192,7 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
     model = AutoModelForMaskedLM.from_pretrained(run_dir)
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     assert model.config.use_positions is False  # saved after DroPE
+    assert model.config.sparse_prediction is True
     batch = tokenizer(["def f(x): return x"], return_tensors="pt")
     assert model(**batch).logits.shape[-1] == len(tokenizer)
     with pytest.raises(ValueError, match="is not empty; pass --resume"):

@@ -109,6 +109,11 @@ class EncoderConfig(PreTrainedConfig):
             sequence classification.
         classifier_dropout (`float`, *optional*): dropout before classifier heads; defaults to
             ``hidden_dropout_prob``.
+        sparse_prediction (`bool`): masked LM with ``labels``: run the LM head only on the labelled positions
+            (``labels != -100``), as ModernBERT does, and return their logits packed as ``(num_labelled,
+            vocab_size)`` in row-major order. The loss is the same; the head's cost falls to the masking rate.
+            Without labels (inference, ``pipeline("fill-mask")``) the logits keep their ``(batch, length,
+            vocab_size)`` shape.
     """
 
     def __init__(
@@ -136,6 +141,7 @@ class EncoderConfig(PreTrainedConfig):
         initializer_range=0.02,
         classifier_pooling="cls",
         classifier_dropout=None,
+        sparse_prediction=False,
         pad_token_id=0,
         tie_word_embeddings=False,
         **kwargs,
@@ -167,6 +173,7 @@ class EncoderConfig(PreTrainedConfig):
         self.initializer_range = initializer_range
         self.classifier_pooling = classifier_pooling
         self.classifier_dropout = classifier_dropout
+        self.sparse_prediction = sparse_prediction
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         self.validate_encoder_fields()
 
@@ -201,7 +208,7 @@ class EncoderConfig(PreTrainedConfig):
         check_probability("attention_dropout", self.attention_dropout)
         if self.classifier_dropout is not None:
             check_probability("classifier_dropout", self.classifier_dropout)
-        for field in ("use_positions", "embedding_norm"):
+        for field in ("use_positions", "embedding_norm", "sparse_prediction"):
             check_bool(field, getattr(self, field))
         if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
             raise ValueError(

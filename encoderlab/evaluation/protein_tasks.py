@@ -19,8 +19,9 @@ from sklearn.metrics import accuracy_score, f1_score
 from datasets import Dataset
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
+from ..modeling.heads import IGNORE_INDEX
+
 SS3_LABELS = ("H", "E", "C")
-IGNORE_INDEX = -100
 
 
 def _read_csv(path, required_columns, limit=None):

@@ -17,6 +17,8 @@ from transformers.modeling_outputs import (
 
 from .base import masked_mean
 
+IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss ignores them by default
+
 
 def classifier_dropout(config):
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
@@ -79,7 +81,9 @@ class EncoderTaskModel:
 
 class EncoderForMaskedLM(EncoderTaskModel):
     """Masked language modelling: ``lm_head_class`` maps the features to vocabulary logits. Labels are token ids at
-    masked positions and -100 elsewhere. The family sets ``_tied_weights_keys`` for its decoder path."""
+    masked positions and -100 elsewhere. The family sets ``_tied_weights_keys`` for its decoder path. With
+    ``config.sparse_prediction`` and labels, the head runs on the labelled positions only and the logits are
+    (num_labelled, vocab) in row-major order of those positions."""
 
     lm_head_class = None
 
@@ -99,10 +103,14 @@ class EncoderForMaskedLM(EncoderTaskModel):
                 output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
                                       output_hidden_states, kwargs)
-        logits = self.lm_head(self.sequence_features(outputs))  # (B, L, vocab)
+        features = self.sequence_features(outputs)  # (B, L, hidden_size)
+        if labels is not None and self.config.sparse_prediction:
+            labelled = labels != IGNORE_INDEX
+            features, labels = features[labelled], labels[labelled]  # (M, hidden_size), (M,)
+        logits = self.lm_head(features)  # (B, L, vocab), or (M, vocab) with sparse prediction
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1))
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                 attentions=outputs.attentions)
         return output if return_dict is not False else output.to_tuple()

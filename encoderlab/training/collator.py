@@ -17,9 +17,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-
-IGNORE_INDEX = -100
-"""Label of positions that are not predicted (the default `ignore_index` of cross-entropy)."""
+from ..modeling.heads import IGNORE_INDEX
 
 
 def _check_probabilities(mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> None:

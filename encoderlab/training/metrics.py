@@ -21,16 +21,26 @@ METRIC_NAMES = ("mlm_loss", "accuracy", "micro_f1", "mcc")
 
 
 def preprocess_logits_for_metrics(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reduce (B, L, vocab) logits to predictions and per-token losses before the Trainer gathers them.
+    """Reduce logits to (B, L) predictions and per-token losses before the Trainer gathers them.
 
-    Keeping full logits of every evaluation batch would take batch x length x vocab floats each.
+    Keeping full logits of every evaluation batch would take batch x length x vocab floats each. Logits are
+    (B, L, vocab), or (num_labelled, vocab) from a model with ``sparse_prediction``: those are scattered back onto
+    the labelled positions, so the gathered arrays have the labels' shape either way (positions without a label
+    hold -100 and loss 0, and no metric reads them).
     """
     if isinstance(logits, tuple):
         logits = logits[0]
-    token_loss = torch.nn.functional.cross_entropy(
-        logits.float().transpose(1, 2), labels.clamp(min=0), reduction="none"
-    )
-    return logits.argmax(dim=-1), token_loss
+    if logits.dim() == 3:
+        token_loss = torch.nn.functional.cross_entropy(
+            logits.float().transpose(1, 2), labels.clamp(min=0), reduction="none"
+        )
+        return logits.argmax(dim=-1), token_loss
+    labelled = labels != IGNORE_INDEX
+    predictions = torch.full_like(labels, IGNORE_INDEX)
+    predictions[labelled] = logits.argmax(dim=-1)
+    token_loss = torch.zeros(labels.shape, device=logits.device)
+    token_loss[labelled] = torch.nn.functional.cross_entropy(logits.float(), labels[labelled], reduction="none")
+    return predictions, token_loss
 
 
 def masked_metrics(predictions: np.ndarray, labels: np.ndarray, token_loss: np.ndarray | None = None) -> dict:
