@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from encoderlab.modeling.attention import AttentionMask, attend
+from encoderlab.modeling.attention import AttentionMask, attend, causal_sdpa
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from naive_reference import naive_attention, padding_mask
 
@@ -41,6 +41,33 @@ def test_matches_naive_fp64(attention_type, implementation, side, length, dim, u
     rows = real_rows(mask, 3, length)
     assert (got - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-10
     assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize("length", [255, 256, 257, 300, 511, 512, 513])
+def test_causal_sdpa_matches_dense_reference_around_the_split_lengths(length):
+    # 256..512 tokens take two query halves on CPU; both sides of each boundary must equal the masked softmax.
+    generator = torch.Generator().manual_seed(length)
+    query, key, value = (torch.randn(2, 2, length, 8, generator=generator, dtype=torch.float64, requires_grad=True)
+                         for _ in range(3))
+    scores = (query @ key.mT) * 8**-0.5
+    above_diagonal = torch.ones(length, length, dtype=torch.bool).triu(1)
+    expected = scores.masked_fill(above_diagonal, float("-inf")).softmax(-1) @ value
+    got = causal_sdpa(query, key, value, dropout_p=0.0, scale=None)
+    assert (got - expected).abs().max() < 1e-10
+    upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    for got_grad, expected_grad in zip(torch.autograd.grad(got, (query, key, value), upstream),
+                                       torch.autograd.grad(expected, (query, key, value), upstream)):
+        assert (got_grad - expected_grad).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("attention_type", ["causal", "dual_triangle"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_sdpa_matches_eager_at_split_lengths_with_padding(attention_type, side):
+    query, key, value, mask = random_case(3, 2, 301, 8, side)
+    rows = real_rows(mask, 3, 301)
+    got = run(query, key, value, mask, attention_type, "sdpa")
+    expected = run(query, key, value, mask, attention_type, "eager")
+    assert (got - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-10
 
 
 @pytest.mark.parametrize("attention_type", TYPES)
