@@ -114,3 +114,11 @@ def test_trainer_evaluation_is_the_same_with_sparse_prediction(tmp_path):
     assert sparse["eval_masked_tokens"] == dense["eval_masked_tokens"] == sum(int((l != -100).sum()) for *_, l in rows)
     for key in ("eval_loss", "eval_mlm_loss", "eval_accuracy", "eval_mcc"):
         assert np.isclose(sparse[key], dense[key], rtol=1e-5, atol=1e-6), key
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_labels_of_the_wrong_shape_are_rejected_clearly(sparse):
+    input_ids, attention_mask, labels = padded_batch()
+    with pytest.raises(ValueError, match=r"labels must have the shape of input_ids, \(batch, seq_len\) = \(3, 11\).*"
+                                         r"got shape \(3, 10\)"):
+        dta(sparse_prediction=sparse)(input_ids=input_ids, attention_mask=attention_mask, labels=labels[:, :10])

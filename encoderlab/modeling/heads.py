@@ -104,6 +104,11 @@ class EncoderForMaskedLM(EncoderTaskModel):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
                                       output_hidden_states, kwargs)
         features = self.sequence_features(outputs)  # (B, L, hidden_size)
+        if labels is not None and labels.shape != features.shape[:-1]:
+            raise ValueError(
+                f"labels must have the shape of input_ids, (batch, seq_len) = {tuple(features.shape[:-1])}, with "
+                f"-100 where nothing is predicted; got shape {tuple(labels.shape)}"
+            )
         if labels is not None and self.config.sparse_prediction:
             labelled = labels != IGNORE_INDEX
             features, labels = features[labelled], labels[labelled]  # (M, hidden_size), (M,)
