@@ -1,6 +1,5 @@
 """Model cards of pretraining runs, `encoderlab publish --dry-run`, and offline loading by repo id."""
 
-import os
 import shutil
 import subprocess
 import sys
