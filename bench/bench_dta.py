@@ -92,7 +92,8 @@ def bench_model(layers, hidden, length, batch, vocab=4096, repeats=5):
         rows.append((f"{name} / BERT throughput", "", f"{ratio:.2f}x"))
         print(f"throughput ratio {name} / BERT: {ratio:.2f}")
     table = markdown_table(["model", "parameters", "train tokens/s"], rows)
-    verdicts = "; ".join(f"{name}: {ratio:.3f}x, {'met' if ratio >= 1.0 else 'MISSED'}" for name, ratio in ratios.items())
+    verdicts = "; ".join(f"{name}: {ratio:.3f}x, {'met' if ratio >= 1.0 else 'MISSED'}"
+                         for name, ratio in ratios.items())
     return (f"{layers} layers, hidden {hidden}, seq {length}, batch {batch}, fp32, dropout 0, AdamW step included; "
             f"median of {repeats} interleaved steps; ratios are medians of the per-round ratios.\n\n{table}\n\n"
             f"Target DTA-BERT / BERT >= 1.0x: {verdicts}.")

@@ -175,9 +175,9 @@ def test_drope_switches_positions_off_at_the_step():
 def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
     run_dir = tmp_path / "run"
     # Sparse prediction on: evaluation gets packed logits, and the saved model still fills masks densely.
-    result = pretrain(tiny_run(run_dir, model={"config": {"hidden_size": 32, "num_hidden_layers": 2,
-                                                          "num_attention_heads": 2, "position_embedding_type": "absolute",
-                                                          "sparse_prediction": True}}))  # fmt: skip
+    model_config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                    "position_embedding_type": "absolute", "sparse_prediction": True}
+    result = pretrain(tiny_run(run_dir, model={"config": model_config}))
     results = result.results
     plan = results["plan"]
     assert results["steps"] == plan["max_steps"]

@@ -17,9 +17,9 @@ Implementation notes:
 * The triadic pathway never builds a tensor with both a ``w*w`` axis and a head-channel axis, nor padded or
   w-fold copies of K, U or V: for each offset ``j`` the scores of all ``k`` come from one ``(l, Dh) @ (Dh, l)``
   product of block rows whose band is read through a strided view (see `_product_band`), and the read-out is a
-  product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). A custom autograd function recomputes those products in the
-  backward pass, so only the inputs and the ``(l, w, w)`` probabilities are kept per block and head; it runs on
-  cache-sized tiles of blocks, so its temporaries are small too.
+  product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). A custom autograd
+  function recomputes those products in the backward pass, so only the inputs and the ``(l, w, w)`` probabilities
+  are kept per block and head; it runs on cache-sized tiles of blocks, so its temporaries are small too.
 * Blocks are cut out with ``index_select`` and merged back with ``scatter_add``, whose backward passes keep only
   the index: the full-length Q, K, V and U projections are freed as soon as their blocks exist.
 """
@@ -329,13 +329,29 @@ def build_u_projection(config):
     return LowRankProjection(config.hidden_size, config.u_rank)
 
 
-class MLPFusion(nn.Module):
+class Fusion(nn.Module):
+    """Combines a head's pairwise and triadic outputs as ``project(fuse(pairwise, triadic))``, ``project`` linear.
+
+    The layer averages the blocks' ``fuse`` outputs first and projects each position once, since a linear map
+    commutes with the block average; ``forward`` is the per-slot fusion of the paper.
+    """
+
+    def fuse(self, pairwise, triadic):
+        raise NotImplementedError
+
+    def project(self, fused):
+        return fused
+
+    def forward(self, pairwise, triadic):
+        return self.project(self.fuse(pairwise, triadic))
+
+
+class MLPFusion(Fusion):
     """``Linear(2 Dh -> hidden) -> ReLU -> Linear(hidden -> Dh)`` on [pairwise || triadic], shared by all heads.
 
-    Every fusion is ``project(fuse(pairwise, triadic))`` with a linear ``project``, so the layer averages the
-    blocks' ``fuse`` outputs first and projects each position once: fc2 then runs on L rows per head instead of
-    one per block slot (half the rows at the usual stride l / 2), with the same result at every position a block
-    covers (an uncovered padding position gets fc2's bias instead of 0).
+    ``project`` is fc2, so it runs on L rows per head instead of one per block slot (half the rows at the usual
+    stride l / 2), with the same result at every position a block covers (an uncovered padding position gets
+    fc2's bias instead of 0).
     """
 
     def __init__(self, config):
@@ -354,32 +370,23 @@ class MLPFusion(nn.Module):
         return hidden.view(*pairwise.shape[:-1], -1)
 
     def project(self, fused):
-        """(..., fusion_hidden_size) -> (..., Dh): fc2, linear, so it commutes with the block average."""
+        """(..., fusion_hidden_size) -> (..., Dh)."""
         return self.fc2(fused)
 
-    def forward(self, pairwise, triadic):
-        return self.project(self.fuse(pairwise, triadic))
 
-
-class AddFusion(nn.Module):
+class AddFusion(Fusion):
     def __init__(self, config):
         super().__init__()
 
     def fuse(self, pairwise, triadic):
         return pairwise + triadic
 
-    def project(self, fused):
-        return fused
 
-    def forward(self, pairwise, triadic):
-        return self.fuse(pairwise, triadic)
-
-
-class GatedFusion(AddFusion):
+class GatedFusion(Fusion):
     """``pairwise + g * triadic``; g starts at 0 so a model warm-started from blockwise weights is unchanged."""
 
     def __init__(self, config):
-        super().__init__(config)
+        super().__init__()
         self.gate = nn.Parameter(torch.zeros(()))
 
     def init_scalars(self):
