@@ -30,3 +30,31 @@ def uncompiled_flex(monkeypatch):
     import encoderlab.modeling.attention as attention
 
     monkeypatch.setattr(attention, "FLEX_COMPILE", False)
+
+
+BAD_INPUTS_PROPERTY = "bad_inputs_tried"
+
+
+@pytest.fixture
+def count_bad_inputs(record_property):
+    """Fuzz tests call ``count_bad_inputs(family, n)`` with how many bad inputs they tried; the totals per family
+    are printed in the terminal summary (this travels through pytest-xdist, unlike a module-level counter)."""
+
+    def record(family: str, count: int) -> None:
+        record_property(BAD_INPUTS_PROPERTY, (family, int(count)))
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    totals = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == BAD_INPUTS_PROPERTY and getattr(report, "when", "call") == "call":
+                    family, count = value
+                    totals[family] = totals.get(family, 0) + count
+    if totals:
+        terminalreporter.write_sep("-", "bad inputs tried per family (property-based tests)")
+        for family, count in sorted(totals.items()):
+            terminalreporter.write_line(f"{family}: {count}")

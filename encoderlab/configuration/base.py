@@ -192,6 +192,16 @@ class EncoderConfig(PreTrainedConfig):
         }
 
     @property
+    def has_position_signal(self):
+        """Whether the model has an explicit position signal that ``use_positions=False`` switches off.
+
+        The one notion that DroPE (and anything else asking "does this model see positions?") uses; families with
+        position signals beyond ``position_embedding_type`` (DSTG's relative bias) extend it. Dual triangle
+        attention's order awareness is part of the attention pattern itself, so it is not counted here.
+        """
+        return self.position_embedding_type != "none"
+
+    @property
     def head_dim(self):
         return self.hidden_size // self.num_attention_heads
 

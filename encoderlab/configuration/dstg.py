@@ -135,6 +135,10 @@ class DSTGNeoBERTConfig(EncoderConfig):
         return self.preset in PRESETS_WITH_RELATIVE_BIAS
 
     @property
+    def has_position_signal(self):
+        return super().has_position_signal or self.uses_relative_bias
+
+    @property
     def semantic_size(self):
         """Width of the semantic stream (the whole residual stream for the baselines)."""
         return self.hidden_size - (self.ap_size or 0)
