@@ -24,6 +24,7 @@ Implementation notes:
   the index: the full-length Q, K, V and U projections are freed as soon as their blocks exist.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -180,9 +181,10 @@ def _window_pair_mask(key_mask, window):
 
 def _masked_pair_softmax(scores, pair_mask):
     """Softmax over the (j, k) pairs of each query; masked pairs get exactly 0 and a query with no valid pair
-    gets all zeros (a finite row that nothing reads)."""
+    gets all zeros (a finite row that nothing reads). Half-precision scores are normalised in fp32."""
     filled = scores.masked_fill_(~pair_mask, torch.finfo(scores.dtype).min)
-    return filled.flatten(-2).softmax(dim=-1).view_as(scores).mul_(pair_mask)
+    softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
+    return filled.flatten(-2).softmax(dim=-1, dtype=softmax_dtype).to(scores.dtype).view_as(scores).mul_(pair_mask)
 
 
 def _triadic_scores(query, key, u, window):
@@ -274,6 +276,12 @@ class _TriadicAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         query, key, u, value, probs = ctx.saved_tensors
+        # The products below write into buffers of the inputs' dtype: no autocast, one compute dtype.
+        with torch.autocast(grad_out.device.type, enabled=False):
+            return _TriadicAttention.backward_tiles(ctx, grad_out.to(query.dtype), query, key, u, value, probs)
+
+    @staticmethod
+    def backward_tiles(ctx, grad_out, query, key, u, value, probs):
         grad_query, grad_key, grad_u, grad_value = (torch.empty_like(t) for t in (query, key, u, value))
         for tile in _tiles(query):
             tile_probs = probs[tile]
@@ -302,9 +310,18 @@ def triadic_attention(query, key, u, value, key_mask, window):
     if window % 2 == 0 or window < 1:
         raise ValueError(f"window={window} must be a positive odd integer (the window is centred on the query)")
     batch_shape, (n, head_dim) = query.shape[:-2], query.shape[-2:]
-    blocks = [t.reshape(-1, n, head_dim) for t in (query, key, u, value)]  # views for contiguous blocks
+    # The kernel writes products into preallocated buffers, so all four inputs share one compute dtype: autocast's
+    # (what its matmuls would run in) or else the widest input's; autocast itself is off inside the kernel.
+    device_type = query.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    else:
+        dtype = functools.reduce(torch.promote_types, (t.dtype for t in (key, u, value)), query.dtype)
+    blocks = [t.to(dtype).reshape(-1, n, head_dim) for t in (query, key, u, value)]  # views for contiguous blocks
     key_mask = key_mask.expand(*batch_shape, n).reshape(-1, n)
-    return _TriadicAttention.apply(*blocks, key_mask, window).view(*batch_shape, n, head_dim)
+    with torch.autocast(device_type, enabled=False):
+        out = _TriadicAttention.apply(*blocks, key_mask, window)
+    return out.view(*batch_shape, n, head_dim)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -366,7 +383,9 @@ class MLPFusion(Fusion):
         # pairwise half, and ReLU runs in place too (neither addmm needs its output for the backward).
         weight_2d, weight_3d = self.fc1.weight.split(self.head_dim, dim=1)
         hidden = torch.addmm(self.fc1.bias, pairwise.reshape(-1, self.head_dim), weight_2d.t())
-        hidden = hidden.addmm_(triadic.reshape(-1, self.head_dim), weight_3d.t()).relu_()
+        # The in-place addmm_ is not autocast: it runs in the dtype the first addmm chose (bf16 under autocast).
+        dtype = hidden.dtype
+        hidden = hidden.addmm_(triadic.reshape(-1, self.head_dim).to(dtype), weight_3d.t().to(dtype)).relu_()
         return hidden.view(*pairwise.shape[:-1], -1)
 
     def project(self, fused):
