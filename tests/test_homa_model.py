@@ -67,7 +67,7 @@ def test_full_rank_u_is_allowed():
 def test_linformer_rejects_a_length_above_its_max():
     model = HOMAModel(tiny_config(attention_type="linformer", position_embedding_type="none")).eval()
     input_ids, attention_mask = batch([41], 41)
-    with pytest.raises(ValueError, match="at most max_position_embeddings=40 tokens"):
+    with pytest.raises(ValueError, match="sequence length 41 exceeds max_position_embeddings=40 of linformer attention"):
         model(input_ids=input_ids, attention_mask=attention_mask)
 
 

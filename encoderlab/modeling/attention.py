@@ -197,7 +197,8 @@ def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout
     else:
         # |i - j| between real tokens is unchanged by the reordering, so the bias needs no reordering either.
         attn_mask = _causal_float_mask(bias, seq_len, device)
-        output = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+        output = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                scale=scale)
     return restore(output)
 
 

@@ -13,20 +13,57 @@ from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
 
-def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None):
-    """Validates the tensors a model receives and returns (batch_size, seq_len, device)."""
+IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss ignores them by default
+
+
+def values_checkable():
+    """Whether checks may read tensor values (``.min()``, ``.any()``): not while torch.compile or torch.export
+    traces the model, where a read would break the graph; there the shape checks alone run."""
+    return not (torch.compiler.is_compiling() or torch.compiler.is_exporting())
+
+
+def _check_shape(field, tensor, allowed_shapes, meaning):
+    if tensor is not None and tuple(tensor.shape) not in allowed_shapes:
+        allowed = " or ".join(str(shape) for shape in allowed_shapes)
+        raise ValueError(f"{field} must have shape {allowed} ({meaning}); got shape {tuple(tensor.shape)}")
+
+
+def _check_integer(field, tensor):
+    if tensor is not None and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+        raise ValueError(f"{field} must hold integers; got dtype {tensor.dtype}")
+
+
+def _check_range(field, tensor, high, meaning, allowed_extra=None):
+    """Every value of ``tensor`` lies in [0, high) (no upper bound if ``high`` is None) or equals
+    ``allowed_extra``; a value read."""
+    if tensor is None or not tensor.numel() or not values_checkable():
+        return
+    outside = tensor < 0 if high is None else (tensor < 0) | (tensor >= high)
+    if allowed_extra is not None:
+        outside &= tensor != allowed_extra
+    if bool(outside.any()):
+        value = tensor[outside].flatten()[0].item()
+        allowed = "[0, inf)" if high is None else f"[0, {high})"
+        extra = f" or {allowed_extra}" if allowed_extra is not None else ""
+        raise ValueError(f"{field} holds {value}; allowed: {allowed}{extra} ({meaning})")
+
+
+def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None, position_ids=None,
+                 token_type_ids=None, length_limits=()):
+    """Validates the tensors a model receives before anything runs and returns (batch_size, seq_len, device).
+
+    Every model of every family calls this first; heads check their labels with `check_labels`. Value checks
+    (ids inside the vocabulary, 0/1 masks, position ranges) are skipped while compiling or exporting.
+
+    Args:
+        length_limits: (max_length, reason) pairs the family adds to the learned absolute table's limit.
+    """
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("pass exactly one of input_ids and inputs_embeds")
     if input_ids is not None:
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape (batch, seq_len); got shape {tuple(input_ids.shape)}")
-        if input_ids.dtype.is_floating_point:
-            raise ValueError(f"input_ids must hold integer token ids; got dtype {input_ids.dtype}")
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
-            raise ValueError(
-                f"input_ids contain token id {int(input_ids.max()) if int(input_ids.min()) >= 0 else int(input_ids.min())}"
-                f" outside [0, vocab_size={config.vocab_size}); is the tokenizer the one this model was trained with?"
-            )
+        _check_integer("input_ids", input_ids)
         batch_size, seq_len = input_ids.shape
         device = input_ids.device
     else:
@@ -35,23 +72,70 @@ def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None
                 f"inputs_embeds must have shape (batch, seq_len, hidden_size={config.hidden_size}); "
                 f"got {tuple(inputs_embeds.shape)}"
             )
+        if not inputs_embeds.dtype.is_floating_point:
+            raise ValueError(f"inputs_embeds must be a floating-point tensor; got dtype {inputs_embeds.dtype}")
         batch_size, seq_len = inputs_embeds.shape[:2]
         device = inputs_embeds.device
+    if batch_size == 0:
+        raise ValueError("the batch is empty (batch_size=0); pass at least one sequence")
     if seq_len == 0:
         raise ValueError("the input sequence is empty (seq_len=0)")
-    if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
-        raise ValueError(
-            f"attention_mask must have shape (batch, seq_len) = {(batch_size, seq_len)} with 1 for real tokens and "
-            f"0 for padding; got shape {tuple(attention_mask.shape)}"
-        )
-    needs_table = config.position_embedding_type == "absolute" and config.use_positions
-    if needs_table and seq_len > config.max_position_embeddings:
-        raise ValueError(
-            f"sequence length {seq_len} exceeds max_position_embeddings={config.max_position_embeddings} of the "
-            "learned absolute position table; truncate the input (tokenizer(..., truncation=True)) or use a "
-            "relative scheme (rope, alibi) or none"
-        )
+    check_sequence_length(config, seq_len, length_limits)
+    _check_shape("attention_mask", attention_mask, [(batch_size, seq_len)], "1 for real tokens, 0 for padding")
+    _check_shape("position_ids", position_ids, [(batch_size, seq_len), (1, seq_len)], "one position per token")
+    _check_shape("token_type_ids", token_type_ids, [(batch_size, seq_len)], "one segment id per token")
+    _check_integer("position_ids", position_ids)
+    _check_integer("token_type_ids", token_type_ids)
+    if values_checkable():
+        check_input_values(config, input_ids, inputs_embeds, attention_mask, position_ids)
     return batch_size, seq_len, device
+
+
+def check_sequence_length(config, seq_len, length_limits=()):
+    limits = list(length_limits)
+    if config.position_embedding_type == "absolute" and config.use_positions:
+        limits.append((config.max_position_embeddings, "the learned absolute position table"))
+    for max_length, reason in limits:
+        if seq_len > max_length:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds max_position_embeddings={max_length} of {reason}; truncate "
+                "the input (tokenizer(..., truncation=True)) or use a relative scheme (rope, alibi) or none"
+            )
+
+
+def check_input_values(config, input_ids, inputs_embeds, attention_mask, position_ids):
+    """The checks that read values; `check_inputs` runs them outside compile/export."""
+    _check_range("input_ids", input_ids, config.vocab_size,
+                 f"token ids of a vocabulary of vocab_size={config.vocab_size}; is the tokenizer the one this model "
+                 "was trained with?")
+    if inputs_embeds is not None and not bool(torch.isfinite(inputs_embeds).all()):
+        raise ValueError("inputs_embeds holds NaN or infinite values; allowed: finite values")
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        not_binary = (attention_mask != 0) & (attention_mask != 1)
+        if bool(not_binary.any()):
+            raise ValueError(
+                f"attention_mask holds {attention_mask[not_binary].flatten()[0].item()}; allowed: 1 for real "
+                "tokens and 0 for padding (or a bool mask)"
+            )
+    if position_ids is not None:
+        table = config.position_embedding_type == "absolute" and config.use_positions
+        high = config.max_position_embeddings if table else None
+        meaning = "rows of the learned position table" if table else "positions count from 0"
+        _check_range("position_ids", position_ids, high, meaning)
+
+
+def check_labels(field, labels, shapes, num_classes=None, classes_field="num_labels", ignore_index=IGNORE_INDEX):
+    """Labels a head trains on: one of ``shapes``, and, when ``num_classes`` is given, class ids in
+    [0, num_classes) or ``ignore_index`` (finite values otherwise)."""
+    if labels is None:
+        return
+    _check_shape(field, labels, [tuple(shape) for shape in shapes], "one label per prediction")
+    if num_classes is not None:
+        _check_integer(field, labels)
+        _check_range(field, labels, num_classes, f"class ids of {classes_field}={num_classes}, {ignore_index} "
+                     "where there is no target", allowed_extra=ignore_index)
+    elif values_checkable() and labels.dtype.is_floating_point and not bool(torch.isfinite(labels).all()):
+        raise ValueError(f"{field} holds NaN or infinite values; allowed: finite values")
 
 
 def default_position_ids(attention_mask, batch_size, seq_len, device):
@@ -156,7 +240,9 @@ class EncoderBackbone:
 
     def build_rotary(self, config, head_dim):
         if config.position_embedding_type == "rope":
-            return RotaryEmbedding(head_dim, config.rope_theta, config.rope_scaling_dict, config.max_position_embeddings)
+            return RotaryEmbedding(
+                head_dim, config.rope_theta, config.rope_scaling_dict, config.max_position_embeddings
+            )
         return None
 
     def prepare_attention(self, config, attention_mask, position_ids, batch_size, seq_len, device, dtype):
@@ -178,7 +264,9 @@ def masked_mean(hidden_states, attention_mask):
 
 
 __all__ = [
+    "IGNORE_INDEX",
     "check_inputs",
+    "check_labels",
     "default_position_ids",
     "EncoderEmbeddings",
     "PositionContext",

@@ -473,7 +473,9 @@ class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
                 token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         config = self.config
-        batch_size, seq_len, device = check_inputs(config, input_ids, inputs_embeds, attention_mask)
+        batch_size, seq_len, device = check_inputs(
+            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids
+        )
         self.check_dstg_inputs(input_ids, inputs_embeds, token_type_ids)
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states

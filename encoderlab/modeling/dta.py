@@ -169,7 +169,9 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
                 token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         config = self.config
-        batch_size, seq_len, device = check_inputs(config, input_ids, inputs_embeds, attention_mask)
+        batch_size, seq_len, device = check_inputs(
+            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids
+        )
         if token_type_ids is not None and bool(token_type_ids.any()):
             raise ValueError("token_type_ids has non-zero segment ids, but DTA-BERT has no segment embeddings")
         if config.value_embeddings and input_ids is None:

@@ -15,9 +15,18 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from .base import masked_mean
+from .base import IGNORE_INDEX, check_labels, masked_mean
 
-IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss ignores them by default
+
+def cross_entropy(logits, labels, ignore_index=IGNORE_INDEX):
+    """Mean cross entropy over the predictions that have a label: logits (..., C), labels (...).
+
+    Where every label is ``ignore_index`` (a batch without targets) torch's mean is 0 / 0 = NaN; here the loss is
+    then 0 and contributes no gradient.
+    """
+    labels = labels.reshape(-1)
+    total = CrossEntropyLoss(ignore_index=ignore_index, reduction="sum")(logits.reshape(-1, logits.shape[-1]), labels)
+    return total / (labels != ignore_index).sum().clamp(min=1)
 
 
 def classifier_dropout(config):
@@ -26,6 +35,7 @@ def classifier_dropout(config):
 
 def sequence_classification_loss(config, logits, labels):
     """Regression (num_labels=1, MSE), single-label (cross entropy) or multi-label (BCE), as BERT decides it."""
+    batch_size, num_labels = logits.shape
     if config.problem_type is None:
         if config.num_labels == 1:
             config.problem_type = "regression"
@@ -33,12 +43,15 @@ def sequence_classification_loss(config, logits, labels):
             config.problem_type = "single_label_classification"
         else:
             config.problem_type = "multi_label_classification"
+    if config.problem_type == "single_label_classification":
+        check_labels("labels", labels, [(batch_size,), (batch_size, 1)], num_labels)
+        return cross_entropy(logits, labels)
+    one_per_row = [(batch_size,), (batch_size, 1)] if num_labels == 1 else []
+    check_labels("labels", labels, one_per_row + [(batch_size, num_labels)])
     if config.problem_type == "regression":
         if config.num_labels == 1:
             logits, labels = logits.squeeze(-1), labels.reshape(logits.shape[0])
         return MSELoss()(logits, labels.to(logits.dtype))
-    if config.problem_type == "single_label_classification":
-        return CrossEntropyLoss()(logits.view(-1, config.num_labels), labels.view(-1))
     return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
 
 
@@ -104,18 +117,14 @@ class EncoderForMaskedLM(EncoderTaskModel):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
                                       output_hidden_states, kwargs)
         features = self.sequence_features(outputs)  # (B, L, hidden_size)
-        if labels is not None and labels.shape != features.shape[:-1]:
-            raise ValueError(
-                f"labels must have the shape of input_ids, (batch, seq_len) = {tuple(features.shape[:-1])}, with "
-                f"-100 where nothing is predicted; got shape {tuple(labels.shape)}"
-            )
+        check_labels("labels", labels, [features.shape[:-1]], self.config.vocab_size, "vocab_size")
         if labels is not None and self.config.sparse_prediction:
             labelled = labels != IGNORE_INDEX
             features, labels = features[labelled], labels[labelled]  # (M, hidden_size), (M,)
         logits = self.lm_head(features)  # (B, L, vocab), or (M, vocab) with sparse prediction
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1))
+            loss = cross_entropy(logits.float(), labels)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                 attentions=outputs.attentions)
         return output if return_dict is not False else output.to_tuple()
@@ -164,9 +173,10 @@ class EncoderForTokenClassification(EncoderTaskModel):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
                             output_hidden_states, kwargs)
         logits = self.classifier(self.dropout(self.sequence_features(outputs)))
+        check_labels("labels", labels, [logits.shape[:-1]], self.num_labels)
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+            loss = cross_entropy(logits, labels)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                        attentions=outputs.attentions)
         return output if return_dict is not False else output.to_tuple()
@@ -189,12 +199,18 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
         logits = self.qa_outputs(self.sequence_features(outputs))
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
-        if start_positions is not None and end_positions is not None:
-            ignored = start_logits.size(1)
-            loss_fct = CrossEntropyLoss(ignore_index=ignored)
+        if (start_positions is None) != (end_positions is None):
+            raise ValueError("pass both start_positions and end_positions (or neither) to compute the QA loss")
+        if start_positions is not None:
+            batch_size, ignored = start_logits.shape
+            for field, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                check_labels(field, positions, [(batch_size,), (batch_size, 1)])
+                if positions.dtype.is_floating_point:
+                    raise ValueError(f"{field} must hold integer token positions; got dtype {positions.dtype}")
+            # Positions past the sequence (answers truncated away) become `ignored` and are left out of the loss.
             start = start_positions.view(-1).clamp(0, ignored)
             end = end_positions.view(-1).clamp(0, ignored)
-            loss = (loss_fct(start_logits, start) + loss_fct(end_logits, end)) / 2
+            loss = (cross_entropy(start_logits, start, ignored) + cross_entropy(end_logits, end, ignored)) / 2
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
                                               hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         return output if return_dict is not False else output.to_tuple()

@@ -470,7 +470,8 @@ class PairwiseSelfAttention(HOMAAttentionBase):
 
 class LinformerSelfAttention(HOMAAttentionBase):
     """Linformer (Linear-2D): keys and values are projected along the sequence axis by learned
-    ``Linear(max_len -> k)`` maps; padded positions are zeroed first so they cannot leak into the k rows."""
+    ``Linear(max_len -> k)`` maps. Each row's real tokens are moved to the front, in order, and its padding zeroed
+    behind them, so a sequence meets the same projection columns whichever side it is padded on."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -478,25 +479,25 @@ class LinformerSelfAttention(HOMAAttentionBase):
         self.key_projection = nn.Linear(self.max_length, config.linformer_k)
         self.value_projection = nn.Linear(self.max_length, config.linformer_k)
 
-    def project_sequence(self, projection, x, key_valid):
+    def project_sequence(self, projection, x, mask):
         """(B, L, d) -> (B, k, d) using the first L columns (a shorter input equals one zero-padded to max_len)."""
-        if key_valid is not None:
-            x = x * key_valid.unsqueeze(-1).to(x.dtype)
+        if mask.has_padding:
+            order, _ = mask.row_order("lower")  # (B, L): real tokens ascending, then the padding
+            real_first = mask.key_valid.gather(1, order).unsqueeze(-1).to(x.dtype)
+            x = x.gather(1, order.unsqueeze(-1).expand_as(x)) * real_first
         weight = projection.weight[:, : x.shape[1]]
         return torch.matmul(weight, x) + projection.bias.unsqueeze(-1)
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
         seq_len = hidden_states.shape[1]
-        if seq_len > self.max_length:
+        if seq_len > self.max_length:  # the model checks this first; the layer may also be called alone
             raise ValueError(
                 f"linformer attention takes sequences of at most max_position_embeddings={self.max_length} "
                 f"tokens (the width of its sequence projections); got length {seq_len}"
             )
         query = self.split_heads(self.query(hidden_states))
-        key = self.split_heads(self.project_sequence(self.key_projection, self.key(hidden_states), mask.key_valid))
-        value = self.split_heads(
-            self.project_sequence(self.value_projection, self.value(hidden_states), mask.key_valid)
-        )
+        key = self.split_heads(self.project_sequence(self.key_projection, self.key(hidden_states), mask))
+        value = self.split_heads(self.project_sequence(self.value_projection, self.value(hidden_states), mask))
         out = F.scaled_dot_product_attention(query, key, value, dropout_p=self.dropout_probability())
         return self.output(self.merge_heads(out))
 
@@ -658,6 +659,13 @@ class HOMAModel(EncoderBackbone, HOMAPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
+    def length_limits(self):
+        """Sequence-length limits beyond the position table's, for `check_inputs`."""
+        if self.config.attention_type == "linformer":
+            reason = "linformer attention (the width of its sequence projections)"
+            return [(self.config.max_position_embeddings, reason)]
+        return []
+
     def block_layout(self, mask, batch_size, seq_len, device):
         """The overlapping block grid shared by all layers, or None for the non-block attention types."""
         if not self.config.uses_blocks:
@@ -670,7 +678,9 @@ class HOMAModel(EncoderBackbone, HOMAPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
                 token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         config = self.config
-        batch_size, seq_len, device = check_inputs(config, input_ids, inputs_embeds, attention_mask)
+        batch_size, seq_len, device = check_inputs(
+            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
+        )
         if token_type_ids is not None and bool(token_type_ids.any()):
             raise ValueError("token_type_ids has non-zero segment ids, but HOMA has no segment embeddings")
         if output_attentions:
