@@ -1,0 +1,186 @@
+"""Answers from an extractive QA model: `answer_questions` (Python) and ``encoderlab predict qa`` (command line).
+
+transformers 5.x has no extractive ``question-answering`` pipeline any more; this is its replacement, with the
+post-processing the SQuAD evaluation uses (`encoderlab.training.finetune.squad.postprocess`)::
+
+    import encoderlab
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from encoderlab.training.finetune.predict_qa import answer_questions
+
+    model = AutoModelForQuestionAnswering.from_pretrained("runs/squad_v2")
+    tokenizer = AutoTokenizer.from_pretrained("runs/squad_v2")
+    [answer] = answer_questions(model, tokenizer, "Who ruled Normandy?", "In 1066 Normandy was ruled by William.")
+    answer["answer"], answer["score"], answer["start"], answer["end"]  # context[start:end] == answer
+
+Command line::
+
+    encoderlab predict qa --model runs/squad_v2 --question "Who ruled Normandy?" --context "In 1066 ..."
+    encoderlab predict qa --model runs/squad_v2 --input questions.jsonl --output answers.jsonl
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from .squad import check_fast_tokenizer, check_window_settings, postprocess, prepare_features, read_squad_json
+
+NULL_THRESHOLD_ATTRIBUTE = "qa_null_threshold"
+"""Model-config attribute of a model fine-tuned on SQuAD v2: the no-answer threshold chosen on its evaluation set.
+Without it (a SQuAD v1.1 model) every question gets a span unless `null_threshold` is given."""
+
+
+def as_list(name: str, value) -> list[str]:
+    values = [value] if isinstance(value, str) else list(value)
+    if not values:
+        raise ValueError(f"{name} is an empty list; give a string or a list of strings")
+    bad = [i for i, text in enumerate(values) if not isinstance(text, str) or not text.strip()]
+    if bad:
+        raise ValueError(f"{name} must be non-empty strings; entries {bad[:10]} are empty or not strings")
+    return values
+
+
+def check_questions_fit(tokenizer, questions: list[str], max_length: int, doc_stride: int) -> None:
+    """Questions are never truncated: each must leave more than `doc_stride` context tokens in a window."""
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=True) - doc_stride
+    lengths = [len(ids) for ids in tokenizer([q.lstrip() for q in questions], add_special_tokens=False)["input_ids"]]
+    too_long = [i for i, length in enumerate(lengths) if length >= room]
+    if too_long:
+        raise ValueError(f"questions {too_long[:10]} are too long ({max(lengths[i] for i in too_long)} tokens) for "
+                         f"max_length={max_length} and doc_stride={doc_stride}: a question may take at most "
+                         f"{room - 1} tokens; raise max_length or lower doc_stride")
+
+
+def answer_questions(model, tokenizer, questions, contexts, *, max_length: int = 384, doc_stride: int = 128,
+                     max_answer_length: int = 30, n_best: int = 20, null_threshold: float | None = None,
+                     batch_size: int = 32, return_n_best: bool = False) -> list[dict]:
+    """The answer to each question in its context.
+
+    Args:
+        model: an ``AutoModelForQuestionAnswering`` model (start/end logits per token).
+        tokenizer: its fast tokenizer (character offsets are needed; a slow one raises `ValueError`).
+        questions, contexts: a string each, or equally long lists of strings.
+        max_length, doc_stride: window length in tokens and the tokens neighbouring windows share; long contexts
+            are read in overlapping windows and the answer is the best span over all of them.
+        max_answer_length: longest answer in tokens. n_best: candidate spans kept per question.
+        null_threshold: "no answer" when the null score (first token) exceeds the best span's score by more than
+            this; default: the model config's ``qa_null_threshold`` (set by a SQuAD v2 fine-tune), or never.
+        batch_size: windows per forward pass.
+        return_n_best: also return the ranked candidates (``n_best``: text, start, end, score, logit).
+
+    Returns:
+        One dict per question: ``answer`` (text, "" for no answer), ``score`` (probability of the answer among the
+        candidates and the null answer), ``start``/``end`` (character span in the context, ``context[start:end] ==
+        answer``; ``None`` for no answer) and ``no_answer_score`` (null score minus best span score).
+    """
+    questions, contexts = as_list("questions", questions), as_list("contexts", contexts)
+    if len(questions) != len(contexts):
+        raise ValueError(f"questions and contexts must have the same length, got {len(questions)} and {len(contexts)}")
+    check_fast_tokenizer(tokenizer)
+    check_window_settings(max_length, doc_stride)
+    check_questions_fit(tokenizer, questions, max_length, doc_stride)
+    if null_threshold is None:
+        null_threshold = getattr(model.config, NULL_THRESHOLD_ATTRIBUTE, None)
+    examples = {"id": [str(i) for i in range(len(questions))], "question": questions, "context": contexts}
+    windows = prepare_features(examples, tokenizer, max_length, doc_stride)
+    start_logits, end_logits = window_logits(model, tokenizer, windows, batch_size)
+    answers = postprocess([{"id": i, "context": c} for i, c in zip(examples["id"], contexts)], windows, start_logits,
+                          end_logits, version_2=null_threshold is not None, n_best=n_best,
+                          max_answer_length=max_answer_length, null_threshold=null_threshold or 0.0)
+    keys = ("answer", "score", "start", "end", "no_answer_score") + (("n_best",) if return_n_best else ())
+    return [{key: answer[key] for key in keys} for answer in answers]
+
+
+@torch.no_grad()
+def window_logits(model, tokenizer, windows: dict, batch_size: int) -> tuple[list, list]:
+    """Start and end logits (float64 numpy rows, each the window's own length) of every window."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    model.eval()
+    device = next(model.parameters()).device
+    starts, ends = [], []
+    for first in range(0, len(windows["input_ids"]), batch_size):
+        rows = [{"input_ids": ids, "attention_mask": mask} for ids, mask in
+                zip(windows["input_ids"][first:first + batch_size], windows["attention_mask"][first:first + batch_size])]
+        batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
+        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+            starts.append(output.start_logits[row, :length].double().cpu().numpy())
+            ends.append(output.end_logits[row, :length].double().cpu().numpy())
+    return starts, ends
+
+
+# ---------------------------------------------------------------------------------------------
+# encoderlab predict qa
+# ---------------------------------------------------------------------------------------------
+
+
+def read_questions(path: str) -> list[dict]:
+    """``{question, context[, id]}`` records of a JSONL file, a JSON list, or an official SQuAD JSON file."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--input={path!r} does not exist; expected a JSON or JSONL file of "
+                         '{"question": ..., "context": ...} records (or an official SQuAD file)')
+    text = file.read_text(encoding="utf-8")
+    try:
+        records = ([json.loads(line) for line in text.splitlines() if line.strip()] if file.suffix == ".jsonl"
+                   else json.loads(text))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--input={path!r} is not valid {file.suffix[1:] or 'JSON'}: {error}") from None
+    if isinstance(records, dict) and "data" in records:
+        records = read_squad_json(file)
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"--input={path!r} must hold a non-empty list of question records")
+    for number, record in enumerate(records):
+        if not isinstance(record, dict) or not {"question", "context"} <= record.keys():
+            raise ValueError(f"--input={path!r}: record {number} must be an object with 'question' and 'context' "
+                             f"keys, got {str(record)[:100]!r}")
+    return records
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="fine-tuned QA model folder (a run folder) or Hub id")
+    parser.add_argument("--question", help="one question (with --context)")
+    parser.add_argument("--context", help="the text that holds the answer")
+    parser.add_argument("--input", help="JSON / JSONL file of {question, context[, id]} records, or a SQuAD file")
+    parser.add_argument("--output", help="write the answers as JSONL here instead of printing them")
+    parser.add_argument("--max-length", type=int, default=384, help="window length in tokens (default 384)")
+    parser.add_argument("--doc-stride", type=int, default=128, help="tokens shared by neighbouring windows")
+    parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens")
+    parser.add_argument("--n-best", type=int, default=20, help="candidate spans per question")
+    parser.add_argument("--null-threshold", type=float, default=None,
+                        help="answer '' when null score - best span score > this (default: the model's own, v2)")
+    parser.add_argument("--batch-size", type=int, default=32)
+
+
+def load_model(path: str):
+    import encoderlab  # noqa: F401  (registers the encoderlab families with the Auto classes)
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    try:
+        return AutoModelForQuestionAnswering.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    except OSError as error:
+        raise ValueError(f"--model={path!r} is neither a model folder nor a reachable Hub model: {error}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.input and (args.question or args.context):
+        raise ValueError("give either --input FILE or --question and --context, not both")
+    if not args.input and not (args.question and args.context):
+        raise ValueError("give --question and --context (both), or --input FILE")
+    records = read_questions(args.input) if args.input else [{"question": args.question, "context": args.context}]
+    model, tokenizer = load_model(args.model)
+    answers = answer_questions(model, tokenizer, [r["question"] for r in records], [r["context"] for r in records],
+                               max_length=args.max_length, doc_stride=args.doc_stride,
+                               max_answer_length=args.max_answer_length, n_best=args.n_best,
+                               null_threshold=args.null_threshold, batch_size=args.batch_size)
+    lines = [json.dumps(({"id": record["id"]} if "id" in record else {}) | {"question": record["question"]} | answer,
+                        ensure_ascii=False) for record, answer in zip(records, answers)]
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    else:
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0
