@@ -7,8 +7,9 @@ loss and gradients under the three recipes a GPU user trains in, and its outputs
 
 Agreement is measured relative to the output scale: ``max |out - out_fp32| <= TOLERANCE * max |out_fp32|`` for the
 logits and ``|loss - loss_fp32| <= TOLERANCE * |loss_fp32|``. bf16 keeps 8 significant bits (relative rounding
-2**-9 ~ 0.002 per operation), fp16 11 bits; two tiny layers and a head compound a few dozen roundings, hence 5%
-for bf16 and 1% for fp16.
+2**-9 ~ 0.002 per operation), fp16 11 bits; two tiny layers and a head compound a few dozen roundings, hence 3%
+for bf16 and 0.5% for fp16. On CPU the worst cases measure 1.0% (bf16 autocast), 0.85% (bf16 model) and 0.08%
+(fp16 autocast), all DTA-BERT: a margin of 3x and 6x for other kernels (GPU).
 
 The matrix runs on CPU by default. ``ENCODERLAB_TEST_DEVICE=cuda pytest tests/test_precision.py`` runs the same
 matrix on a GPU (the GPU issue reuses it).
@@ -27,7 +28,7 @@ from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
 from encoderlab.modeling.homa import HOMAForTokenClassification
 
 DEVICE = torch.device(os.environ.get("ENCODERLAB_TEST_DEVICE", "cpu"))
-TOLERANCE = {"bf16_autocast": 0.05, "fp16_autocast": 0.01, "bf16_model": 0.05}
+TOLERANCE = {"bf16_autocast": 0.03, "fp16_autocast": 0.005, "bf16_model": 0.03}
 VOCAB, NUM_LABELS, CLS, SEP = 40, 3, 1, 2
 LENGTHS, SEQ_LEN = (13, 9), 13  # odd lengths, one row right-padded
 
