@@ -1,0 +1,360 @@
+"""SQuAD: the metric module against hand-computed cases, windows and targets on the real dev sample, exact n-best
+post-processing against a brute-force reference, answers for users, bad input, and a tiny end-to-end run."""
+
+import argparse
+import json
+import logging
+import math
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from encoderlab import DTABertConfig, DTABertForQuestionAnswering
+from encoderlab.tokenization.text import train_bpe_tokenizer
+from encoderlab.training.finetune import predict_qa, squad
+
+V2_FILE = ("squad", "dev-v2.0-first5.json")
+V1_FILE = ("squad", "dev-v1.1-answerable-first5.json")
+
+
+@pytest.fixture(scope="module")
+def metric_v1():
+    return squad.squad_metric(version_2=False)
+
+
+@pytest.fixture(scope="module")
+def metric_v2():
+    return squad.squad_metric(version_2=True)
+
+
+@pytest.fixture(scope="module")
+def metric_functions(metric_v1):
+    """The plain functions of the loaded metric module (normalize_answer, token_f1, ...)."""
+    return sys.modules[type(metric_v1).__module__]
+
+
+def answers(*texts):
+    return {"text": list(texts), "answer_start": [0] * len(texts)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,normalised", [
+    ("The Quick,  brown fox!", "quick brown fox"),
+    ("an apple a day", "apple day"),
+    ("Theory of 'the' state.", "theory of state"),
+    ("Anthem", "anthem"),  # articles only as whole words
+    ("  \t", ""),
+])  # fmt: skip
+def test_official_normalisation(metric_functions, text, normalised):
+    assert metric_functions.normalize_answer(text) == normalised
+
+
+def test_token_f1_and_exact_by_hand(metric_functions):
+    # "cat sat on mat" vs "cat on mat": 3 shared tokens, precision 3/4, recall 3/3.
+    assert metric_functions.token_f1("the cat sat on the mat", "a cat on a mat") == pytest.approx(6 / 7)
+    assert metric_functions.token_f1("Paris", "London") == 0.0
+    assert metric_functions.token_f1("", "") == 1.0 and metric_functions.token_f1("", "Paris") == 0.0
+    assert metric_functions.exact_match("The Normans.", "normans") == 1
+
+
+def test_v1_scores_are_the_max_over_gold_answers(metric_v1):
+    references = [{"id": "a", "answers": answers("Denver Broncos", "The Broncos")},
+                  {"id": "b", "answers": answers("in 10th century", "10th century", "the 10th and 11th centuries")},
+                  {"id": "c", "answers": answers("France")}]
+    predictions = [{"id": "a", "prediction_text": "Broncos"},  # F1 max(2/3, 1); exact via "The Broncos"
+                   {"id": "b", "prediction_text": "10th and 11th"},  # best gold: the third, F1 2*(3/3*3/4)/(7/4)
+                   {"id": "c", "prediction_text": "Italy"}]
+    result = metric_v1.compute(predictions=predictions, references=references)
+    assert result["exact"] == pytest.approx(100 * 1 / 3)
+    assert result["f1"] == pytest.approx(100 * (1 + 6 / 7 + 0) / 3)
+    assert result["total"] == 3 and "HasAns_exact" not in result
+
+
+def test_v2_no_answer_splits_and_threshold(metric_v2):
+    references = [{"id": "q1", "answers": answers("William")}, {"id": "q2", "answers": answers()},
+                  {"id": "q3", "answers": answers("1066")}, {"id": "q4", "answers": answers()}]
+    predictions = [{"id": "q1", "prediction_text": "William", "no_answer_score": -2.0},
+                   {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0},
+                   {"id": "q3", "prediction_text": "1067", "no_answer_score": 3.0},
+                   {"id": "q4", "prediction_text": "Paris", "no_answer_score": -1.0}]
+    # Threshold 0: q2 and q3 become "" (score > 0); q1 right, q2 right (no answer), q3 wrong, q4 wrong.
+    result = metric_v2.compute(predictions=predictions, references=references)
+    assert result["exact"] == pytest.approx(50.0) and result["f1"] == pytest.approx(50.0)
+    assert (result["HasAns_exact"], result["HasAns_total"]) == (pytest.approx(50.0), 2)
+    assert (result["NoAns_exact"], result["NoAns_total"]) == (pytest.approx(50.0), 2)
+    # Switching questions to their spans in order of score -2 (q1 +1), -1 (q4 -1), 1 (q2 -1), 3 (q3 +0) from
+    # "all unanswerable" (2 right): 3 after q1 is the best; any threshold in [-2, -1) reaches it.
+    assert result["best_exact"] == pytest.approx(75.0) and result["best_exact_thresh"] == -2.0
+    at_best = metric_v2.compute(predictions=predictions, references=references, no_answer_threshold=-2.0)
+    assert at_best["exact"] == pytest.approx(75.0)
+    as_given = metric_v2.compute(predictions=predictions, references=references, no_answer_threshold=None)
+    assert as_given["NoAns_exact"] == 0.0 and as_given["HasAns_exact"] == pytest.approx(50.0)
+
+
+def test_v2_best_threshold_equals_a_search_over_every_threshold(metric_v2):
+    rng = np.random.default_rng(0)
+    golds = ["red", "blue", "green", ""]
+    references, predictions = [], []
+    for i in range(40):
+        gold = golds[rng.integers(4)]
+        references.append({"id": str(i), "answers": answers(gold) if gold else answers()})
+        predictions.append({"id": str(i), "prediction_text": ["red", "blue sky", "", "green"][rng.integers(4)],
+                            "no_answer_score": float(rng.normal())})
+    result = metric_v2.compute(predictions=predictions, references=references)
+    scores = sorted(p["no_answer_score"] for p in predictions)
+    candidates = [scores[0] - 1.0] + scores
+    searched = {key: max(metric_v2.compute(predictions=predictions, references=references,
+                                           no_answer_threshold=t)[key] for t in candidates) for key in ("exact", "f1")}
+    assert result["best_exact"] == pytest.approx(searched["exact"])
+    assert result["best_f1"] == pytest.approx(searched["f1"])
+    for key in ("exact", "f1"):
+        at_threshold = metric_v2.compute(predictions=predictions, references=references,
+                                         no_answer_threshold=result[f"best_{key}_thresh"])
+        assert at_threshold[key] == pytest.approx(result[f"best_{key}"])
+    assert result["best_f1"] >= result["f1"] - 1e-9
+
+
+def test_metric_rejects_mismatched_ids(metric_v1):
+    with pytest.raises(ValueError, match="same question ids"):
+        metric_v1.compute(predictions=[{"id": "x", "prediction_text": "a"}],
+                          references=[{"id": "y", "answers": answers("a")}])
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and windows on the real dev sample
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer():
+    path = squad.Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / V2_FILE[1]
+    texts = ["Who ruled Normandy in 1066? William the Conqueror ruled it."] * 5
+    if path.is_file():
+        examples = squad.read_squad_json(path)
+        texts = sorted({e["context"] for e in examples}) + [e["question"] for e in examples]
+    return train_bpe_tokenizer(texts, vocab_size=800)
+
+
+def test_loading_the_official_files(shared_data):
+    v2 = squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)
+    v1 = squad.load_squad(shared_data.joinpath(*V1_FILE), version_2=False)
+    assert len(v2) == 1407 and sum(not e["answers"]["text"] for e in v2) == 702
+    assert len(v1) == 705 and all(e["answers"]["text"] for e in v1)
+    assert all(e["context"][s:s + len(t)] == t for e in v1 for t, s in zip(e["answers"]["text"],
+                                                                          e["answers"]["answer_start"]))
+    with pytest.raises(ValueError, match="702 unanswerable questions.*squad_v2"):
+        squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=False)
+    first, rest = (squad.load_squad(f"{shared_data.joinpath(*V2_FILE)}[{part}]") for part in ("0:3", "3:"))
+    assert len(first) + len(rest) == 1407 and not {e["title"] for e in first} & {e["title"] for e in rest}
+
+
+def test_training_targets_land_on_the_answer(shared_data, bpe_tokenizer):
+    examples = squad.load_squad(shared_data.joinpath(*V1_FILE), version_2=False)
+    by_id = {e["id"]: e for e in examples}
+    features = squad.features_dataset(examples, bpe_tokenizer, max_length=128, doc_stride=32)
+    assert len(features) > len(examples)  # long contexts were cut into several windows
+    decoded_equal, inside = 0, 0
+    for feature in features:
+        example = by_id[feature["example_id"]]
+        text, answer_start = example["answers"]["text"][0], example["answers"]["answer_start"][0]
+        start, end, offsets = feature["start_positions"], feature["end_positions"], feature["offset_mapping"]
+        context = [o for o in offsets if o is not None]
+        holds_answer = context[0][0] <= answer_start and answer_start + len(text) <= context[-1][1]
+        if not holds_answer:
+            assert start == end == 0
+            continue
+        inside += 1
+        assert offsets[start] is not None and offsets[end] is not None and start <= end
+        span = example["context"][offsets[start][0]:offsets[end][1]]
+        assert text in span  # the target covers the answer ...
+        assert offsets[start][1] > answer_start and offsets[end][0] < answer_start + len(text)  # ... and no more
+        decoded_equal += bpe_tokenizer.decode(feature["input_ids"][start:end + 1]).strip() == text
+    assert inside >= len(examples)  # every answer lies whole in at least one window
+    assert decoded_equal / inside > 0.98  # tokens cut inside a word ("rushe|s") are the only exceptions
+
+
+def test_unanswerable_questions_point_at_the_first_token(shared_data, bpe_tokenizer):
+    examples = squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)[:200]
+    features = squad.features_dataset(examples, bpe_tokenizer, max_length=128, doc_stride=32)
+    impossible = {e["id"] for e in examples if not e["answers"]["text"]}
+    rows = [f for f in features if f["example_id"] in impossible]
+    assert rows and all(f["start_positions"] == f["end_positions"] == 0 for f in rows)
+    assert bpe_tokenizer.convert_ids_to_tokens(rows[0]["input_ids"][0]) == "[CLS]"
+    # The question comes first, whole, in every window: the tokens before the first context token are equal.
+    first_context = [next(i for i, o in enumerate(f["offset_mapping"]) if o is not None) for f in features]
+    question_ids = {f["example_id"]: f["input_ids"][:k] for f, k in zip(features, first_context)}
+    assert all(f["input_ids"][:k] == question_ids[f["example_id"]] for f, k in zip(features, first_context))
+
+
+def test_mismatched_answer_start_is_skipped_and_counted(tmp_path, caplog):
+    context = "Rollo was the first ruler of Normandy."
+    qas = [{"id": "good", "question": "Who?", "answers": [{"text": "Rollo", "answer_start": 0},
+                                                          {"text": "Rollo", "answer_start": 3}]},
+           {"id": "lost", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 2}]},
+           {"id": "fine", "question": "Which?", "answers": [{"text": "Normandy", "answer_start": 29}]}]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    with caplog.at_level(logging.WARNING):
+        examples = squad.load_squad(path, version_2=False)
+    assert [e["id"] for e in examples] == ["good", "fine"]
+    assert examples[0]["answers"] == {"text": ["Rollo"], "answer_start": [0]}
+    assert "skipped 2 answers" in caplog.text and "1 questions left without an answer" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------------
+# Post-processing
+# ---------------------------------------------------------------------------------------------
+
+
+def brute_force_spans(start_logits, end_logits, offsets, max_answer_length, n_best):
+    pairs = [(start_logits[s] + end_logits[e], s, e) for s in range(len(offsets)) for e in range(len(offsets))
+             if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_length]
+    return sorted(pairs, key=lambda pair: -pair[0])[:n_best]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_spans_equal_the_brute_force_reference(seed):
+    rng = np.random.default_rng(seed)
+    length = int(rng.integers(3, 60))
+    context_from, context_to = sorted(rng.integers(0, length, size=2))
+    offsets = [(i, i + 1) if context_from <= i <= context_to else None for i in range(length)]
+    start_logits, end_logits = rng.normal(size=length + 5), rng.normal(size=length + 5)  # + padding, ignored
+    max_answer_length, n_best = int(rng.integers(1, 12)), int(rng.integers(1, 30))
+    fast = squad.best_spans(start_logits, end_logits, offsets, max_answer_length, n_best)
+    slow = brute_force_spans(start_logits, end_logits, offsets, max_answer_length, n_best)
+    assert [(s, e) for _, s, e in fast] == [(s, e) for _, s, e in slow]
+    assert np.allclose([score for score, _, _ in fast], [score for score, _, _ in slow], rtol=0, atol=1e-12)
+
+
+def test_every_answer_is_the_context_slice_at_its_span(shared_data, bpe_tokenizer):
+    examples = squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)[:300]
+    features = squad.features_dataset(examples, bpe_tokenizer, max_length=96, doc_stride=24)
+    rng = np.random.default_rng(0)
+    logits = [rng.normal(size=(len(features), 96 + 4)) for _ in range(2)]
+    results = squad.postprocess(examples, features, *logits, version_2=True, n_best=5, max_answer_length=12)
+    contexts = {e["id"]: e["context"] for e in examples}
+    assert [r["id"] for r in results] == [e["id"] for e in examples]
+    for result in results:
+        context = contexts[result["id"]]
+        if result["answer"]:
+            assert context[result["start"]:result["end"]] == result["answer"]
+        else:
+            assert result["start"] is None and result["no_answer_score"] > 0
+        for candidate in result["n_best"]:
+            assert context[candidate["start"]:candidate["end"]] == candidate["text"] == candidate["text"].strip()
+        assert sum(c["score"] for c in result["n_best"]) <= 1 + 1e-9
+
+
+def test_an_answer_only_in_the_second_window_is_found(bpe_tokenizer):
+    filler = "The river flows past the old mill and the quiet town. " * 12
+    context = filler + "The castle was built by Rollo of Normandy in 911. " + filler
+    answer_start = context.index("Rollo of Normandy")
+    example = {"id": "x", "question": "Who built the castle?", "context": context,
+               "answers": {"text": ["Rollo of Normandy"], "answer_start": [answer_start]}}
+    features = squad.features_dataset([example], bpe_tokenizer, max_length=96, doc_stride=24)
+    holding = [i for i, f in enumerate(features) if f["start_positions"] != 0]
+    assert len(features) >= 3 and holding and 0 not in holding  # not in the first window
+    window = holding[0]
+    start_logits, end_logits = np.zeros((len(features), 96)), np.zeros((len(features), 96))
+    start_logits[:, 0] = end_logits[:, 0] = 1.0  # every window mildly prefers "no answer"
+    start_logits[window, features[window]["start_positions"]] = 6.0
+    end_logits[window, features[window]["end_positions"]] = 6.0
+    [result] = squad.postprocess([example], features, start_logits, end_logits, version_2=True)
+    assert result["answer"] == "Rollo of Normandy" and result["start"] == answer_start
+    assert result["no_answer_score"] == pytest.approx(2.0 - 12.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers for users and bad input
+# ---------------------------------------------------------------------------------------------
+
+
+def tiny_qa_model(vocab_size):
+    torch.manual_seed(0)
+    config = DTABertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=24)
+    return DTABertForQuestionAnswering(config).eval()
+
+
+def test_answer_questions_matches_postprocess_of_the_model_logits(bpe_tokenizer):
+    model = tiny_qa_model(len(bpe_tokenizer))
+    contexts = ["In 1066 Normandy was ruled by William the Conqueror. " * 6, "Rollo was the first ruler."]
+    questions = ["Who ruled Normandy?", "Who was the first ruler?"]
+    answers = predict_qa.answer_questions(model, bpe_tokenizer, questions, contexts, max_length=48, doc_stride=12,
+                                          batch_size=3, return_n_best=True)
+    for answer, context in zip(answers, contexts):
+        assert context[answer["start"]:answer["end"]] == answer["answer"] != ""
+        assert 0 < answer["score"] <= 1 and answer["n_best"][0]["text"] == answer["answer"]
+    # Same windows, logits from one unpadded forward per window: the same answers.
+    examples = {"id": ["0", "1"], "question": questions, "context": contexts}
+    windows = squad.prepare_features(examples, bpe_tokenizer, 48, 12)
+    with torch.no_grad():
+        outputs = [model(input_ids=torch.tensor([ids])) for ids in windows["input_ids"]]
+    reference = squad.postprocess([{"id": i, "context": c} for i, c in zip(examples["id"], contexts)], windows,
+                                  [o.start_logits[0].double().numpy() for o in outputs],
+                                  [o.end_logits[0].double().numpy() for o in outputs], version_2=False)
+    assert [a["answer"] for a in answers] == [r["answer"] for r in reference]
+    assert [a["score"] for a in answers] == pytest.approx([r["score"] for r in reference], abs=1e-5)
+
+
+def test_bad_input_gives_clear_errors(tmp_path, bpe_tokenizer):
+    model = tiny_qa_model(len(bpe_tokenizer))
+    with pytest.raises(ValueError, match=r"doc_stride=64 must be smaller than data.max_length=64"):
+        squad.features_dataset([], bpe_tokenizer, max_length=64, doc_stride=64)
+    with pytest.raises(ValueError, match="fast tokenizer.*SimpleNamespace"):
+        squad.features_dataset([], SimpleNamespace(is_fast=False), max_length=64, doc_stride=16)
+    with pytest.raises(ValueError, match="same length, got 2 and 1"):
+        predict_qa.answer_questions(model, bpe_tokenizer, ["a?", "b?"], ["context"])
+    with pytest.raises(ValueError, match=r"contexts must be non-empty strings; entries \[0\]"):
+        predict_qa.answer_questions(model, bpe_tokenizer, "a?", "  ")
+    with pytest.raises(ValueError, match="too long .* max_length=16 and doc_stride=8"):
+        predict_qa.answer_questions(model, bpe_tokenizer, "who " * 20, "ctx", max_length=16, doc_stride=8)
+    with pytest.raises(ValueError, match="does not exist"):
+        squad.load_squad(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text(json.dumps({"data": [{"paragraphs": [{"qas": [{"id": "1", "question": "q"}]}]}]}))
+    with pytest.raises(ValueError, match="not in the official format"):
+        squad.load_squad(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="selects no article"):
+        squad.load_squad(f"{tmp_path / 'bad.json'}[3:1]")
+    with pytest.raises(ValueError, match="doc_stride must be an int >= 0"):
+        squad.QuestionAnsweringOptions(doc_stride=-1)
+    with pytest.raises(ValueError, match="null_threshold must be a finite number"):
+        squad.QuestionAnsweringOptions(null_threshold=float("nan"))
+
+
+def predict_args(**values):
+    parser = argparse.ArgumentParser()
+    predict_qa.add_arguments(parser)
+    argv = [item for key, value in values.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+    return parser.parse_args(argv)
+
+
+def test_predict_command_errors(tmp_path):
+    with pytest.raises(ValueError, match="either --input FILE or --question"):
+        predict_qa.run(predict_args(model=tmp_path, input="x.jsonl", question="q"))
+    with pytest.raises(ValueError, match="give --question and --context"):
+        predict_qa.run(predict_args(model=tmp_path, question="q"))
+    with pytest.raises(ValueError, match="--input=.*does not exist"):
+        predict_qa.run(predict_args(model=tmp_path, input=tmp_path / "none.jsonl"))
+    (tmp_path / "q.jsonl").write_text('{"question": "q"}\n')
+    with pytest.raises(ValueError, match="record 0 must be an object with 'question' and 'context'"):
+        predict_qa.run(predict_args(model=tmp_path, input=tmp_path / "q.jsonl"))
+    with pytest.raises(ValueError, match="--model=.*neither a model folder"):
+        predict_qa.run(predict_args(model=tmp_path / "no_model", question="q", context="c"))
+
+
+def test_threshold_setting_of_a_v2_model_turns_answers_off(bpe_tokenizer):
+    model = tiny_qa_model(len(bpe_tokenizer))
+    question, context = "Who ruled Normandy?", "In 1066 Normandy was ruled by William the Conqueror."
+    [span] = predict_qa.answer_questions(model, bpe_tokenizer, question, context)
+    assert span["answer"] and math.isfinite(span["no_answer_score"])
+    model.config.qa_null_threshold = span["no_answer_score"] - 1.0  # below this question's score: no answer
+    [none] = predict_qa.answer_questions(model, bpe_tokenizer, question, context)
+    assert none["answer"] == "" and none["start"] is None and none["no_answer_score"] == span["no_answer_score"]
