@@ -169,7 +169,9 @@ def bad_labels(head, input_ids):
                                   "start_positions must have shape"),
         "end_positions_missing": ({"start_positions": labels["start_positions"]}, "end_positions"),
         "end_positions_float": ({**labels, "end_positions": labels["end_positions"].float()},
-                                "end_positions must hold"),
+                                "end_positions must hold integers"),
+        "start_positions_negative": ({**labels, "start_positions": labels["start_positions"] - 1},
+                                     "start_positions holds -1"),
     }
 
 

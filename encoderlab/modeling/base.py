@@ -124,9 +124,11 @@ def check_input_values(config, input_ids, inputs_embeds, attention_mask, positio
         _check_range("position_ids", position_ids, high, meaning)
 
 
-def check_labels(field, labels, shapes, num_classes=None, classes_field="num_labels", ignore_index=IGNORE_INDEX):
+def check_labels(field, labels, shapes, num_classes=None, classes_field="num_labels", ignore_index=IGNORE_INDEX,
+                 positions=False):
     """Labels a head trains on: one of ``shapes``, and, when ``num_classes`` is given, class ids in
-    [0, num_classes) or ``ignore_index`` (finite values otherwise)."""
+    [0, num_classes) or ``ignore_index``; with ``positions``, token positions >= 0 (past the end means "not in
+    this sequence"); finite values otherwise."""
     if labels is None:
         return
     _check_shape(field, labels, [tuple(shape) for shape in shapes], "one label per prediction")
@@ -134,6 +136,9 @@ def check_labels(field, labels, shapes, num_classes=None, classes_field="num_lab
         _check_integer(field, labels)
         _check_range(field, labels, num_classes, f"class ids of {classes_field}={num_classes}, {ignore_index} "
                      "where there is no target", allowed_extra=ignore_index)
+    elif positions:
+        _check_integer(field, labels)
+        _check_range(field, labels, None, "token positions; one past the sequence marks an answer not in it")
     elif values_checkable() and labels.dtype.is_floating_point and not bool(torch.isfinite(labels).all()):
         raise ValueError(f"{field} holds NaN or infinite values; allowed: finite values")
 

@@ -204,9 +204,7 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
         if start_positions is not None:
             batch_size, ignored = start_logits.shape
             for field, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
-                check_labels(field, positions, [(batch_size,), (batch_size, 1)])
-                if positions.dtype.is_floating_point:
-                    raise ValueError(f"{field} must hold integer token positions; got dtype {positions.dtype}")
+                check_labels(field, positions, [(batch_size,), (batch_size, 1)], positions=True)
             # Positions past the sequence (answers truncated away) become `ignored` and are left out of the loss.
             start = start_positions.view(-1).clamp(0, ignored)
             end = end_positions.view(-1).clamp(0, ignored)
