@@ -358,3 +358,49 @@ def test_threshold_setting_of_a_v2_model_turns_answers_off(bpe_tokenizer):
     model.config.qa_null_threshold = span["no_answer_score"] - 1.0  # below this question's score: no answer
     [none] = predict_qa.answer_questions(model, bpe_tokenizer, question, context)
     assert none["answer"] == "" and none["start"] is None and none["no_answer_score"] == span["no_answer_score"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The task kind through the HF Trainer, and the answers of the trained model
+# ---------------------------------------------------------------------------------------------
+
+
+def test_kind_trains_and_evaluates_with_the_trainer(shared_data, bpe_tokenizer, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    from encoderlab.training.finetune.tasks import get_task
+
+    task = get_task("squad_v2")
+    kind = task.kind_object()
+    assert (kind.auto_class, kind.pipeline_tag, task.metric_config) == ("AutoModelForQuestionAnswering",
+                                                                        "question-answering", "v2")
+    source = shared_data.joinpath(*V2_FILE)
+    raw = kind.load(task, SimpleNamespace(train=f"{source}[0:1]", validation=f"{source}[4:5]"))
+    raw = {"train": raw["train"].select(range(48)), "validation": raw["validation"].select(range(24))}
+    settings = SimpleNamespace(data=SimpleNamespace(max_length=96), task_options=kind.options(doc_stride=32))
+    features = {split: kind.preprocess(raw[split], bpe_tokenizer, task, settings) for split in raw}
+    model = tiny_qa_model(len(bpe_tokenizer)).train()
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=12, per_device_train_batch_size=8,
+                             per_device_eval_batch_size=5, learning_rate=3e-3, report_to=[], use_cpu=True,
+                             save_strategy="no", logging_steps=4)
+    trainer = Trainer(model=model, args=args, train_dataset=features["train"], eval_dataset=features["validation"],
+                      data_collator=kind.collator(bpe_tokenizer),
+                      compute_metrics=kind.compute_metrics(task, raw["validation"], features["validation"], settings))
+    trainer.train()
+    metrics = trainer.evaluate()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < losses[0]
+    assert metrics["eval_total"] == 24 and metrics["eval_HasAns_total"] + metrics["eval_NoAns_total"] == 24
+    assert metrics["eval_best_f1"] >= metrics["eval_f1"] - 1e-9 and math.isfinite(metrics["eval_best_f1_thresh"])
+    # The same answers through the user API as through evaluation: score them with the metric.
+    examples = raw["validation"].to_list()
+    answers = predict_qa.answer_questions(model, bpe_tokenizer, [e["question"] for e in examples],
+                                          [e["context"] for e in examples], max_length=96, doc_stride=32,
+                                          null_threshold=0.0)
+    predictions = [{"id": e["id"], "prediction_text": a["answer"], "no_answer_score": a["no_answer_score"]}
+                   for e, a in zip(examples, answers)]
+    references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
+    user_scores = squad.squad_metric(True).compute(predictions=predictions, references=references,
+                                                   no_answer_threshold=None)
+    assert user_scores["exact"] == pytest.approx(metrics["eval_exact"])
+    assert user_scores["f1"] == pytest.approx(metrics["eval_f1"])
