@@ -404,3 +404,16 @@ def test_kind_trains_and_evaluates_with_the_trainer(shared_data, bpe_tokenizer, 
                                                    no_answer_threshold=None)
     assert user_scores["exact"] == pytest.approx(metrics["eval_exact"])
     assert user_scores["f1"] == pytest.approx(metrics["eval_f1"])
+
+
+def test_kind_settings_check_and_saved_threshold():
+    from encoderlab.training.finetune.tasks import get_task
+
+    v1, v2 = get_task("squad_v1"), get_task("squad_v2")
+    kind = v2.kind_object()
+    settings = SimpleNamespace(data=SimpleNamespace(max_length=128), task_options=kind.options(doc_stride=128))
+    with pytest.raises(ValueError, match="doc_stride=128 must be smaller than data.max_length=128"):
+        kind.check_settings(v2, settings)
+    assert kind.model_config_updates(v2, {"eval_f1": 50.0, "eval_best_f1_thresh": -1.5}) == {"qa_null_threshold": -1.5}
+    assert kind.model_config_updates(v1, {"eval_best_f1_thresh": -1.5}) == {}
+    assert (v1.default_path, v2.default_path) == ("rajpurkar/squad", "rajpurkar/squad_v2")

@@ -421,6 +421,22 @@ class QuestionAnsweringKind:
     def label_names(self, task, raw):
         return None
 
+    def check_settings(self, task, settings) -> None:
+        """The check across sections, before any data is read: ``task_options.doc_stride < data.max_length``."""
+        check_window_settings(settings.data.max_length, settings.task_options.doc_stride)
+
+    def model_config_updates(self, task, metrics: dict) -> dict:
+        """Attributes to save in the fine-tuned model's config: a v2 model keeps the no-answer threshold chosen on
+        the evaluation set (``best_f1_thresh``), which `predict_qa.answer_questions` and ``encoderlab predict qa``
+        apply by default."""
+        if not self.version_2(task):
+            return {}
+        thresholds = [value for key, value in metrics.items()  # "best_f1_thresh", or prefixed: "eval_best_f1_thresh"
+                      if key == "best_f1_thresh" or key.endswith("_best_f1_thresh")]
+        if not thresholds or not math.isfinite(thresholds[0]):
+            return {}
+        return {"qa_null_threshold": float(thresholds[0])}
+
     def preprocess(self, raw_split, tokenizer, task, settings):
         return features_dataset(raw_split.to_list(), tokenizer, settings.data.max_length,
                                 settings.task_options.doc_stride)
