@@ -417,3 +417,19 @@ def test_kind_settings_check_and_saved_threshold():
     assert kind.model_config_updates(v2, {"eval_f1": 50.0, "eval_best_f1_thresh": -1.5}) == {"qa_null_threshold": -1.5}
     assert kind.model_config_updates(v1, {"eval_best_f1_thresh": -1.5}) == {}
     assert (v1.default_path, v2.default_path) == ("rajpurkar/squad", "rajpurkar/squad_v2")
+
+
+def test_hub_rows_load_like_the_json_file(shared_data, monkeypatch):
+    """The Hub datasets (rajpurkar/squad_v2) have the rows `read_squad_json` builds: the same examples come out."""
+    import datasets
+
+    rows = [{key: e[key] for key in ("id", "title", "context", "question", "answers")}
+            for e in squad.read_squad_json(shared_data.joinpath(*V2_FILE))]
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda path, split: calls.append((path, split)) or datasets.Dataset.from_list(rows))
+    from_hub = squad.load_squad("rajpurkar/squad_v2", "validation", version_2=True)
+    assert calls == [("rajpurkar/squad_v2", "validation")]
+    assert from_hub == squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)
+    with pytest.raises(ValueError, match="holds no question"):
+        squad.load_squad(f"{shared_data.joinpath(*V2_FILE)}[9:]")

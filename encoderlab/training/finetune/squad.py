@@ -122,6 +122,8 @@ def load_squad(source: str | Path, split: str = "validation", version_2: bool = 
         import datasets
 
         examples = datasets.load_dataset(path, split=split).to_list()
+    if not examples:
+        raise ValueError(f"SQuAD source {str(source)!r} (split {split!r}) holds no question")
     return clean_examples(examples, version_2, f"{source}[{split}]" if path == str(source) else str(source))
 
 
