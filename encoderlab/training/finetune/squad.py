@@ -117,14 +117,14 @@ def load_squad(source: str | Path, split: str = "validation", version_2: bool = 
     or of a Hub dataset's `split`."""
     path, articles = parse_source(source)
     if path.endswith(".json") or Path(path).exists():
-        examples = read_squad_json(path, articles)
+        examples, name = read_squad_json(path, articles), str(source)
     else:  # a Hub dataset id such as rajpurkar/squad_v2
         import datasets
 
-        examples = datasets.load_dataset(path, split=split).to_list()
+        examples, name = datasets.load_dataset(path, split=split).to_list(), f"{source} ({split} split)"
     if not examples:
-        raise ValueError(f"SQuAD source {str(source)!r} (split {split!r}) holds no question")
-    return clean_examples(examples, version_2, f"{source}[{split}]" if path == str(source) else str(source))
+        raise ValueError(f"SQuAD source {name!r} holds no question")
+    return clean_examples(examples, version_2, name)
 
 
 # ---------------------------------------------------------------------------------------------
