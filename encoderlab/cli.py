@@ -20,6 +20,9 @@ SUBCOMMANDS = {
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
     },
+    "predict": {
+        "qa": ("encoderlab.training.finetune.predict_qa", "answers (text, score, character span) of a QA model"),
+    },
 }
 """Subcommand -> (module with add_arguments/run, one-line help), or a dict of nested subcommands
 (``encoderlab experiment argmax``). The modules import their heavy dependencies lazily, so building the parser

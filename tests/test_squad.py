@@ -433,3 +433,33 @@ def test_hub_rows_load_like_the_json_file(shared_data, monkeypatch):
     assert from_hub == squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)
     with pytest.raises(ValueError, match="holds no question"):
         squad.load_squad(f"{shared_data.joinpath(*V2_FILE)}[9:]")
+
+
+def test_predict_qa_command_on_a_saved_model(tmp_path, bpe_tokenizer, capsys):
+    from encoderlab.cli import main
+
+    model = tiny_qa_model(len(bpe_tokenizer))
+    model.config.qa_null_threshold = -1e9  # saved with the model: always "no answer" unless overridden
+    model.save_pretrained(tmp_path / "model")
+    bpe_tokenizer.save_pretrained(tmp_path / "model")
+    records = [{"id": "a", "question": "Who ruled Normandy?", "context": "In 1066 Normandy was ruled by William."},
+               {"question": "Who was first?", "context": "Rollo was the first ruler of Normandy. " * 20}]
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    command = ["predict", "qa", "--model", str(tmp_path / "model"), "--max-length", "40", "--doc-stride", "10"]
+    assert main(command + ["--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "none.jsonl")]) == 0
+    assert [json.loads(line)["answer"] for line in (tmp_path / "none.jsonl").read_text().splitlines()] == ["", ""]
+    assert main(command + ["--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "answers.jsonl"),
+                           "--null-threshold", "1e9"]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    expected = predict_qa.answer_questions(model, bpe_tokenizer, [r["question"] for r in records],
+                                           [r["context"] for r in records], max_length=40, doc_stride=10,
+                                           null_threshold=1e9)
+    assert [line.get("id") for line in lines] == ["a", None]
+    for line, record, answer in zip(lines, records, expected):
+        assert line["answer"] == answer["answer"] == record["context"][line["start"]:line["end"]] != ""
+        assert line["score"] == pytest.approx(answer["score"], abs=1e-6)
+    assert main(command + ["--question", records[0]["question"], "--context", records[0]["context"],
+                           "--null-threshold", "1e9"]) == 0
+    [printed] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (printed["answer"], printed["start"], printed["end"]) == (lines[0]["answer"], lines[0]["start"],
+                                                                     lines[0]["end"])

@@ -20,6 +20,7 @@ Command line::
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int =
     Returns:
         One dict per question: ``answer`` (text, "" for no answer), ``score`` (probability of the answer among the
         candidates and the null answer), ``start``/``end`` (character span in the context, ``context[start:end] ==
-        answer``; ``None`` for no answer) and ``no_answer_score`` (null score minus best span score).
+        answer``; ``None`` for no answer) and ``no_answer_score`` (null score minus best span score; ``None`` when
+        the context holds no candidate span).
     """
     questions, contexts = as_list("questions", questions), as_list("contexts", contexts)
     if len(questions) != len(contexts):
@@ -90,7 +92,11 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int =
                           end_logits, version_2=null_threshold is not None, n_best=n_best,
                           max_answer_length=max_answer_length, null_threshold=null_threshold or 0.0)
     keys = ("answer", "score", "start", "end", "no_answer_score") + (("n_best",) if return_n_best else ())
-    return [{key: answer[key] for key in keys} for answer in answers]
+    answers = [{key: answer[key] for key in keys} for answer in answers]
+    for answer in answers:  # no candidate span at all: no score to compare with the null answer
+        if not math.isfinite(answer["no_answer_score"]):
+            answer["no_answer_score"] = None
+    return answers
 
 
 @torch.no_grad()
