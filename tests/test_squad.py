@@ -318,7 +318,8 @@ def test_bad_input_gives_clear_errors(tmp_path, bpe_tokenizer):
         predict_qa.answer_questions(model, bpe_tokenizer, "who " * 20, "ctx", max_length=16, doc_stride=8)
     with pytest.raises(ValueError, match="does not exist"):
         squad.load_squad(tmp_path / "missing.json")
-    (tmp_path / "bad.json").write_text(json.dumps({"data": [{"paragraphs": [{"qas": [{"id": "1", "question": "q"}]}]}]}))
+    no_context = {"data": [{"paragraphs": [{"qas": [{"id": "1", "question": "q"}]}]}]}
+    (tmp_path / "bad.json").write_text(json.dumps(no_context))
     with pytest.raises(ValueError, match="not in the official format"):
         squad.load_squad(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="selects no article"):

@@ -108,8 +108,9 @@ def window_logits(model, tokenizer, windows: dict, batch_size: int) -> tuple[lis
     device = next(model.parameters()).device
     starts, ends = [], []
     for first in range(0, len(windows["input_ids"]), batch_size):
-        rows = [{"input_ids": ids, "attention_mask": mask} for ids, mask in
-                zip(windows["input_ids"][first:first + batch_size], windows["attention_mask"][first:first + batch_size])]
+        chunk = slice(first, first + batch_size)
+        rows = [{"input_ids": ids, "attention_mask": mask}
+                for ids, mask in zip(windows["input_ids"][chunk], windows["attention_mask"][chunk])]
         batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
         output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
