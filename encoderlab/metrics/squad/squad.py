@@ -128,7 +128,7 @@ class Squad(evaluate.Metric):
         results = {"exact": results["all_exact"], "f1": results["all_f1"], "total": results["all_total"]}
         if not version_2:
             return results
-        has_answer = {qid: bool(gold_texts(golds[qid])[0]) for qid in texts}
+        has_answer = {qid: bool(golds[qid]["text"]) for qid in texts}  # as the official script: any gold answer
         results |= _split("HasAns", [q for q in texts if has_answer[q]], exact, f1)
         results |= _split("NoAns", [q for q in texts if not has_answer[q]], exact, f1)
         # The threshold search switches questions between "" and their span text, so it scores the span texts.
@@ -137,7 +137,7 @@ class Squad(evaluate.Metric):
         for qid, text in raw.items():
             raw_exact[qid], raw_f1[qid] = question_scores(text, golds[qid])
         no_answer_scores = {p["id"]: p["no_answer_score"] for p in predictions}
-        empty = {qid: not normalize_answer(text) for qid, text in raw.items()}
+        empty = {qid: not text for qid, text in raw.items()}
         results["best_exact"], results["best_exact_thresh"] = best_threshold(no_answer_scores, raw_exact,
                                                                              has_answer, empty)
         results["best_f1"], results["best_f1_thresh"] = best_threshold(no_answer_scores, raw_f1, has_answer, empty)
