@@ -23,7 +23,9 @@ from encoderlab.training.metrics import (
     unigram_argmax,
     unigram_baseline_accuracy,
 )
-from encoderlab.training.pretrain import RunConfig, apply_overrides, load_run_config, plan_steps, pretrain
+from encoderlab.training.pretrain import RunConfig, load_run_config, pretrain
+from encoderlab.training.run_config import apply_overrides
+from encoderlab.training.trainer import plan_steps
 
 
 TINY = {

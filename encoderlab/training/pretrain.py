@@ -1,7 +1,9 @@
 """``encoderlab pretrain``: masked-language-model pretraining of any registered family with the HF Trainer.
 
 A run is described by a YAML/JSON file with the sections of `RunConfig` (``model``, ``tokenizer``, ``data``,
-``mlm``, ``optimizer``, ``train``) plus ``output_dir``, and ``--set section.key=value`` overrides. The pipeline:
+``mlm``, ``optimizer``, ``train``) plus ``output_dir``, and ``--set section.key=value`` overrides
+(`encoderlab.training.run_config`). This module orchestrates; the Trainer side is in
+`encoderlab.training.trainer`, the run folder's checks and files in `encoderlab.training.run_folder`. The pipeline:
 
 1. documents (`encoderlab.training.data.load_documents`) split by document into train / validation / test;
 2. the tokenizer: trained on the training split (``bpe``, ``wordpiece``) or built in code (``esm2``,
@@ -18,237 +20,20 @@ A run is described by a YAML/JSON file with the sections of `RunConfig` (``model
 """
 
 import argparse
-import dataclasses
 import inspect
-import json
 import logging
-import math
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .optim import OptimizerSettings
+from .run_config import PretrainRunConfig, load_run_config
+from .run_folder import check_output_dir, save_run_config, save_training_log, write_results
 
 
 logger = logging.getLogger(__name__)
 
-PACKING_MODES = ("chunk", "truncate")
-PRECISIONS = ("auto", "fp32", "bf16")
-RESULTS_FILE = "results.json"
-METRICS_FILE = "metrics.csv"
-PLOT_FILE = "training_curves.png"
-RUN_CONFIG_FILE = "run_config.yaml"
-CONFIG_DIR = Path(__file__).with_name("configs")
-
-
-# ---------------------------------------------------------------------------------------------
-# Configuration
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ModelSection:
-    family: str = "dta_bert"
-    """``model_type`` of a registered family, e.g. ``dta_bert``."""
-    config: dict = field(default_factory=dict)
-    """Fields of the family's configuration class (``vocab_size`` and ``pad_token_id`` come from the tokenizer)."""
-
-
-@dataclass
-class TokenizerSection:
-    name: str = "bpe"
-    """``bpe`` / ``wordpiece`` (trained on the training split), ``esm2`` / ``tape_iupac`` (fixed vocabulary)."""
-    vocab_size: int = 4096
-    min_frequency: int = 2
-    path: str | None = None
-    """A saved tokenizer (folder or Hub id) to use instead of building one."""
-
-
-@dataclass
-class DataSection:
-    source: str = "embedded"
-    """``embedded`` (pydoc_data.topics), a local file or folder, or a Hub dataset id."""
-    text_field: str | None = None
-    split: str = "train"
-    streaming: bool = True
-    limit: int | None = None
-    """Read at most this many documents."""
-    validation_size: float = 0.1
-    test_size: float = 0.1
-    packing: str = "chunk"
-    """``chunk``: every document cut into consecutive windows; ``truncate``: its first window only."""
-    long_factor: int = 4
-    """Long-context evaluation length, in multiples of ``train.seq_len``."""
-    max_eval_examples: int = 256
-    """Cap on the windows of each evaluation set (short and long)."""
-
-
-@dataclass
-class MLMSection:
-    probability: float = 0.15
-    mask_replace_prob: float = 0.8
-    random_replace_prob: float = 0.1
-
-
-@dataclass
-class TrainSection:
-    seq_len: int = 256
-    batch_size: int = 32
-    """Examples per device and micro-step."""
-    gradient_accumulation_steps: int = 1
-    token_budget: int = 1_000_000
-    """Non-padding tokens to train on; turned into optimizer steps from the mean example length."""
-    schedule: str = "wsd"
-    warmup_fraction: float = 0.1
-    cooldown_fraction: float = 0.1
-    drope_fraction: float | None = 0.7
-    """Fraction of the budget after which positions are switched off (models with positions only); null: never."""
-    evaluations: int = 4
-    """Evaluations during training (evenly spaced; the last at the end)."""
-    save_steps: int | None = None
-    """Checkpoint interval in optimizer steps; default: at every evaluation."""
-    save_total_limit: int | None = 2
-    logging_steps: int = 10
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    """``auto`` (bf16 where a GPU supports it, else fp32), ``fp32`` or ``bf16``."""
-    seed: int = 0
-    num_workers: int = 0
-    eval_batch_size: int | None = None
-
-
-SECTIONS = {
-    "model": ModelSection,
-    "tokenizer": TokenizerSection,
-    "data": DataSection,
-    "mlm": MLMSection,
-    "optimizer": OptimizerSettings,  # validated on construction
-    "train": TrainSection,
-}
-
-
-@dataclass
-class RunConfig:
-    model: ModelSection = field(default_factory=ModelSection)
-    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
-    data: DataSection = field(default_factory=DataSection)
-    mlm: MLMSection = field(default_factory=MLMSection)
-    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
-    train: TrainSection = field(default_factory=TrainSection)
-    output_dir: str = "runs/pretrain"
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> "RunConfig":
-        """Build and type-check a config; unknown sections or keys raise a ValueError naming them."""
-        if not isinstance(raw, dict):
-            raise ValueError(f"A run config must be a mapping of sections, got {type(raw).__name__}")
-        allowed = [*SECTIONS, "output_dir"]
-        unknown = sorted(set(raw) - set(allowed))
-        if unknown:
-            raise ValueError(f"Unknown config section(s) {unknown}; allowed: {allowed}")
-        sections = {
-            name: _build_section(name, section_class, {} if raw.get(name) is None else raw[name])
-            for name, section_class in SECTIONS.items()
-        }
-        return cls(**sections, output_dir=str(raw.get("output_dir", cls.output_dir)))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _build_section(name: str, section_class: type, values: Any):
-    if not isinstance(values, dict):
-        raise ValueError(f"Config section {name!r} must be a mapping, got {values!r}")
-    hints = typing.get_type_hints(section_class)
-    unknown = sorted(set(values) - set(hints))
-    if unknown:
-        raise ValueError(f"Unknown key(s) {[f'{name}.{key}' for key in unknown]}; allowed in {name!r}: {sorted(hints)}")
-    return section_class(**{key: _coerce(f"{name}.{key}", value, hints[key]) for key, value in values.items()})
-
-
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Check `value` against the annotation `hint`, converting what YAML and ``--set`` produce (e.g. '1e6')."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(arg for arg in args if arg is not type(None))
-    if hint is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{key}={value!r} must be a mapping")
-        return dict(value)
-    if typing.get_origin(hint) is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(typing.get_args(hint)):
-            raise ValueError(f"{key}={value!r} must be a list of {len(typing.get_args(hint))} numbers")
-        return tuple(_coerce(key, item, item_hint) for item, item_hint in zip(value, typing.get_args(hint)))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{key}={value!r} must be true or false")
-        return value
-    if hint in (int, float):
-        return _number(key, value, hint)
-    if not isinstance(value, str):
-        raise ValueError(f"{key}={value!r} must be a string")
-    return value
-
-
-def _number(key: str, value: Any, kind: type) -> int | float:
-    try:
-        number = float(value) if isinstance(value, str) else value
-    except ValueError:
-        number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float)):
-        raise ValueError(f"{key}={value!r} must be a number")
-    if kind is int:
-        if number != int(number):
-            raise ValueError(f"{key}={value!r} must be an integer")
-        return int(number)
-    return float(number)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.seq_len=128"`` -> (["train", "seq_len"], 128); the value is read as YAML."""
-    key, separator, value = text.partition("=")
-    if not separator or not key.strip():
-        raise ValueError(f"Override {text!r} must look like section.key=value (e.g. train.seq_len=128)")
-    return key.strip().split("."), yaml.safe_load(value)
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """A copy of `raw` with each ``section.key[.subkey]=value`` override applied."""
-    raw = json.loads(json.dumps(raw))  # deep copy of plain YAML data
-    for text in overrides:
-        path, value = parse_override(text)
-        target = raw
-        for part in path[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"Override {text!r}: {part!r} is not a section")
-        target[path[-1]] = value
-    return raw
-
-
-def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML/JSON run config (a path, or the name of a bundled config such as ``demo``) plus overrides."""
-    raw = {}
-    if path is not None:
-        path = resolve_config_path(path)
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return RunConfig.from_dict(apply_overrides(raw, list(overrides)))
-
-
-def resolve_config_path(path: str | Path) -> Path:
-    candidate = Path(path)
-    if candidate.is_file():
-        return candidate
-    bundled = CONFIG_DIR / f"{path}.yaml"
-    if bundled.is_file():
-        return bundled
-    names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-    raise FileNotFoundError(f"Run config {str(path)!r} is neither a file nor a bundled config; bundled: {names}")
+RunConfig = PretrainRunConfig
+"""The schema of a pretraining run (the name the README and the experiments use)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,150 +167,9 @@ def prepare_data(run: RunConfig, tokenizer_dir: Path, state) -> tuple[Any, RunDa
     return tokenizer, data
 
 
-def _validate(run: RunConfig) -> None:
-    """Choices and ranges the dataclass types cannot express."""
-    from .optim import SCHEDULES
-
-    checks = [
-        ("data.packing", run.data.packing, PACKING_MODES),
-        ("train.precision", run.train.precision, PRECISIONS),
-        ("train.schedule", run.train.schedule, SCHEDULES),
-    ]
-    for key, value, allowed in checks:
-        if value not in allowed:
-            raise ValueError(f"{key}={value!r} is not supported; allowed values: {list(allowed)}")
-    positive = {
-        "train.seq_len": run.train.seq_len,
-        "train.batch_size": run.train.batch_size,
-        "train.gradient_accumulation_steps": run.train.gradient_accumulation_steps,
-        "train.token_budget": run.train.token_budget,
-        "train.evaluations": run.train.evaluations,
-        "train.logging_steps": run.train.logging_steps,
-        "data.long_factor": run.data.long_factor,
-        "data.max_eval_examples": run.data.max_eval_examples,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ValueError(f"{key}={value!r} must be >= 1")
-
-
 # ---------------------------------------------------------------------------------------------
 # Trainer
 # ---------------------------------------------------------------------------------------------
-
-
-def plan_steps(train_dataset, run: RunConfig, world_size: int) -> dict:
-    """Optimizer steps for the token budget, from the mean number of (non-padding) tokens per example."""
-    lengths = [len(ids) for ids in train_dataset["input_ids"]]
-    if not lengths:
-        raise ValueError("The training split produced no example")
-    mean_length = sum(lengths) / len(lengths)
-    examples_per_step = run.train.batch_size * run.train.gradient_accumulation_steps * world_size
-    tokens_per_step = mean_length * examples_per_step
-    max_steps = max(1, math.ceil(run.train.token_budget / tokens_per_step))
-    return {
-        "token_budget": run.train.token_budget,
-        "max_steps": max_steps,
-        "examples_per_step": examples_per_step,
-        "mean_example_tokens": mean_length,
-        "expected_tokens": round(max_steps * tokens_per_step),
-        "train_examples": len(lengths),
-        "train_tokens_per_epoch": sum(lengths),
-        "epochs": max_steps * examples_per_step / len(lengths),
-    }
-
-
-def _mlm_trainer_class():
-    import numpy as np
-    import torch
-    from transformers import Trainer
-
-    class MLMTrainer(Trainer):
-        """Trainer that masks training batches on their device from a generator seeded by (seed, step, rank).
-
-        Masks then depend only on the step, not on the state of a global generator: the data loader fetches one
-        batch ahead, so masks drawn in the collator would shift by a batch when a killed run resumes. Evaluation
-        batches come from `eval_data_collator`, whose fixed seed gives the same masks at every evaluation.
-        """
-
-        def __init__(self, *args, eval_data_collator=None, mask_seed=0, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.eval_data_collator = eval_data_collator
-            self.mask_seed = mask_seed
-            self._mask_generator, self._mask_step = None, None
-            # The families return the mean loss over masked tokens and ignore `num_items_in_batch`, so the Trainer
-            # must scale the loss for gradient accumulation itself.
-            self.model_accepts_loss_kwargs = False
-
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            if self._mask_step != self.state.global_step:  # first micro-batch of an optimizer step
-                seed = np.random.SeedSequence([self.mask_seed, self.state.global_step, self.args.process_index])
-                self._mask_generator = torch.Generator(device=inputs["input_ids"].device)
-                self._mask_generator.manual_seed(int(seed.generate_state(1, dtype=np.uint64)[0] >> 1))
-                self._mask_step = self.state.global_step
-            inputs = self.data_collator.mask_batch(inputs, generator=self._mask_generator)
-            return super().training_step(model, inputs, num_items_in_batch)
-
-        def get_eval_dataloader(self, eval_dataset=None):
-            train_collator = self.data_collator
-            self.data_collator = self.eval_data_collator
-            try:
-                return super().get_eval_dataloader(eval_dataset)
-            finally:
-                self.data_collator = train_collator
-
-    return MLMTrainer
-
-
-def _cpu_only() -> bool:
-    import torch
-
-    return not torch.accelerator.is_available()
-
-
-def _use_bf16(precision: str) -> bool:
-    import torch
-
-    if precision == "auto":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return precision == "bf16"
-
-
-def training_arguments(run: RunConfig, plan: dict, drope: bool):
-    import torch
-    from transformers import TrainingArguments
-
-    from .optim import scheduler_arguments
-
-    eval_steps = max(1, math.ceil(plan["max_steps"] / run.train.evaluations))
-    return TrainingArguments(
-        output_dir=run.output_dir,
-        max_steps=plan["max_steps"],
-        per_device_train_batch_size=run.train.batch_size,
-        per_device_eval_batch_size=run.train.eval_batch_size or run.train.batch_size,
-        gradient_accumulation_steps=run.train.gradient_accumulation_steps,
-        learning_rate=run.optimizer.lr,
-        max_grad_norm=run.train.max_grad_norm,
-        eval_strategy="steps",
-        eval_steps=eval_steps,
-        save_strategy="steps",
-        save_steps=run.train.save_steps or eval_steps,
-        save_total_limit=run.train.save_total_limit,
-        logging_steps=run.train.logging_steps,
-        seed=run.train.seed,
-        data_seed=run.train.seed,
-        bf16=_use_bf16(run.train.precision),
-        dataloader_num_workers=run.train.num_workers,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        use_cpu=_cpu_only(),
-        include_num_input_tokens_seen="non_padding",
-        report_to="none",
-        # After DroPE the learned position table gets no gradient; DDP must be told to expect that.
-        ddp_find_unused_parameters=drope,
-        **scheduler_arguments(
-            run.train.schedule, plan["max_steps"], run.train.warmup_fraction, run.train.cooldown_fraction
-        ),
-    )
 
 
 def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, callbacks=()):
@@ -533,6 +177,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
     from .collator import MLMCollator
     from .metrics import compute_metrics, preprocess_logits_for_metrics
     from .optim import build_optimizer
+    from .trainer import MLMTrainer, training_arguments
 
     drope = run.train.drope_fraction is not None and model.config.position_embedding_type != "none"
     callbacks = list(callbacks)
@@ -544,9 +189,9 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
         random_replace_prob=run.mlm.random_replace_prob,
     )
     optimizer = build_optimizer(model, run.optimizer)
-    return _mlm_trainer_class()(
+    return MLMTrainer(
         model=model,
-        args=training_arguments(run, plan, drope),
+        args=training_arguments(run, plan["max_steps"], drope),
         data_collator=MLMCollator(tokenizer, mask_on_device=True, **masking),
         eval_data_collator=MLMCollator(tokenizer, seed=run.train.seed, **masking),
         mask_seed=run.train.seed,
@@ -577,11 +222,12 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=()) -> PretrainR
     from accelerate import PartialState
     from transformers import set_seed
 
-    _validate(run)
+    from .trainer import cpu_only, plan_steps
+
     run_dir = Path(run.output_dir)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
-    state = PartialState(cpu=_cpu_only())
-    _check_output_dir(run_dir, resume)
+    state = PartialState(cpu=cpu_only())
+    check_output_dir(run_dir, resume)
     state.wait_for_everyone()  # every rank checks before the main process writes into the folder
     if state.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -598,16 +244,6 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=()) -> PretrainR
         _save_run(run, trainer, results)
     trainer.accelerator.wait_for_everyone()
     return PretrainResult(run_dir=run_dir, results=results, trainer=trainer)
-
-
-def _check_output_dir(run_dir: Path, resume: bool) -> None:
-    has_checkpoints = any(run_dir.glob("checkpoint-*"))
-    if resume and not has_checkpoints:
-        raise ValueError(f"--resume: {str(run_dir)!r} holds no checkpoint-* folder to resume from")
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        raise ValueError(
-            f"output_dir {str(run_dir)!r} is not empty; pass --resume to continue it, or choose another output_dir"
-        )
 
 
 def _final_results(run: RunConfig, trainer, data: RunData, plan: dict, tokenizer) -> dict:
@@ -658,14 +294,11 @@ def _metrics_by_length(metrics: dict, prefix: str) -> dict:
 def _save_run(run: RunConfig, trainer, results: dict) -> None:
     from encoderlab.hub_cards.card import build_model_card
 
-    from .metrics import plot_training_curves, write_metrics_csv
-
     run_dir = Path(run.output_dir)
     trainer.save_model(str(run_dir))  # model, remote code, tokenizer
-    (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(run.to_dict(), sort_keys=False), encoding="utf-8")
-    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2), encoding="utf-8")
-    write_metrics_csv(trainer.state.log_history, run_dir / METRICS_FILE)
-    plot_training_curves(trainer.state.log_history, run_dir / PLOT_FILE, title=f"{run.model.family}: {run_dir.name}")
+    save_run_config(run_dir, run)
+    write_results(run_dir, results)
+    save_training_log(run_dir, trainer.state.log_history, title=f"{run.model.family}: {run_dir.name}")
     build_model_card(run_dir).save(run_dir / "README.md")
 
 
