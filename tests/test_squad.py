@@ -464,3 +464,17 @@ def test_predict_qa_command_on_a_saved_model(tmp_path, bpe_tokenizer, capsys):
     [printed] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (printed["answer"], printed["start"], printed["end"]) == (lines[0]["answer"], lines[0]["start"],
                                                                      lines[0]["end"])
+
+
+def test_kind_load_names_the_key_of_a_missing_file_and_applies_limits(shared_data, tmp_path):
+    from encoderlab.training.finetune.tasks import get_task
+
+    task = get_task("squad_v2")
+    kind = task.kind_object()
+    with pytest.raises(ValueError, match=r"data.train='.*missing.json\[0:2\]' does not exist"):
+        kind.load(task, SimpleNamespace(train=f"{tmp_path / 'missing.json'}[0:2]", validation=None, path=None))
+    with pytest.raises(ValueError, match="data.path=.* has no train-v2.0.json"):
+        kind.load(task, SimpleNamespace(path=str(tmp_path)))
+    source = shared_data.joinpath(*V2_FILE)
+    raw = kind.load(task, SimpleNamespace(path=str(source), test=[str(source)], train_limit=7, eval_limit=5))
+    assert {split: len(raw[split]) for split in raw} == {"train": 7, "validation": 5, "test_dev-v2.0-first5": 5}

@@ -320,10 +320,9 @@ def postprocess(examples: list[dict], features, start_logits, end_logits, versio
 
 def squad_metric(version_2: bool):
     """The packaged SQuAD metric module, loaded offline through `evaluate`."""
-    import evaluate
+    from ...metrics import load_metric
 
-    path = Path(__file__).resolve().parents[2] / "metrics" / "squad" / "squad.py"
-    return evaluate.load(str(path), config_name="v2" if version_2 else "v1")
+    return load_metric("squad", "v2" if version_2 else "v1")
 
 
 def score_answers(answers: list[dict], examples: list[dict], version_2: bool, null_threshold: float = 0.0) -> dict:
@@ -401,6 +400,9 @@ class QuestionAnsweringKind:
         else the task's Hub dataset."""
         explicit = getattr(data, split, None)
         if explicit:
+            if not Path(parse_source(explicit)[0]).is_file():
+                raise ValueError(f"data.{split}={explicit!r} does not exist; give an official SQuAD JSON file "
+                                 "(FILE.json[a:b]: only its articles a..b-1)")
             return str(explicit), split
         path = getattr(data, "path", None) or task.default_path
         if Path(path).is_dir():
@@ -412,12 +414,21 @@ class QuestionAnsweringKind:
         return str(path), split
 
     def load(self, task, data):
+        """Train, validation and one ``test_<stem>`` split per ``data.test`` file; ``data.train_limit`` /
+        ``data.eval_limit`` keep the first questions of a split."""
         import datasets
 
+        from .data import test_file_split
+
+        sources = {split: self.split_source(task, data, split) for split in ("train", "validation")}
+        for file in getattr(data, "test", None) or ():
+            sources[test_file_split(parse_source(file)[0])] = (file, "test")
         splits = {}
-        for split in ("train", "validation"):
-            source, hub_split = self.split_source(task, data, split)
-            splits[split] = datasets.Dataset.from_list(load_squad(source, hub_split, self.version_2(task)))
+        for split, (source, hub_split) in sources.items():
+            examples = load_squad(source, hub_split, self.version_2(task))
+            limit = getattr(data, "train_limit" if split == "train" else "eval_limit", None)
+            splits[split] = datasets.Dataset.from_list(examples[:limit])
+            logger.info("%s: %d questions from %s", split, len(splits[split]), source)
         return datasets.DatasetDict(splits)
 
     def label_names(self, task, raw):
