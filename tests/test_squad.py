@@ -478,3 +478,28 @@ def test_kind_load_names_the_key_of_a_missing_file_and_applies_limits(shared_dat
     source = shared_data.joinpath(*V2_FILE)
     raw = kind.load(task, SimpleNamespace(path=str(source), test=[str(source)], train_limit=7, eval_limit=5))
     assert {split: len(raw[split]) for split in raw} == {"train": 7, "validation": 5, "test_dev-v2.0-first5": 5}
+
+
+def test_a_bert_baseline_gets_its_token_type_ids(bpe_tokenizer, tmp_path):
+    from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
+
+    bpe_tokenizer.save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, model_input_names=["input_ids", "token_type_ids",
+                                                                           "attention_mask"])
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                                num_attention_heads=2, intermediate_size=24)).eval()
+    questions, contexts = ["Who ruled?", "Who was first?"], ["William ruled Normandy. " * 8, "Rollo was first."]
+    windows = squad.prepare_features({"id": ["0", "1"], "question": questions, "context": contexts}, tokenizer, 32, 8)
+    assert all(set(types) == {0, 1} for types in windows["token_type_ids"])  # segment B = the context
+    with torch.no_grad():
+        outputs = [model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
+                   for ids, types in zip(windows["input_ids"], windows["token_type_ids"])]
+    reference = squad.postprocess([{"id": "0", "context": contexts[0]}, {"id": "1", "context": contexts[1]}],
+                                  windows, [o.start_logits[0].numpy() for o in outputs],
+                                  [o.end_logits[0].numpy() for o in outputs], version_2=False)
+    answers = predict_qa.answer_questions(model, tokenizer, questions, contexts, max_length=32, doc_stride=8)
+    assert [a["answer"] for a in answers] == [r["answer"] for r in reference]
+    assert [a["score"] for a in answers] == pytest.approx([r["score"] for r in reference], abs=1e-5)
+    batch = squad.QuestionAnsweringCollator(tokenizer)([{key: windows[key][0] for key in windows}])
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids"}

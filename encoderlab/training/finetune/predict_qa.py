@@ -109,10 +109,10 @@ def window_logits(model, tokenizer, windows: dict, batch_size: int) -> tuple[lis
     starts, ends = [], []
     for first in range(0, len(windows["input_ids"]), batch_size):
         chunk = slice(first, first + batch_size)
-        rows = [{"input_ids": ids, "attention_mask": mask}
-                for ids, mask in zip(windows["input_ids"][chunk], windows["attention_mask"][chunk])]
+        columns = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in windows]
+        rows = [dict(zip(columns, values)) for values in zip(*(windows[key][chunk] for key in columns))]
         batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
-        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        output = model(**batch)
         for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
             starts.append(output.start_logits[row, :length].double().cpu().numpy())
             ends.append(output.end_logits[row, :length].double().cpu().numpy())

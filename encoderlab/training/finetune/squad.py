@@ -182,14 +182,16 @@ def answer_token_span(offsets: list, context_tokens: list[int], answer_start: in
 def prepare_features(examples: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
     """Windows of a batch of examples (a dict of columns, as ``datasets.map(batched=True)`` passes it).
 
-    Returns ``input_ids``, ``attention_mask``, ``start_positions``/``end_positions`` (when the examples carry
-    ``answers``; the first answer is the target), ``example_id`` and ``offset_mapping`` (character offsets of the
-    context tokens, ``None`` for question and special tokens), unpadded."""
+    Returns ``input_ids``, ``attention_mask`` (and ``token_type_ids`` if the tokenizer makes them),
+    ``start_positions``/``end_positions`` (when the examples carry ``answers``; the first answer is the target),
+    ``example_id`` and ``offset_mapping`` (character offsets of the context tokens, ``None`` for question and
+    special tokens), unpadded."""
     encoding = tokenizer([q.lstrip() for q in examples["question"]], examples["context"], truncation="only_second",
                          max_length=max_length, stride=doc_stride, return_overflowing_tokens=True,
                          return_offsets_mapping=True)
-    features = {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"],
-                "example_id": [], "offset_mapping": []}
+    # token_type_ids only where the tokenizer emits them (a BERT folder); encoderlab's tokenizers do not.
+    features = {key: encoding[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in encoding}
+    features |= {"example_id": [], "offset_mapping": []}
     with_targets = "answers" in examples
     if with_targets:
         features["start_positions"], features["end_positions"] = [], []
@@ -372,7 +374,7 @@ class QuestionAnsweringCollator:
     """Pads windows on the right whatever the tokenizer's padding side, so that target token positions hold;
     drops the post-processing columns (``example_id``, ``offset_mapping``) if the Trainer left them."""
 
-    model_columns = ("input_ids", "attention_mask", "start_positions", "end_positions")
+    model_columns = ("input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions")
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
