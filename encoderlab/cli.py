@@ -1,7 +1,8 @@
 """The ``encoderlab`` command: one subcommand per module.
 
 Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``, imported only when it is
-used, so ``encoderlab --help`` stays fast and adding a subcommand is one line in `SUBCOMMANDS`.
+used, so ``encoderlab --help`` stays fast and adding a subcommand is one line in `SUBCOMMANDS`. A failing command
+prints one line, ``encoderlab: error: ...``, and exits with 1; ``--debug`` shows the traceback instead.
 """
 
 import argparse
@@ -29,6 +30,9 @@ SUBCOMMANDS = {
 stays fast."""
 
 
+DEBUG_HELP = "on an error, show the full traceback instead of one line"
+
+
 def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: list[str], depth: int = 0) -> None:
     """Adds `subcommands` to `parser`. Only the module of the subcommand named in `argv` is imported (for its
     options), so a broken or slow optional module never gets in the way of the others."""
@@ -41,6 +45,8 @@ def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: li
             continue
         module_name, help_text = entry
         sub = commands.add_parser(name, help=help_text, description=help_text)
+        # SUPPRESS: an unset --debug here must not overwrite the one given before the subcommand.
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         sub.set_defaults(module=module_name)
         if name == chosen:
             importlib.import_module(module_name).add_arguments(sub)
@@ -48,6 +54,7 @@ def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: li
 
 def build_parser(argv: list[str], subcommands: dict = SUBCOMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="encoderlab", description="Bidirectional encoder families for transformers.")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     add_subcommands(parser, subcommands, argv)
     return parser
 
@@ -56,7 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return importlib.import_module(args.module).run(args)
+    try:
+        return importlib.import_module(args.module).run(args)
+    except Exception as error:  # a user's mistake or a failed run: one line, unless debugging
+        if args.debug:
+            raise
+        print(f"encoderlab: error: {error_line(error)} (--debug shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def error_line(error: Exception) -> str:
+    """The message of `error`, with its type where the type says something (not for ValueError and friends)."""
+    message = str(error).strip() or "(no message)"
+    if isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
+        return message
+    return f"{type(error).__name__}: {message}"
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from encoderlab.training.metrics import (
     unigram_argmax,
     unigram_baseline_accuracy,
 )
-from encoderlab.training.pretrain import RunConfig, load_run_config, pretrain
+from encoderlab.training.pretrain import RunConfig, build_model_config, load_run_config, pretrain
 from encoderlab.training.run_config import apply_overrides
+from encoderlab.training.run_folder import MARKER_FILE, RunFinished, check_checkpoint_schedule
 from encoderlab.training.trainer import plan_steps
 
 
@@ -75,6 +76,10 @@ def test_bad_choices_fail_before_training(tmp_path):
         ("data", {"packing": "pack"}, r"data.packing='pack' is not supported"),
         ("train", {"token_budget": 0}, r"train.token_budget=0 must be >= 1"),
         ("optimizer", {"name": "sgd"}, r"optimizer='sgd' is not supported"),
+        ("train", {"drope_fraction": 1.5}, r"train.drope_fraction=1.5 must be in \(0, 1\)"),
+        ("train", {"warmup_fraction": 0.6, "cooldown_fraction": 0.6}, r"train.warmup_fraction \+ train.cooldown"),
+        ("mlm", {"probability": 0}, r"mlm.probability=0.0 must be in \(0, 1\)"),
+        ("data", {"validation_size": 0.6, "test_size": 0.5}, r"data.validation_size \+ data.test_size = 1.1"),
     ]:
         with pytest.raises(ValueError, match=message):
             pretrain(tiny_run(tmp_path / "bad", **{section: values}))
@@ -85,6 +90,69 @@ def test_unknown_family_and_model_field(tmp_path):
         pretrain(tiny_run(tmp_path / "a", model={"family": "gpt"}))
     with pytest.raises(ValueError, match=r"Unknown key\(s\) \['model.config.hiden_size'\]"):
         pretrain(tiny_run(tmp_path / "b", model={"config": {"hiden_size": 32}}))
+
+
+def test_model_config_is_checked_before_any_data_is_read_or_file_written(tmp_path):
+    run_dir = tmp_path / "run"
+    # The data source does not exist: a check that ran after reading data would fail on it instead.
+    run = tiny_run(run_dir, model={"config": {"num_attention_heads": 0}}, data={"source": str(tmp_path / "nothing")})
+    with pytest.raises(ValueError, match=r"model.config of family 'dta_bert': num_attention_heads=0"):
+        pretrain(run)
+    assert not run_dir.exists()
+    for key, value in [("pad_token_id", 5), ("vocab_size", 100)]:
+        with pytest.raises(ValueError, match=rf"model.config.{key}={value} is taken from the tokenizer"):
+            pretrain(tiny_run(run_dir, model={"config": {key: value}}))
+    with pytest.raises(ValueError, match=r"model.config.cls_token_id=101 is taken from the tokenizer"):
+        pretrain(tiny_run(run_dir, model={"family": "dstg_neobert", "config": {"cls_token_id": 101}}))
+    assert not run_dir.exists()
+
+
+class FakeTokenizer:
+    """The token-id surface of a tokenizer: its length and named special-token ids."""
+
+    def __init__(self, size, **ids):
+        self.size, self.ids = size, ids
+
+    def __len__(self):
+        return self.size
+
+    def __getattr__(self, name):
+        if name.endswith("_token_id"):
+            return self.ids.get(name)
+        raise AttributeError(name)
+
+
+def test_every_token_id_of_the_family_config_comes_from_the_tokenizer():
+    run = RunConfig.from_dict({"model": {"family": "dstg_neobert", "config": {"hidden_size": 96, "ap_size": 32, "num_attention_heads": 2}}})
+    # [CLS]=2 and [SEP]=3 as in our BPE tokenizer, not BERT's 101 / 102.
+    config = build_model_config(run, FakeTokenizer(300, pad_token_id=0, cls_token_id=2, sep_token_id=3))
+    assert (config.vocab_size, config.pad_token_id, config.cls_token_id, config.sep_token_id) == (300, 0, 2, 3)
+    assert config.special_token_ids == [2, 3]
+    with pytest.raises(ValueError, match=r"needs a sep_token \(sep_token_id\), but the tokenizer 'bpe' has none"):
+        build_model_config(run, FakeTokenizer(300, pad_token_id=0, cls_token_id=2))
+    with pytest.raises(ValueError, match=r"cls_token_id=400"):
+        build_model_config(run, FakeTokenizer(300, pad_token_id=0, cls_token_id=400, sep_token_id=3))
+
+
+def test_output_dir_that_holds_no_run_is_never_touched(tmp_path):
+    user_dir = tmp_path / "project"
+    user_dir.mkdir()
+    (user_dir / "notes.txt").write_text("mine")
+    for resume in (False, True):
+        with pytest.raises(ValueError, match=f"holds no encoderlab run \\({MARKER_FILE} is missing\\)"):
+            pretrain(tiny_run(user_dir), resume=resume)
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        pretrain(tiny_run(user_dir / "notes.txt"))
+    assert [p.name for p in user_dir.iterdir()] == ["notes.txt"] and (user_dir / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="holds no run to resume"):
+        pretrain(tiny_run(tmp_path / "new"), resume=True)
+
+
+def test_a_checkpoint_trained_towards_another_step_count_is_refused(tmp_path):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"max_steps": 12, "global_step": 4}))
+    check_checkpoint_schedule(tmp_path, 12)
+    with pytest.raises(ValueError, match="trained towards max_steps=12, this run plans max_steps=6"):
+        check_checkpoint_schedule(tmp_path, 6)
 
 
 def test_overrides_and_bundled_configs():
@@ -199,6 +267,26 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
     assert model(**batch).logits.shape[-1] == len(tokenizer)
     with pytest.raises(ValueError, match="is not empty; pass --resume"):
         pretrain(tiny_run(run_dir))
+    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}}, train={"token_budget": 2400})
+    message = r"differs from the one saved .* at model.config.hidden_size \(saved 32, now 64\); train.token_budget"
+    with pytest.raises(ValueError, match=message):
+        pretrain(changed, resume=True)
+    same = tiny_run(run_dir, model={"config": model_config}, train={"logging_steps": 5})  # a resumable change
+    with pytest.raises(RunFinished, match=f"is finished \\({results['steps']} steps"):
+        pretrain(same, resume=True)
+    assert json.loads((run_dir / "results.json").read_text())["steps"] == results["steps"]  # nothing retrained
+
+
+def test_drope_drops_the_relative_bias_of_dstg_rp_and_dstg_uses_the_tokenizer_ids(tmp_path):
+    model_config = {"preset": "rp", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    result = pretrain(tiny_run(tmp_path / "run", model={"family": "dstg_neobert", "config": model_config}))
+    assert result.results["drope_step"] == drope_step(0.7, result.results["plan"]["max_steps"])
+    model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
+    assert model.config.has_position_signal and model.config.use_positions is False
+    assert (model.config.cls_token_id, model.config.sep_token_id) == (tokenizer.cls_token_id, tokenizer.sep_token_id)
+    assert model.config.special_token_ids == [tokenizer.cls_token_id, tokenizer.sep_token_id]
+    assert model.config.pad_token_id == tokenizer.pad_token_id and model.config.vocab_size == len(tokenizer)
 
 
 KILLER = """

@@ -26,8 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .run_config import PretrainRunConfig, load_run_config
-from .run_folder import check_output_dir, save_run_config, save_training_log, write_results
+from .run_config import PretrainRunConfig, bundled_config_names, load_run_config
+from .run_folder import (
+    RunFinished,
+    check_checkpoint_schedule,
+    check_run_folder,
+    last_checkpoint,
+    save_run_config,
+    save_training_log,
+    start_run_folder,
+    write_results,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -64,17 +73,72 @@ def _config_fields(config_class: type) -> set[str]:
     return names
 
 
-def build_model_config(run: RunConfig, tokenizer):
+def token_id_fields(config_class: type) -> list[str]:
+    """The family config's fields that hold token ids (``pad_token_id``, DSTG's ``cls_token_id``, ...)."""
+    return sorted(name for name in _config_fields(config_class) if name.endswith("_token_id"))
+
+
+def build_model_config(run: RunConfig, tokenizer=None):
+    """The family config of the run, its vocabulary size and token ids taken from `tokenizer`.
+
+    Without a tokenizer it is a dry run: placeholder ids and the configured vocabulary size, so that every
+    ``model.config`` key and value is checked before any data is read.
+    """
     config_class, _ = family_classes(run.model.family)
     allowed = _config_fields(config_class)
     unknown = sorted(set(run.model.config) - allowed)
     if unknown:
         raise ValueError(f"Unknown key(s) {[f'model.config.{k}' for k in unknown]}; allowed: {sorted(allowed)}")
-    for derived in ("vocab_size", "pad_token_id"):
-        if derived in run.model.config:
-            raise ValueError(f"model.config.{derived} is taken from the tokenizer; remove it")
+    id_fields = token_id_fields(config_class)
+    derived = ["vocab_size", *id_fields, *(["special_token_ids"] if "special_token_ids" in allowed else [])]
+    for name in derived:
+        if name in run.model.config:
+            raise ValueError(f"model.config.{name}={run.model.config[name]!r} is taken from the tokenizer; remove it")
+    if tokenizer is None:
+        # Distinct placeholders, padding first as in our tokenizers.
+        ids = {name: index for index, name in enumerate(sorted(id_fields, key=lambda name: name != "pad_token_id"))}
+        vocab_size = max(run.tokenizer.vocab_size, len(ids))
+    else:
+        ids, vocab_size = _tokenizer_ids(run, tokenizer, id_fields), len(tokenizer)
     fields = {"max_position_embeddings": run.train.seq_len * run.data.long_factor, **run.model.config}
-    return config_class(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **fields)
+    try:
+        config = config_class(vocab_size=vocab_size, **ids, **fields)
+    except ValueError as error:  # the family's own check: say where in the run config the value is
+        raise ValueError(f"model.config of family {run.model.family!r}: {error}") from error
+    _check_ids_in_vocabulary(run, config, allowed)
+    return config
+
+
+def _tokenizer_ids(run: RunConfig, tokenizer, id_fields: list[str]) -> dict:
+    """``{"cls_token_id": 2, ...}`` for every id field of the family, from the tokenizer's special tokens."""
+    ids = {}
+    for name in id_fields:
+        token_id = getattr(tokenizer, name, None)
+        if token_id is None:
+            source = run.tokenizer.path or run.tokenizer.name
+            raise ValueError(
+                f"model.family={run.model.family!r} needs a {name.removesuffix('_id')} ({name}), but the tokenizer "
+                f"{source!r} has none; use a tokenizer with one (tokenizer.name or tokenizer.path)"
+            )
+        ids[name] = token_id
+    return ids
+
+
+def _check_ids_in_vocabulary(run: RunConfig, config, allowed: set[str]) -> None:
+    """Every token id the config holds is a token of the vocabulary (the family configs check most of them too)."""
+    held = {name: getattr(config, name) for name in token_id_fields(type(config))}
+    if "special_token_ids" in allowed:
+        held.update({f"special_token_ids[{i}]": v for i, v in enumerate(config.special_token_ids)})
+    for name, token_id in held.items():
+        if token_id is not None and not 0 <= token_id < config.vocab_size:
+            raise ValueError(
+                f"model {run.model.family!r}: {name}={token_id} lies outside the vocabulary [0, {config.vocab_size})"
+            )
+
+
+def validate_run(run: RunConfig) -> None:
+    """What the sections cannot check alone: the family and its config, built in a dry run without data."""
+    build_model_config(run)
 
 
 def build_tokenizer_for_run(run: RunConfig, train_documents: list[str]):
@@ -179,7 +243,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
     from .optim import build_optimizer
     from .trainer import MLMTrainer, training_arguments
 
-    drope = run.train.drope_fraction is not None and model.config.position_embedding_type != "none"
+    drope = run.train.drope_fraction is not None and model.config.has_position_signal
     callbacks = list(callbacks)
     if drope:
         callbacks.append(DroPECallback(drope_step(run.train.drope_fraction, plan["max_steps"])))
@@ -217,28 +281,40 @@ class PretrainResult:
     trainer: Any
 
 
-def pretrain(run: RunConfig, *, resume: bool = False, callbacks=()) -> PretrainResult:
-    """Train, evaluate and save one run; see the module docstring. Returns the results and the Trainer."""
+def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str = "pretrain") -> PretrainResult:
+    """Train, evaluate and save one run; see the module docstring. Returns the results and the Trainer.
+
+    The whole run config is checked, and `run.output_dir` found usable (`run_folder.check_run_folder`), before
+    any data is read or file written; `command` names the job that owns the folder. ``resume`` of a finished
+    run raises `run_folder.RunFinished`.
+    """
     from accelerate import PartialState
     from transformers import set_seed
 
     from .trainer import cpu_only, plan_steps
 
+    validate_run(run)
     run_dir = Path(run.output_dir)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
     state = PartialState(cpu=cpu_only())
-    check_output_dir(run_dir, resume)
+    check_run_folder(run_dir, command, resume, run)
     state.wait_for_everyone()  # every rank checks before the main process writes into the folder
     if state.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        start_run_folder(run_dir, command, run)
+    state.wait_for_everyone()
     tokenizer, data = prepare_data(run, run_dir, state)
     plan = plan_steps(data.train, run, state.num_processes)
     logger.info("Token budget %d -> %d optimizer steps (%s)", run.train.token_budget, plan["max_steps"], plan)
+    checkpoint = last_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        check_checkpoint_schedule(checkpoint, plan["max_steps"])
+    elif resume:
+        logger.info("--resume: %s holds no checkpoint yet; training from step 0", run_dir)
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
     trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     results = _final_results(run, trainer, data, plan, tokenizer)
     if trainer.is_world_process_zero():
         _save_run(run, trainer, results)
@@ -308,17 +384,28 @@ def _save_run(run: RunConfig, trainer, results: dict) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML/JSON run config, or a bundled name (demo, dta_nl, dta_protein)")
+    parser.add_argument(
+        "--config", required=True,
+        help=f"YAML/JSON run config, or the name of a bundled one ({', '.join(bundled_config_names())}); required: "
+        "there is no default run",
+    )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config key, e.g. --set train.seq_len=128 --set model.config.hidden_size=256",
     )  # fmt: skip
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in output_dir")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, args.overrides)
-    result = pretrain(config, resume=args.resume)
+    try:
+        result = pretrain(config, resume=args.resume)
+    except RunFinished as finished:
+        print(f"Nothing to do: {finished}")
+        return 0
     print(format_results(result.results))
     print(f"Saved to {result.run_dir}")
     return 0

@@ -94,6 +94,12 @@ class DataSection:
 
     def __post_init__(self):
         check_choice("data.packing", self.packing, PACKING_MODES)
+        check_fraction("data.validation_size", self.validation_size, include_zero=False)
+        check_fraction("data.test_size", self.test_size, include_zero=False)
+        if self.validation_size + self.test_size >= 1:
+            raise ValueError(
+                f"data.validation_size + data.test_size = {self.validation_size + self.test_size} must be < 1"
+            )
         check_at_least("data.long_factor", self.long_factor, 1)
         check_at_least("data.max_eval_examples", self.max_eval_examples, 1)
         if self.limit is not None:
@@ -105,6 +111,17 @@ class MLMSection:
     probability: float = 0.15
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
+
+    def __post_init__(self):
+        check_fraction("mlm.probability", self.probability, include_zero=False)
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"mlm.{name}={getattr(self, name)!r} must be in [0, 1]")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(
+                f"mlm.mask_replace_prob + mlm.random_replace_prob = {self.mask_replace_prob + self.random_replace_prob}"
+                " must be <= 1"
+            )
 
 
 @dataclass
@@ -143,6 +160,18 @@ class TrainSection:
             if getattr(self, name) is not None:
                 check_at_least(f"train.{name}", getattr(self, name), 1)
         check_at_least("train.num_workers", self.num_workers, 0)
+        for name in ("warmup_fraction", "cooldown_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"train.{name}={getattr(self, name)!r} must be in [0, 1]")
+        if self.schedule == "wsd" and self.warmup_fraction + self.cooldown_fraction > 1:
+            raise ValueError(
+                f"train.warmup_fraction + train.cooldown_fraction = {self.warmup_fraction + self.cooldown_fraction}"
+                " must be <= 1 for the 'wsd' schedule"
+            )
+        if self.drope_fraction is not None:
+            check_fraction("train.drope_fraction", self.drope_fraction, include_zero=False)
+        if not self.max_grad_norm >= 0:  # 0: no clipping
+            raise ValueError(f"train.max_grad_norm={self.max_grad_norm!r} must be >= 0 (0: no clipping)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +251,10 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(typing.get_args(hint)):
             raise ValueError(f"{key}={value!r} must be a list of {len(typing.get_args(hint))} numbers")
         return tuple(_coerce(key, item, item_hint) for item, item_hint in zip(value, typing.get_args(hint)))
+    if typing.get_origin(hint) is list:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key}={value!r} must be a list, e.g. [a, b]")
+        return [_coerce(f"{key}[{index}]", item, typing.get_args(hint)[0]) for index, item in enumerate(value)]
     if hint is bool:
         if not isinstance(value, bool):
             raise ValueError(f"{key}={value!r} must be true or false")

@@ -1,33 +1,150 @@
 """The run folder of a job (``output_dir``): whether the job may write into it, and the files it saves there.
 
-Shared by every job that trains into a folder (``encoderlab pretrain``, ``encoderlab finetune``).
+Shared by every job that trains into a folder (``encoderlab pretrain``, ``encoderlab finetune``). A job writes
+only into a new or empty folder, or into a folder holding its own run: one with the marker file `MARKER_FILE`
+that names the job. Nothing else is ever deleted or overwritten. ``--resume`` continues such a run only when the
+run config matches the one saved in it (`RUN_CONFIG_FILE`, written when the run starts), apart from
+`RESUMABLE_KEYS`; a finished run (`RESULTS_FILE` present) is reported as finished, not trained further.
 """
 
 import json
+import logging
 from pathlib import Path
 
 import yaml
 
 
+logger = logging.getLogger(__name__)
+
+MARKER_FILE = "encoderlab_run.json"
 RESULTS_FILE = "results.json"
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "training_curves.png"
 RUN_CONFIG_FILE = "run_config.yaml"
+RESUMABLE_KEYS = (
+    "output_dir", "train.logging_steps", "train.num_workers", "train.eval_batch_size", "train.save_steps",
+    "train.save_total_limit", "train.precision",
+)  # fmt: skip
+"""Keys a resumed run may change: they touch neither the model, the data nor the schedule."""
 
 
-def check_output_dir(run_dir: Path, resume: bool) -> None:
-    has_checkpoints = any(run_dir.glob("checkpoint-*"))
-    if resume and not has_checkpoints:
-        raise ValueError(f"--resume: {str(run_dir)!r} holds no checkpoint-* folder to resume from")
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+class RunFinished(Exception):
+    """``--resume`` of a run that has already finished: nothing to train."""
+
+
+def check_run_folder(run_dir: Path, command: str, resume: bool, run) -> None:
+    """Raise unless `command` may write into `run_dir`: a new or empty folder, or (with `resume`) its own run
+    with the same run config. Reads only; safe to call from every rank."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"output_dir {str(run_dir)!r} is a file, not a folder; choose a new or empty output_dir")
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        if resume:
+            raise ValueError(f"--resume: {str(run_dir)!r} holds no run to resume; run without --resume to start one")
+        return
+    owner = run_owner(run_dir)
+    if owner is None:
         raise ValueError(
-            f"output_dir {str(run_dir)!r} is not empty; pass --resume to continue it, or choose another output_dir"
+            f"output_dir {str(run_dir)!r} is not empty and holds no encoderlab run ({MARKER_FILE} is missing): "
+            "nothing in it is touched; choose a new or empty output_dir"
+        )
+    if owner != command:
+        raise ValueError(
+            f"output_dir {str(run_dir)!r} holds an `encoderlab {owner}` run, not an `encoderlab {command}` run; "
+            "choose another output_dir"
+        )
+    if not resume:
+        raise ValueError(
+            f"output_dir {str(run_dir)!r} is not empty; pass --resume to continue it (it holds an `encoderlab "
+            f"{command}` run), or choose another output_dir"
+        )
+    changed = changed_keys(load_saved_run_config(run_dir), run.to_dict())
+    if changed:
+        raise ValueError(
+            f"--resume: the run config differs from the one saved in {str(run_dir / RUN_CONFIG_FILE)!r} at "
+            f"{'; '.join(changed)}. Resume with the saved config, or start a new output_dir"
+        )
+    if (run_dir / RESULTS_FILE).is_file():
+        results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+        raise RunFinished(
+            f"the run in {str(run_dir)!r} is finished ({results.get('steps')} steps, {results.get('tokens_seen')} "
+            f"tokens); its results are in {str(run_dir / RESULTS_FILE)!r}"
+        )
+
+
+def start_run_folder(run_dir: Path, command: str, run) -> None:
+    """Create the folder and claim it for `command` (main process only, after `check_run_folder`)."""
+    run_dir = Path(run_dir)
+    if (run_dir / MARKER_FILE).is_file():
+        logger.info("%s holds this `encoderlab %s` run: continuing it", run_dir, command)
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / MARKER_FILE).write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
+    save_run_config(run_dir, run)
+    logger.info("%s: new `encoderlab %s` run", run_dir, command)
+
+
+def run_owner(run_dir: Path) -> str | None:
+    """The command that created the run in `run_dir`, or None if it holds no encoderlab run."""
+    marker = Path(run_dir) / MARKER_FILE
+    if not marker.is_file():
+        return None
+    try:
+        return json.loads(marker.read_text(encoding="utf-8"))["command"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def load_saved_run_config(run_dir: Path) -> dict:
+    path = Path(run_dir) / RUN_CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"--resume: {str(path)!r} is missing, so the run's config cannot be compared; start anew")
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def changed_keys(saved: dict, current: dict) -> list[str]:
+    """``"key (saved A, now B)"`` for every dotted key whose value differs, except `RESUMABLE_KEYS`."""
+    saved, current = _flatten(_plain(saved)), _flatten(_plain(current))
+    return [
+        f"{key} (saved {saved.get(key, '<unset>')!r}, now {current.get(key, '<unset>')!r})"
+        for key in sorted(set(saved) | set(current))
+        if key not in RESUMABLE_KEYS and saved.get(key) != current.get(key)
+    ]
+
+
+def _plain(data: dict) -> dict:
+    return json.loads(json.dumps(data))  # tuples -> lists, as YAML reads them back
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return max(checkpoints, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def check_checkpoint_schedule(checkpoint: Path, max_steps: int) -> None:
+    """The checkpoint was trained towards the same number of optimizer steps (it changes with the number of
+    processes, the batch size or the data, and a different count would reshape the learning-rate schedule)."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    if state.get("max_steps") != max_steps:
+        raise ValueError(
+            f"--resume: {str(checkpoint)!r} was trained towards max_steps={state.get('max_steps')}, this run plans "
+            f"max_steps={max_steps} (a different number of processes?); resume it with the same setup"
         )
 
 
 def save_run_config(run_dir: Path, run) -> Path:
     path = Path(run_dir) / RUN_CONFIG_FILE
-    path.write_text(yaml.safe_dump(run.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(_plain(run.to_dict()), sort_keys=False), encoding="utf-8")
     return path
 
 
