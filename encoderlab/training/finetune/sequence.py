@@ -1,0 +1,151 @@
+"""`TaskKind` of one label or score per text or text pair: GLUE, TAPE fluorescence / stability, own data.
+
+Raw splits hold ``text``, optionally ``text_pair``, and ``label`` as read (a class name or id as a string, a list
+of them for multi-label, a float for regression); `preprocess` maps labels to ids with the task's label names, so
+a label outside them is a ValueError naming the file and row before anything is written.
+"""
+
+import logging
+
+import numpy as np
+
+from .data import check_columns, label_id, layout_columns, split_file, split_rows
+
+logger = logging.getLogger(__name__)
+
+
+def eval_split_names(task, data) -> list[str]:
+    """Splits scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's) and one
+    ``test_<stem>`` per ``data.test`` file."""
+    from .data import test_file_split
+
+    named = task.eval_splits if data.eval_splits is None else tuple(data.eval_splits)
+    return [*named, *(test_file_split(file) for file in data.test)]
+
+
+def load_splits(task, data, read_row):
+    """DatasetDict of train, validation and the evaluation splits, each row turned into a dict by `read_row`."""
+    import datasets
+
+    splits = {}
+    for split in ["train", "validation", *eval_split_names(task, data)]:
+        limit = data.train_limit if split == "train" else data.eval_limit
+        rows, source = split_rows(task, data, split, limit)
+        from_hub = split_file(task, data, split) is None
+        splits[split] = datasets.Dataset.from_list(read_row(rows, source, from_hub))
+        logger.info("%s: %d examples from %s", split, len(splits[split]), source)
+    return datasets.DatasetDict(splits)
+
+
+def tokenize_pairs(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, split_name: str) -> dict:
+    """Tokenised texts (and pairs), truncated to `max_length` tokens; how many were cut is logged, never silent."""
+    full = tokenizer(texts, pairs, add_special_tokens=True)
+    too_long = sum(len(ids) > max_length for ids in full["input_ids"])
+    if not too_long:
+        return full
+    logger.warning("%s: %d of %d examples are longer than data.max_length=%d tokens and are truncated",
+                   split_name, too_long, len(texts), max_length)
+    return tokenizer(texts, pairs, truncation=True, max_length=max_length)
+
+
+class SequenceKind:
+    """`TaskKind` of sequence classification / regression (see `encoderlab.training.finetune.tasks`)."""
+
+    auto_class = "AutoModelForSequenceClassification"
+    pipeline_tag = "text-classification"
+    options = None
+    preprocess_logits = None
+
+    def load(self, task, data):
+        def read_row(rows, source, from_hub):
+            text_columns, label_column = layout_columns(task, data, from_hub)
+            if len(text_columns) > 2:
+                raise ValueError(f"data.text_columns={list(text_columns)} has {len(text_columns)} columns; "
+                                 "allowed: one text column or two (a pair)")
+            check_columns(rows, (*text_columns, label_column), source)
+            return [self.raw_example(task, row, text_columns, label_column, source, number)
+                    for number, row in enumerate(rows, start=1)]
+
+        return load_splits(task, data, read_row)
+
+    @staticmethod
+    def raw_example(task, row, text_columns, label_column, source, number) -> dict:
+        example = {"text": str(row[text_columns[0]])}
+        if len(text_columns) == 2:
+            example["text_pair"] = str(row[text_columns[1]])
+        label = row[label_column]
+        if task.problem_type == "regression":
+            try:
+                example["label"] = float(label)
+            except (TypeError, ValueError):
+                raise ValueError(f"{source} row {number}: label {label!r} is not a number (regression)") from None
+        elif task.problem_type == "multi_label_classification":
+            if not isinstance(label, list):
+                raise ValueError(f"{source} row {number}: a multi-label label must be a list (JSONL or Hub), got "
+                                 f"{label!r}")
+            example["label"] = [str(item) for item in label]
+        else:
+            example["label"] = str(label)
+        return example
+
+    def label_names(self, task, raw) -> list[str] | None:
+        if task.problem_type == "regression":
+            return None
+        if task.label_names:
+            return list(task.label_names)
+        labels = list(raw["train"]["label"])
+        if task.problem_type == "multi_label_classification":
+            return sorted({item for example in labels for item in example})
+        return sorted(set(labels))
+
+    def preprocess(self, raw_split, tokenizer, task, settings):
+        import datasets
+
+        pairs = list(raw_split["text_pair"]) if "text_pair" in raw_split.column_names else None
+        encoded = tokenize_pairs(tokenizer, list(raw_split["text"]), pairs, settings.data.max_length,
+                                 task.name)
+        features = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
+                    "labels": self.label_ids(task, list(raw_split["label"]))}
+        return datasets.Dataset.from_dict(features)
+
+    @staticmethod
+    def label_ids(task, labels: list) -> list:
+        if task.problem_type == "regression":
+            return [float(label) for label in labels]
+        names = list(task.label_names)
+        if task.problem_type == "multi_label_classification":
+            vectors = np.zeros((len(labels), len(names)), dtype=np.float32)
+            for row, example in enumerate(labels):
+                for item in example:
+                    vectors[row, label_id(item, names, "multi-label data", row + 1)] = 1.0
+            return vectors.tolist()
+        return [label_id(label, names, "data", row) for row, label in enumerate(labels, start=1)]
+
+    def collator(self, tokenizer):
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(tokenizer)
+
+    def compute_metrics(self, task, raw_split, features, settings):
+        from encoderlab.metrics import load_metric
+
+        metric = load_metric(task.metric, task.metric_config)
+
+        def compute(eval_prediction) -> dict:
+            logits = np.asarray(eval_prediction.predictions[0] if isinstance(eval_prediction.predictions, tuple)
+                                else eval_prediction.predictions)
+            references = np.asarray(eval_prediction.label_ids)
+            return metric.compute(predictions=predictions_from_logits(task.problem_type, logits),
+                                  references=references.astype(int) if task.problem_type != "regression"
+                                  else references)
+
+        return compute
+
+
+def predictions_from_logits(problem_type: str, logits: np.ndarray) -> np.ndarray:
+    """Class ids (argmax), 0/1 vectors (multi-label: logit > 0, i.e. sigmoid > 0.5) or scores (regression)."""
+    if problem_type == "regression":
+        return logits.reshape(-1)
+    if problem_type == "multi_label_classification":
+        return (logits > 0).astype(int)
+    return logits.argmax(axis=-1)
