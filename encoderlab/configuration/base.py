@@ -1,14 +1,19 @@
 """Configuration fields and validation shared by every encoderlab family.
 
 Every family config subclasses :class:`EncoderConfig`, which owns the options that mean the same thing
-everywhere (sizes, norms, MLP kind, position scheme, dropout, classifier pooling) and validates them on
-construction, so a bad value fails at ``Config(...)`` with a message that names the field, the value and
-what is allowed instead of surfacing later as a shape error inside torch.
+everywhere (sizes, norms, MLP kind, position scheme, dropout, classifier pooling). ``config.validate()`` checks
+every field for type, range and finiteness and raises a ``ValueError`` that names the field, the value and what
+is allowed, instead of a shape error inside torch or a NaN at the first forward. It runs at construction, on
+load (``from_pretrained``/``from_dict``, also after their keyword overrides), at ``save_pretrained``, and
+whenever called after a field was changed by hand.
 
 Only relative imports of concrete modules are used here: the checkpoint export flattens these files into
 one folder for ``trust_remote_code`` loading.
 """
 
+import math
+
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
 POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
@@ -16,6 +21,7 @@ ROPE_SCALING_TYPES = ("linear", "ntk", "yarn")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("swiglu", "gelu")
 CLASSIFIER_POOLING = ("cls", "mean")
+PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 
 
 def check_choice(field, value, allowed):
@@ -24,8 +30,14 @@ def check_choice(field, value, allowed):
 
 
 def check_positive_int(field, value):
+    # bool is an int subclass, but `num_hidden_layers=True` is a mistake, not a one.
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{field}={value!r} must be a positive integer")
+
+
+def check_token_id(field, value, vocab_size):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
+        raise ValueError(f"{field}={value!r} must be an integer token id in [0, vocab_size={vocab_size})")
 
 
 def check_bool(field, value):
@@ -33,9 +45,22 @@ def check_bool(field, value):
         raise ValueError(f"{field}={value!r} must be True or False")
 
 
+def check_number(field, value, low, high=math.inf, low_open=False, high_open=True, meaning=""):
+    """A finite real number (not a bool) inside the interval from ``low`` to ``high``; NaN fails every bound."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    inside = is_number and math.isfinite(value) and (low < value if low_open else low <= value)
+    inside = inside and (value < high if high_open else value <= high)
+    if not inside:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{field}={value!r} must be a finite number in {interval}{meaning}")
+
+
 def check_probability(field, value):
-    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{field}={value!r} must be a number in [0, 1)")
+    check_number(field, value, 0.0, 1.0)
+
+
+def check_positive_number(field, value, meaning=""):
+    check_number(field, value, 0.0, low_open=True, meaning=meaning)
 
 
 def check_divisible(field, value, divisor_field, divisor):
@@ -50,8 +75,9 @@ def rope_scaling_from_dict(rope_scaling):
     """Translates the familiar ``rope_scaling={"type": ..., "factor": ...}`` dict into our flat fields.
 
     transformers 5 reserves the ``rope_scaling``/``rope_parameters`` attributes for its own RoPE layouts, so the
-    config stores the scaling as ``rope_scaling_type``, ``rope_scaling_factor``, ``rope_original_max_position_embeddings``,
-    ``yarn_beta_fast`` and ``yarn_beta_slow``.
+    config stores the scaling as ``rope_scaling_type``, ``rope_scaling_factor``,
+    ``rope_original_max_position_embeddings``, ``yarn_beta_fast`` and ``yarn_beta_slow``. The dict must name its
+    type: a factor alone would otherwise leave plain RoPE.
     """
     if not isinstance(rope_scaling, dict):
         raise ValueError(f"rope_scaling={rope_scaling!r} must be a dict like {{'type': 'yarn', 'factor': 4.0}} or None")
@@ -59,8 +85,16 @@ def rope_scaling_from_dict(rope_scaling):
     unknown = set(rope_scaling) - known
     if unknown:
         raise ValueError(f"rope_scaling has unknown keys {sorted(unknown)}; allowed keys: {sorted(known)}")
+    kinds = [rope_scaling[key] for key in ("type", "rope_type") if rope_scaling.get(key) is not None]
+    if not kinds or kinds[0] != kinds[-1]:
+        # Without a type the dict used to be dropped silently, leaving plain RoPE where the user asked for scaling.
+        found = "has no 'type'" if not kinds else f"has conflicting 'type' and 'rope_type' {kinds}"
+        raise ValueError(
+            f"rope_scaling={rope_scaling!r} {found}; set 'type' to one of {', '.join(map(repr, ROPE_SCALING_TYPES))} "
+            "(for example {'type': 'yarn', 'factor': 4.0}), or pass rope_scaling=None for plain RoPE"
+        )
     fields = {
-        "rope_scaling_type": rope_scaling.get("type", rope_scaling.get("rope_type")),
+        "rope_scaling_type": kinds[0],
         "rope_scaling_factor": rope_scaling.get("factor", 1.0),
         "rope_original_max_position_embeddings": rope_scaling.get("original_max_position_embeddings"),
     }
@@ -174,8 +208,35 @@ class EncoderConfig(PreTrainedConfig):
         self.classifier_pooling = classifier_pooling
         self.classifier_dropout = classifier_dropout
         self.sparse_prediction = sparse_prediction
-        super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
-        self.validate_encoder_fields()
+        # transformers' own validation, at the end of its __init__, divides by num_attention_heads (head_dim) and
+        # compares token ids with vocab_size: a zero or a string there must fail here, with our message.
+        for field in ("vocab_size", "hidden_size", "num_attention_heads"):
+            check_positive_int(field, getattr(self, field))
+        try:
+            super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
+        except StrictDataclassError as error:  # a typed transformers field (problem_type, id2label, ...)
+            raise ValueError(str(error)) from error
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """transformers sets the keyword overrides of ``from_pretrained``/``from_dict`` after construction, past
+        the checks of ``__init__``; validate the result again."""
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate()
+        return loaded
+
+    def validate(self):
+        """Checks every field; raises a ``ValueError`` naming the field, the value and what is allowed.
+
+        Runs at construction, on load and at ``save_pretrained``; call it after changing a field by hand. Our
+        checks come first: transformers' own (``super().validate()``) read ``head_dim``.
+        """
+        self.validate_fields()
+        try:
+            super().validate()
+        except StrictDataclassError as error:
+            raise ValueError(str(error)) from error
 
     @property
     def rope_scaling_dict(self):
@@ -205,37 +266,92 @@ class EncoderConfig(PreTrainedConfig):
     def head_dim(self):
         return self.hidden_size // self.num_attention_heads
 
-    def validate_encoder_fields(self):
+    def validate_fields(self):
+        """The checks of this config's own fields; each family extends it (calling ``super()`` first)."""
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "max_position_embeddings"):
+                      "intermediate_size", "max_position_embeddings", "num_labels"):
             check_positive_int(field, getattr(self, field))
         check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
         check_choice("mlp_type", self.mlp_type, MLP_TYPES)
         check_choice("norm_type", self.norm_type, NORM_TYPES)
+        check_positive_number("norm_eps", self.norm_eps)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
         check_probability("attention_dropout", self.attention_dropout)
         if self.classifier_dropout is not None:
             check_probability("classifier_dropout", self.classifier_dropout)
-        for field in ("use_positions", "embedding_norm", "sparse_prediction"):
+        # A std far above 1 makes the activations of a fresh model overflow; 0 would make every weight equal.
+        check_number("initializer_range", self.initializer_range, 0.0, 1.0, low_open=True, high_open=False)
+        for field in ("use_positions", "embedding_norm", "sparse_prediction", "tie_word_embeddings"):
             check_bool(field, getattr(self, field))
+        self.validate_token_ids_in_vocabulary()
+        self.validate_rope()
+
+    def validate_token_ids_in_vocabulary(self):
+        """Every ``*_token_id`` the config holds (pad, bos, eos, cls, sep, mask, ...) is None or inside the
+        vocabulary; transformers only warns about these."""
+        fields = {"pad_token_id", "bos_token_id", "eos_token_id"} | {f for f in vars(self) if f.endswith("_token_id")}
+        for field in sorted(fields):
+            if getattr(self, field, None) is not None:
+                check_token_id(field, getattr(self, field), self.vocab_size)
+
+    def validate_rope(self):
+        # The base must exceed 1 for the frequencies theta ** (-2m / head_dim) to fall with m; YaRN divides by
+        # log(theta).
+        check_number("rope_theta", self.rope_theta, 1.0, low_open=True, meaning=" (the RoPE base)")
         if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="
                 f"{self.num_attention_heads}) must be even with position_embedding_type='rope': "
                 "rotary embeddings rotate pairs of channels"
             )
-        if self.rope_scaling_type is not None:
-            check_choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALING_TYPES)
-            if self.position_embedding_type != "rope":
-                raise ValueError(
-                    f"rope_scaling_type={self.rope_scaling_type!r} only applies to position_embedding_type='rope', "
-                    f"not {self.position_embedding_type!r}"
-                )
-        if not isinstance(self.rope_scaling_factor, (int, float)) or self.rope_scaling_factor < 1.0:
+        check_number("rope_scaling_factor", self.rope_scaling_factor, 1.0, meaning=" (the context extension ratio)")
+        if self.rope_original_max_position_embeddings is not None:
+            check_positive_int("rope_original_max_position_embeddings", self.rope_original_max_position_embeddings)
+        check_positive_number("yarn_beta_fast", self.yarn_beta_fast, meaning=" (rotations per training length)")
+        check_positive_number("yarn_beta_slow", self.yarn_beta_slow, meaning=" (rotations per training length)")
+        if self.rope_scaling_type is None:
+            self.validate_no_rope_scaling()
+            return
+        check_choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALING_TYPES)
+        if self.position_embedding_type != "rope":
             raise ValueError(
-                f"rope_scaling_factor={self.rope_scaling_factor!r} must be a number >= 1 (the context extension ratio)"
+                f"rope_scaling_type={self.rope_scaling_type!r} only applies to position_embedding_type='rope', "
+                f"not {self.position_embedding_type!r}"
             )
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id={self.pad_token_id} must be in [0, vocab_size={self.vocab_size})")
+        if self.rope_scaling_type == "ntk":
+            self.validate_ntk_base()
+        if self.rope_scaling_type == "yarn" and self.yarn_beta_fast <= self.yarn_beta_slow:
+            raise ValueError(
+                f"yarn_beta_fast={self.yarn_beta_fast} must be larger than yarn_beta_slow={self.yarn_beta_slow}: "
+                "pairs rotating more than beta_fast times keep their frequency, below beta_slow they interpolate"
+            )
+
+    def validate_no_rope_scaling(self):
+        """Scaling parameters without a scaling type would be ignored silently."""
+        if self.rope_scaling_factor != 1.0 or self.rope_original_max_position_embeddings is not None:
+            raise ValueError(
+                f"rope_scaling_factor={self.rope_scaling_factor!r} and rope_original_max_position_embeddings="
+                f"{self.rope_original_max_position_embeddings!r} need rope_scaling_type set to one of "
+                f"{', '.join(map(repr, ROPE_SCALING_TYPES))}; without one they would be ignored"
+            )
+
+    def validate_ntk_base(self):
+        """NTK-aware scaling raises the base to theta * factor ** (head_dim / (head_dim - 2)): it needs
+        head_dim > 2 and a finite result."""
+        if self.head_dim <= 2:
+            raise ValueError(
+                f"rope_scaling_type='ntk' needs head_dim > 2, got head_dim={self.head_dim} (hidden_size="
+                f"{self.hidden_size} / num_attention_heads={self.num_attention_heads})"
+            )
+        try:
+            base = self.rope_theta * self.rope_scaling_factor ** (self.head_dim / (self.head_dim - 2))
+        except OverflowError:
+            base = math.inf
+        if not math.isfinite(base):
+            raise ValueError(
+                f"rope_scaling_factor={self.rope_scaling_factor} with rope_theta={self.rope_theta} and "
+                f"rope_scaling_type='ntk' overflows the scaled RoPE base; use a smaller factor or theta"
+            )

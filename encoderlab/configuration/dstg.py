@@ -1,5 +1,7 @@
 """Configuration of DSTG-NeoBERT, the NeoBERT encoder with disentangled semantic / absolute / relative streams."""
 
+from transformers.activations import ACT2FN
+
 from .base import EncoderConfig, check_bool, check_choice, check_divisible, check_positive_int
 
 PRESETS = ("dstg", "ap", "rp", "rope")
@@ -20,6 +22,9 @@ BASELINE_HIDDEN_SIZE = 720
 BERT_VOCAB_SIZE = 30522
 BERT_CLS_TOKEN_ID = 101
 BERT_SEP_TOKEN_ID = 102
+
+# Names the classification head's ``ACT2FN[classifier_activation]`` can build.
+CLASSIFIER_ACTIVATIONS = tuple(sorted(ACT2FN))
 
 
 def swiglu_width(intermediate_size):
@@ -102,7 +107,8 @@ class DSTGNeoBERTConfig(EncoderConfig):
         self.sep_token_id = sep_token_id
         if special_token_ids is None:
             special_token_ids = [cls_token_id, sep_token_id]
-        self.special_token_ids = list(special_token_ids)
+        # JSON keeps lists; a tuple from Python is stored as one. Anything else is left for validate() to name.
+        self.special_token_ids = list(special_token_ids) if isinstance(special_token_ids, tuple) else special_token_ids
         self.position_shift = (preset == "dstg") if position_shift is None else position_shift
         self.classifier_activation = classifier_activation
         if hidden_size is None:
@@ -124,7 +130,6 @@ class DSTGNeoBERTConfig(EncoderConfig):
             position_embedding_type=expected_position_type,
             **kwargs,
         )
-        self.validate_dstg_fields()
 
     @property
     def is_disentangled(self):
@@ -150,10 +155,18 @@ class DSTGNeoBERTConfig(EncoderConfig):
         ap_width = swiglu_width(ap_intermediate) if ap_intermediate else 0
         return ap_width, swiglu_width(self.intermediate_size - ap_intermediate)
 
-    def validate_dstg_fields(self):
+    def validate_fields(self):
+        check_choice("preset", self.preset, PRESETS)
+        super().validate_fields()
+        expected_position_type = PRESET_POSITION_EMBEDDING_TYPES[self.preset]
+        if self.position_embedding_type != expected_position_type:
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} does not match preset={self.preset!r}, "
+                f"which uses {expected_position_type!r}; choose the position scheme with `preset`"
+            )
         check_choice("mlp_type", self.mlp_type, ("swiglu",))
-        for field in ("relative_attention_num_buckets", "relative_attention_max_distance", "cls_token_id",
-                      "sep_token_id"):
+        check_choice("classifier_activation", self.classifier_activation, CLASSIFIER_ACTIVATIONS)
+        for field in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             check_positive_int(field, getattr(self, field))
         if self.relative_attention_num_buckets % 2 or self.relative_attention_num_buckets < 4:
             raise ValueError(
@@ -166,18 +179,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
                 f"{self.relative_attention_num_buckets // 4} exactly-bucketed distances of "
                 f"relative_attention_num_buckets={self.relative_attention_num_buckets}"
             )
-        if not isinstance(self.special_token_ids, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size for i in self.special_token_ids
-        ):
-            raise ValueError(
-                f"special_token_ids={self.special_token_ids!r} must be a list of token ids in [0, vocab_size="
-                f"{self.vocab_size})"
-            )
-        if self.pad_token_id in self.special_token_ids:
-            raise ValueError(
-                f"special_token_ids={self.special_token_ids} contains pad_token_id={self.pad_token_id}: padding "
-                "is masked out of attention, not treated as a special token"
-            )
+        self.validate_special_token_ids()
         check_bool("position_shift", self.position_shift)
         if self.position_shift and self.position_embedding_type != "absolute":
             raise ValueError(
@@ -188,6 +190,21 @@ class DSTGNeoBERTConfig(EncoderConfig):
             self.validate_stream_sizes()
         elif self.ap_size is not None:
             raise ValueError(f"ap_size={self.ap_size} only applies to preset='dstg', not preset={self.preset!r}")
+
+    def validate_special_token_ids(self):
+        # cls_token_id and sep_token_id are checked with every other *_token_id by the base config.
+        ids = self.special_token_ids
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size for i in ids
+        ):
+            raise ValueError(
+                f"special_token_ids={ids!r} must be a list of token ids in [0, vocab_size={self.vocab_size})"
+            )
+        if self.pad_token_id in ids:
+            raise ValueError(
+                f"special_token_ids={ids} contains pad_token_id={self.pad_token_id}: padding is masked out of "
+                "attention, not treated as a special token"
+            )
 
     def validate_stream_sizes(self):
         check_positive_int("ap_size", self.ap_size)

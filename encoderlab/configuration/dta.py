@@ -73,9 +73,9 @@ class DTABertConfig(EncoderConfig):
             position_embedding_type=position_embedding_type,
             **kwargs,
         )
-        self.validate_dta_fields()
 
-    def validate_dta_fields(self):
+    def validate_fields(self):
+        super().validate_fields()
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         if self.attention_type == "dual_triangle" and self.head_dim % 2 != 0:
             raise ValueError(

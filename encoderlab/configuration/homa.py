@@ -89,13 +89,13 @@ class HOMAConfig(EncoderConfig):
             classifier_pooling=classifier_pooling,
             **kwargs,
         )
-        self.validate_homa_fields()
 
     @property
     def uses_blocks(self):
         return self.attention_type in BLOCK_ATTENTION_TYPES
 
-    def validate_homa_fields(self):
+    def validate_fields(self):
+        super().validate_fields()
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         check_choice("fusion", self.fusion, FUSION_TYPES)
         check_choice("position_embedding_type", self.position_embedding_type, HOMA_POSITION_EMBEDDING_TYPES)
