@@ -37,7 +37,9 @@ def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: li
     """Adds `subcommands` to `parser`. Only the module of the subcommand named in `argv` is imported (for its
     options), so a broken or slow optional module never gets in the way of the others."""
     commands = parser.add_subparsers(dest=f"command_{depth}", required=True, metavar="{" + ",".join(subcommands) + "}")
-    chosen, rest = (argv[0], argv[1:]) if argv else (None, [])
+    # The first word that is not an option (``encoderlab --debug pretrain ...``) names the subcommand.
+    position = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+    chosen, rest = (None, []) if position is None else (argv[position], argv[position + 1:])
     for name, entry in subcommands.items():
         if isinstance(entry, dict):
             group = commands.add_parser(name, help=f"{name} subcommands: {', '.join(entry)}")
