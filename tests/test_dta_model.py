@@ -5,8 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import pipeline
+from transformers.testing_utils import CaptureLogger
 
 import encoderlab.modeling.dta as dta_module
+from encoderlab.modeling.attention import logger as attention_logger
 from encoderlab import (
     DTABertConfig,
     DTABertForMaskedLM,
@@ -34,7 +36,8 @@ def build(model_class=DTABertForMaskedLM, dtype=torch.float64, seed=0, **overrid
     return model_class(tiny_config(**overrides)).to(dtype).eval()
 
 
-def naive_attend(query, key, value, *, mask, attention_type, implementation, bias_module=None, **unused):
+def naive_attention_forward(module, query, key, value, mask, *, attention_type, bias_module=None, **unused):
+    """The naive reference with the signature of the functions in ALL_ATTENTION_FUNCTIONS."""
     batch, _, length, _ = query.shape
     valid = torch.ones(batch, length, dtype=torch.bool) if mask.key_valid is None else mask.key_valid
     bias = None if bias_module is None else bias_module.dense(length, query.device, query.dtype)
@@ -61,7 +64,7 @@ def test_every_implementation_matches_naive_model(attention_type, position, side
     mask = None if side == "none" else padding_mask([9, 6, 4], 9, side)
     real = torch.ones(3, 9, dtype=torch.bool) if mask is None else mask.bool()
     with monkeypatch.context() as patch:
-        patch.setattr(dta_module, "attend", naive_attend)
+        patch.setitem(dta_module.ALL_ATTENTION_FUNCTIONS, "eager", naive_attention_forward)
         expected = logits_with(model, "eager", ids, mask)
     for implementation in ("eager", "sdpa", "flex_attention"):
         got = logits_with(model, implementation, ids, mask)
@@ -158,8 +161,20 @@ def test_attentions_and_hidden_states():
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
     assert out.attentions[0].shape == (2, 4, 6, 6)  # 2 heads x (down, up)
     assert torch.all(out.attentions[0][:, :2].triu(1) == 0) and torch.all(out.attentions[0][:, 2:].tril(-1) == 0)
-    with pytest.raises(ValueError, match="output_attentions=True needs attn_implementation='eager'"):
-        build(attn_implementation="sdpa")(input_ids=torch.randint(1, 40, (1, 4)), output_attentions=True)
+
+
+def test_output_attentions_on_sdpa_runs_that_call_with_eager():
+    ids = torch.randint(1, 40, (2, 6))
+    eager = build(attention_type="dual_triangle", attn_implementation="eager")(input_ids=ids, output_attentions=True)
+    sdpa_model = build(attention_type="dual_triangle", attn_implementation="sdpa")
+    attention_logger.warning_once.cache_clear()  # an earlier test may have shown the warning already
+    with CaptureLogger(attention_logger) as captured:
+        fallback = sdpa_model(input_ids=ids, output_attentions=True)
+        sdpa_model(input_ids=ids, output_attentions=True)
+    assert captured.out.count("attention runs with 'eager' instead of 'sdpa'") == 1
+    assert sdpa_model.config._attn_implementation == "sdpa"  # only that call ran eager
+    assert all(torch.equal(a, b) for a, b in zip(eager.attentions, fallback.attentions))
+    torch.testing.assert_close(fallback.logits, eager.logits, rtol=0, atol=1e-10)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

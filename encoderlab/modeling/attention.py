@@ -30,6 +30,10 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+from transformers.modeling_utils import AttentionInterface
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 
@@ -113,19 +117,24 @@ def _dropout(training, dropout):
 # eager
 
 
-def eager_triangle(query, key, value, mask, triangle, bias, scale, dropout, training):
-    """One softmax attention over the keys ``triangle`` admits, with materialised scores.
+def eager_attention(query, key, value, mask, triangles, bias, scale, dropout, training):
+    """Softmax attention with materialised scores; query/key/value (B, T * H, L, D) grouped by triangle as
+    ``flex_attention_call`` takes them, bias (B|1, H, L, L) or None.
 
-    query/key/value: (B, H, L, D); bias: (B|1, H, L, L) or None. Returns (output (B, H, L, D), probs (B, H, L, L)).
+    One softmax over all sub-heads, so the probabilities returned are the tensor the output is computed from (a
+    gradient with respect to them is the attribution of the output). Returns (output (B, T * H, L, D), probs
+    (B, T * H, L, L)).
     """
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
     if bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~mask.dense_allowed(triangle), float("-inf"))
+        scores = scores + bias.repeat(1, len(triangles), 1, 1)
+    heads_per_triangle = query.shape[1] // len(triangles)
+    allowed = torch.cat([mask.dense_allowed(t).expand(-1, heads_per_triangle, -1, -1) for t in triangles], dim=1)
+    scores = scores.masked_fill(~allowed, float("-inf"))
     softmax_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
-    output = torch.matmul(F.dropout(probs, _dropout(training, dropout), training), value)
-    return output, probs
+    probs = F.dropout(torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype),
+                      _dropout(training, dropout), training)
+    return torch.matmul(probs, value), probs
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -354,11 +363,54 @@ def attend(query, key, value, *, mask, attention_type, implementation, bias_modu
         outputs = [sdpa_triangle(q, k, v, mask, t, bias_module, scale, dropout, training) for t, q, k, v in parts]
         return torch.cat(outputs, dim=-1), None
 
+    q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
     bias = _bias_or_none(bias_module, query.shape[2], query.device, query.dtype)
-    results = [eager_triangle(q, k, v, mask, t, bias, scale, dropout, training) for t, q, k, v in parts]
-    output = torch.cat([r[0] for r in results], dim=-1)
-    probs = torch.cat([r[1] for r in results], dim=1) if output_attentions else None
-    return output, probs
+    output, probs = eager_attention(q, k, v, mask, triangles, bias, scale, dropout, training)
+    return torch.cat(output.split(num_heads, dim=1), dim=-1), probs if output_attentions else None
 
 
-__all__ = ["ATTENTION_IMPLEMENTATIONS", "AttentionMask", "attend", "check_attention_implementation"]
+def _interface_function(implementation):
+    """Our kernel for ``implementation`` with transformers' attention-function signature: (module, query, key,
+    value, attention_mask, **kwargs) -> (output, probs), here with our [`AttentionMask`] and `attend`'s keywords."""
+
+    def attention_forward(module, query, key, value, attention_mask, **kwargs):
+        return attend(query, key, value, mask=attention_mask, implementation=implementation,
+                      training=module.training, **kwargs)
+
+    attention_forward.__name__ = f"{implementation}_attention_forward"
+    return attention_forward
+
+
+# Transformers' implementation names mapped to our kernels (dual triangles, additive biases, padding reordering) on a
+# local instance, as transformers does for a model that overrides its functions: registered globally they would
+# replace every other model's. Attention modules look their function up here at each call, so
+# `model.set_attn_implementation(...)` takes effect at once.
+ALL_ATTENTION_FUNCTIONS = AttentionInterface()
+for _implementation in ATTENTION_IMPLEMENTATIONS:
+    ALL_ATTENTION_FUNCTIONS[_implementation] = _interface_function(_implementation)
+eager_attention_forward = ALL_ATTENTION_FUNCTIONS["eager"]
+
+
+def attention_implementation(config, output_attentions=False):
+    """The implementation one call uses: the config's (``attn_implementation=`` or `set_attn_implementation`), or
+    eager, after one warning, for a call that returns attention maps (only eager materialises them)."""
+    implementation = config._attn_implementation or "sdpa"
+    check_attention_implementation(implementation)
+    if output_attentions and implementation != "eager":
+        logger.warning_once(
+            f"output_attentions=True: attention runs with 'eager' instead of {implementation!r} for these calls, as "
+            f"only eager materialises the attention probabilities; set attn_implementation='eager' to silence this"
+        )
+        return "eager"
+    return implementation
+
+
+__all__ = [
+    "ALL_ATTENTION_FUNCTIONS",
+    "ATTENTION_IMPLEMENTATIONS",
+    "AttentionMask",
+    "attend",
+    "attention_implementation",
+    "check_attention_implementation",
+    "eager_attention_forward",
+]

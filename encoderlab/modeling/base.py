@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .attention import AttentionMask, check_attention_implementation
+from .attention import AttentionMask
 from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
@@ -219,12 +219,6 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
         super()._init_weights(module)
         if hasattr(module, "init_scalars"):
             module.init_scalars()
-
-    @property
-    def attention_implementation(self):
-        implementation = self.config._attn_implementation or "sdpa"
-        check_attention_implementation(implementation)
-        return implementation
 
     def set_positions_enabled(self, enabled):
         """Turns every position signal on or off without touching weights (DroPE-style dropping).

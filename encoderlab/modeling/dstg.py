@@ -26,7 +26,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from ..configuration.dstg import DSTGNeoBERTConfig
-from .attention import AttentionMask, attend
+from .attention import ALL_ATTENTION_FUNCTIONS, AttentionMask, attention_implementation, eager_attention_forward
 from .base import (
     EncoderBackbone,
     EncoderEmbeddings,
@@ -179,6 +179,14 @@ class DSTGPositionContext(PositionContext):
 # attention
 
 
+def attention_function(config, output_attentions):
+    """The kernel of this call, looked up by the config's implementation at each call (so that
+    `set_attn_implementation` takes effect)."""
+    return ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_implementation(config, output_attentions), eager_attention_forward
+    )
+
+
 class NeoBERTAttention(nn.Module):
     """Multi-head self-attention of the baselines: fused bias-free QKV, RoPE (``rope``) or a per-layer T5 bucket
     bias (``rp``)."""
@@ -199,19 +207,16 @@ class NeoBERTAttention(nn.Module):
         if self.config.uses_relative_bias:
             init.zeros_(self.relative_bias.relative_attention_bias.weight)
 
-    def forward(self, hidden_states, mask, positions, implementation, output_attentions=False):
+    def forward(self, hidden_states, mask, positions, output_attentions=False):
         query, key, value = (split_heads(x, self.num_heads) for x in self.qkv(hidden_states).chunk(3, dim=-1))
         if positions.rope is not None:
             cos, sin = positions.rope
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        output, probs = attend(
-            query, key, value,
-            mask=mask,
+        output, probs = attention_function(self.config, output_attentions)(
+            self, query, key, value, mask,
             attention_type="bidirectional",
-            implementation=implementation,
             bias_module=self.relative_bias if positions.use_relative_bias else None,
             dropout=self.config.attention_dropout,
-            training=self.training,
             output_attentions=output_attentions,
         )
         return self.out_proj(merge_heads(output)), probs  # (B, L, hidden), probs (B, H, L, L) or None
@@ -241,7 +246,7 @@ class DSTGAttention(nn.Module):
         query, key, value = projection(x).split([inner, inner, value_size], dim=-1)
         return split_heads(query, self.num_heads), split_heads(key, self.num_heads), split_heads(value, self.num_heads)
 
-    def forward(self, ap, semantic, mask, positions, implementation, output_attentions=False):
+    def forward(self, ap, semantic, mask, positions, output_attentions=False):
         """ap (B, L, ap_size), semantic (B, L, semantic_size) -> their attention outputs (same shapes), probs."""
         semantic_query, semantic_key, semantic_value = self.project(self.semantic_qkv, semantic, self.semantic_size)
         ap_query, ap_key, ap_value = self.project(self.ap_qkv, ap, self.ap_size)
@@ -252,15 +257,12 @@ class DSTGAttention(nn.Module):
         key = torch.cat([semantic_key, ap_key * keep_ap], dim=-1)
         value = torch.cat([semantic_value, ap_value], dim=-1)  # (B, H, L, (semantic_size + ap_size) / H)
         bias = self.relative_bias.for_batch(positions) if positions.use_relative_bias else None
-        output, probs = attend(
-            query, key, value,
-            mask=mask,
+        output, probs = attention_function(self.config, output_attentions)(
+            self, query, key, value, mask,
             attention_type="bidirectional",
-            implementation=implementation,
             bias_module=bias,
             scale=self.head_dim**-0.5,  # each stream's logit is scaled by its own head_dim, not by 2 * head_dim
             dropout=self.config.attention_dropout,
-            training=self.training,
             output_attentions=output_attentions,
         )
         semantic_output, ap_output = output.split(
@@ -302,10 +304,8 @@ class NeoBERTLayer(GradientCheckpointingLayer):
         self.mlp = SwiGLUMLP(config.hidden_size, config.swiglu_widths[1])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, mask, positions, implementation, output_attentions=False):
-        attention_output, probs = self.attention(
-            self.attention_norm(hidden_states), mask, positions, implementation, output_attentions
-        )
+    def forward(self, hidden_states, mask, positions, output_attentions=False):
+        attention_output, probs = self.attention(self.attention_norm(hidden_states), mask, positions, output_attentions)
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -325,11 +325,10 @@ class DSTGLayer(GradientCheckpointingLayer):
         self.mlp = DisentangledSwiGLU(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, ap, semantic, mask, positions, implementation, output_attentions=False):
+    def forward(self, ap, semantic, mask, positions, output_attentions=False):
         """ap (B, L, ap_size), semantic (B, L, semantic_size) -> updated ap, semantic, and the attention probs."""
         ap_update, semantic_update, probs = self.attention(
-            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), mask, positions, implementation,
-            output_attentions,
+            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), mask, positions, output_attentions
         )
         ap, semantic = ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)
         ap_update, semantic_update = self.mlp(
@@ -493,10 +492,9 @@ class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
             use_relative_bias=config.uses_relative_bias and config.use_positions,
             special_tokens=self.special_tokens(input_ids) if config.is_disentangled else None,
         )
-        implementation = self.attention_implementation
         all_streams, all_attentions = (streams,), ()
         for layer in self.layers:
-            *streams, probs = layer(*streams, mask, positions, implementation, output_attentions)
+            *streams, probs = layer(*streams, mask, positions, output_attentions)
             all_streams += (tuple(streams),)
             all_attentions += (probs,)
         return self.build_output(all_streams, all_attentions, output_hidden_states, output_attentions, return_dict)

@@ -15,7 +15,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..configuration.dta import DTABertConfig
-from .attention import attend
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import (
     EncoderBackbone,
     EncoderEmbeddings,
@@ -54,7 +54,7 @@ class DTABertAttention(nn.Module):
             init.ones_(self.value_scale)
             init.zeros_(self.value_embed_scale)
 
-    def forward(self, hidden_states, mask, positions, implementation, value_embeds=None, output_attentions=False):
+    def forward(self, hidden_states, mask, positions, value_embeds=None, output_attentions=False):
         batch_size, seq_len, _ = hidden_states.shape
         query, key, value = self.qkv(hidden_states).chunk(3, dim=-1)  # each (B, L, hidden)
         if value_embeds is not None:
@@ -68,14 +68,14 @@ class DTABertAttention(nn.Module):
             # RoPE rotates the full head before dual triangle attention splits it.
             cos, sin = positions.rope
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        output, probs = attend(
-            query, key, value,
-            mask=mask,
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_implementation(self.config, output_attentions), eager_attention_forward
+        )
+        output, probs = attention_forward(
+            self, query, key, value, mask,
             attention_type=self.config.attention_type,
-            implementation=implementation,
             bias_module=positions.bias_module,
             dropout=self.config.attention_dropout,
-            training=self.training,
             output_attentions=output_attentions,
         )
         output = output.transpose(1, 2).reshape(batch_size, seq_len, -1)  # (B, L, hidden)
@@ -103,12 +103,11 @@ class DTABertLayer(GradientCheckpointingLayer):
             init.ones_(self.residual_scale)
             init.zeros_(self.x0_scale)
 
-    def forward(self, hidden_states, x0, mask, positions, implementation, value_embeds=None,
-                output_attentions=False):
+    def forward(self, hidden_states, x0, mask, positions, value_embeds=None, output_attentions=False):
         if self.config.unet:
             hidden_states = self.residual_scale * hidden_states + self.x0_scale * x0
         attention_output, probs = self.attention(
-            self.attention_norm(hidden_states), mask, positions, implementation, value_embeds, output_attentions
+            self.attention_norm(hidden_states), mask, positions, value_embeds, output_attentions
         )
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
@@ -185,7 +184,6 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
         mask, positions = self.prepare_attention(
             config, attention_mask, position_ids, batch_size, seq_len, device, hidden_states.dtype
         )
-        implementation = self.attention_implementation
         x0 = hidden_states
         half = config.num_hidden_layers // 2
         skips, all_hidden_states, all_attentions = [], (hidden_states,), ()
@@ -193,9 +191,7 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
             if config.unet and index >= half:
                 hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
             value_embeds = self._value_embedding_table(index)(input_ids) if config.value_embeddings else None
-            hidden_states, probs = layer(
-                hidden_states, x0, mask, positions, implementation, value_embeds, output_attentions
-            )
+            hidden_states, probs = layer(hidden_states, x0, mask, positions, value_embeds, output_attentions)
             if config.unet and index < half:
                 skips.append(hidden_states)
             all_hidden_states += (hidden_states,)

@@ -36,7 +36,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..configuration.homa import HOMAConfig
-from .attention import attend
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import EncoderBackbone, EncoderEmbeddings, EncoderPreTrainedModel, check_inputs, default_position_ids
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
 from .layers import build_mlp, build_norm
@@ -460,10 +460,11 @@ class PairwiseSelfAttention(HOMAAttentionBase):
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
         query, key, value = (self.split_heads(t) for t in self.project_qkv(hidden_states, rotary))
-        out, _ = attend(
-            query, key, value, mask=mask, attention_type="bidirectional",
-            implementation=self.config._attn_implementation, dropout=self.config.attention_dropout,
-            training=self.training,
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_implementation(self.config), eager_attention_forward
+        )
+        out, _ = attention_forward(
+            self, query, key, value, mask, attention_type="bidirectional", dropout=self.config.attention_dropout
         )
         return self.output(self.merge_heads(out))
 
