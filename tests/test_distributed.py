@@ -1,8 +1,8 @@
-"""Two-process pretraining with torchrun on CPU (gloo): it completes and the ranks end with identical weights."""
+"""Two-process pretraining on CPU (gloo), through torchrun and through accelerate: it completes, the Trainer sees a
+world of 2, and the ranks end with identical weights."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,32 +21,46 @@ RANK_SCRIPT = """
     result = pretrain(load_run_config(sys.argv[1], ["output_dir=" + sys.argv[2]]))
     model = result.trainer.accelerator.unwrap_model(result.trainer.model)
     weights = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    torch.save(weights, os.path.join(sys.argv[3], f"rank{os.environ['RANK']}.pt"))
+    torch.save({"weights": weights, "world_size": result.trainer.args.world_size},
+               os.path.join(sys.argv[3], f"rank{os.environ['RANK']}.pt"))
 """
 
+BIN = os.path.dirname(sys.executable)
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(
-    os.path.join(os.path.dirname(sys.executable), "torchrun")), reason="torchrun is not installed")
-def test_torchrun_two_processes_stay_in_sync(tmp_path):
+
+def launch_two_ranks(launcher: list[str], tmp_path, env=ENV):
+    """Run the tiny pretraining under `launcher` (which must start 2 processes) and check the ranks agree."""
     config = tmp_path / "run.json"
     raw = json.loads(json.dumps(TINY))
     raw["train"].update(token_budget=1500, evaluations=1)
     config.write_text(json.dumps(raw))
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(RANK_SCRIPT))
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    done = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29517", str(script), str(config),
-         str(tmp_path / "run"), str(tmp_path)],
-        env=ENV, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    command = [*launcher, str(script), str(config), str(tmp_path / "run"), str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert (tmp_path / "rank1.pt").is_file(), "only one process ran"
     rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
-    assert rank0.keys() == rank1.keys()
-    for name in rank0:
-        assert torch.equal(rank0[name], rank1[name]), name
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["weights"].keys() == rank1["weights"].keys()
+    for name in rank0["weights"]:
+        assert torch.equal(rank0["weights"][name], rank1["weights"][name]), name
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     # Both processes train: each step takes 2 x batch_size examples, so the budget needs about half the steps.
     assert results["plan"]["examples_per_step"] == 2 * TINY["train"]["batch_size"]
     assert results["steps"] == results["plan"]["max_steps"]
     assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "torchrun")), reason="torchrun is not installed")
+def test_torchrun_two_processes_stay_in_sync(tmp_path):
+    launch_two_ranks([os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "--master_port", "29517"], tmp_path)
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "accelerate")), reason="accelerate is not installed")
+def test_accelerate_multi_gpu_launcher_runs_two_cpu_processes(tmp_path):
+    # `accelerate launch --cpu` (or `use_cpu: true` in its config) always takes the one-process launcher; the
+    # multi-process launcher with no visible GPU starts 2 CPU ranks (gloo). This is the command the README gives.
+    launcher = [os.path.join(BIN, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"]  # fmt: skip
+    launch_two_ranks(launcher, tmp_path, env={**ENV, "CUDA_VISIBLE_DEVICES": ""})
