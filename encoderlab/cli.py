@@ -21,8 +21,11 @@ SUBCOMMANDS = {
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
     },
+    "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {
         "qa": ("encoderlab.training.finetune.predict_qa", "answers (text, score, character span) of a QA model"),
+        "classify": ("encoderlab.training.finetune.predict", "labels or scores of a sequence-classification model"),
+        "tokens": ("encoderlab.training.finetune.predict", "one label per word or residue of a token classifier"),
     },
 }
 """Subcommand -> (module with add_arguments/run, one-line help), or a dict of nested subcommands

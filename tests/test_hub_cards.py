@@ -58,8 +58,9 @@ def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
     card = ModelCard.load(out / "README.md")
     assert 'from_pretrained("acme/tiny-dta"' in card.text
     assert "acme/tiny-dta" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="must look like ORG/NAME"):
-        main(["publish", str(run_dir), "--repo-id", "tiny-dta", "--dry-run", str(tmp_path / "x")])
+    # The CLI turns the ValueError into one error line and exit status 1.
+    assert main(["publish", str(run_dir), "--repo-id", "tiny-dta", "--dry-run", str(tmp_path / "x")]) == 1
+    assert "must look like ORG/NAME" in capsys.readouterr().err
 
 
 LOAD = """

@@ -1,10 +1,13 @@
-"""Model cards (`huggingface_hub.ModelCard`) for pretraining runs.
+"""Model cards (`huggingface_hub.ModelCard`) for pretraining and fine-tuning runs.
 
 `build_model_card(run_dir)` reads what `encoderlab pretrain` saved (``config.json``, ``results.json``,
 ``run_config.yaml``, the tokenizer) and writes a card with Hub metadata (pipeline tag ``fill-mask``, model-index
 evaluation results at 1x and 4x the training length) and a body: how to load the model with and without
 encoderlab, the architecture, training data, tokenizer, token budget, results, limitations and the citation of
-the family's paper. `validate_model_card` checks a card offline; `ModelCard.validate` asks the Hub.
+the family's paper. A fine-tuning run (``encoderlab finetune``: its results.json names a ``task``) gets the card of
+`build_finetune_card`: the task's pipeline tag, ``base_model``, model-index results per evaluation split with the
+Hub dataset id and the metric names, the grid, the weights initialised fresh and, with LoRA, the adapter.
+`validate_model_card` checks a card offline; `ModelCard.validate` asks the Hub.
 """
 
 import json
@@ -42,12 +45,19 @@ ARCHITECTURE_FIELDS = (
 
 LENGTHS = ("short", "long")
 REQUIRED_METADATA = ("pipeline_tag", "library_name", "license", "model-index")
+PIPELINE_TAGS = ("fill-mask", "text-classification", "token-classification", "question-answering")
+"""Pipeline tags of the cards built here (pretraining: fill-mask; fine-tuning: per task kind)."""
+NOT_METRICS = ("loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "model_preparation_time",
+               "num_input_tokens_seen")
+"""Trainer evaluation keys that are not task metrics (kept out of the model-index)."""
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
     missing = [name for name in ("config.json", "results.json", "run_config.yaml") if not (run_dir / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{str(run_dir)!r} is not a finished pretraining run: missing {missing}")
+        raise FileNotFoundError(
+            f"{str(run_dir)!r} is not a finished pretraining run (nor fine-tuning run): missing {missing}"
+        )
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     run = yaml.safe_load((run_dir / "run_config.yaml").read_text(encoding="utf-8"))
@@ -207,6 +217,8 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: s
     """The model card of the finished run in `run_dir` (`repo_id` is used in the loading snippets)."""
     run_dir = Path(run_dir)
     config, results, run = _read_run(run_dir)
+    if "task" in results:
+        return build_finetune_card(run_dir, repo_id, license)
     model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
     data = ModelCardData(
         model_name=model_name,
@@ -233,11 +245,150 @@ def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
     missing = [key for key in REQUIRED_METADATA if not metadata.get(key)]
     if missing:
         raise ValueError(f"Model card metadata lacks {missing}")
-    if metadata["pipeline_tag"] != "fill-mask":
-        raise ValueError(f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected 'fill-mask'")
+    if metadata["pipeline_tag"] not in PIPELINE_TAGS:
+        raise ValueError(
+            f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected one of {list(PIPELINE_TAGS)}"
+        )
     results = reparsed.data.eval_results or []
     if not results or any(not isinstance(r.metric_value, (int, float)) for r in results):
         raise ValueError("Model card model-index must hold numeric evaluation results")
     if not reparsed.text.strip():
         raise ValueError("Model card has no body text")
     return reparsed
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuned runs
+# ---------------------------------------------------------------------------------------------
+
+AUTO_CLASS_OF_TAG = {
+    "text-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+}
+
+
+def _is_hub_id(path: str) -> bool:
+    return not Path(path).exists() and len(path.split("/")) == 2 and not path.startswith((".", "/", "~"))
+
+
+def _task_metrics(metrics: dict) -> dict:
+    return {key: value for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in NOT_METRICS}
+
+
+def _finetune_eval_results(results: dict) -> list[EvalResult]:
+    """One model-index entry per evaluation split and metric, with the Hub dataset id where the task has one."""
+    dataset_type = results["hub_dataset"] or str(results["dataset"])
+    entries = []
+    for split, metrics in results["metrics"].items():
+        for metric, value in _task_metrics(metrics).items():
+            entries.append(EvalResult(
+                task_type=results["pipeline_tag"], task_name=results["task"], dataset_type=dataset_type,
+                dataset_name=f"{results['task']} ({dataset_type})", dataset_config=results["hub_config"],
+                dataset_split=split, metric_type=metric, metric_name=f"{split} {metric}",
+                metric_value=round(float(value), 4),
+            ))  # fmt: skip
+    return entries
+
+
+def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
+    tag, family = results["pipeline_tag"], config["model_type"]
+    auto_class = AUTO_CLASS_OF_TAG[tag]
+    names = results["label_names"]
+    metric_rows = [("split", "metric", "value")] + [
+        (split, metric, f"{value:.4f}") for split, metrics in results["metrics"].items()
+        for metric, value in _task_metrics(metrics).items()
+    ]
+    grid_rows = [tuple(results["grid"][0])] + [tuple(point.values()) for point in results["grid"]]
+    initialised = ", ".join(f"`{name}`" for name in results["initialised_weights"]) or "none"
+    pipeline_snippet = (f'classify = pipeline("{tag}", model=model, tokenizer=tokenizer)'
+                        if tag != "question-answering" else
+                        "# transformers 5 has no extractive QA pipeline: use `encoderlab predict qa` or\n"
+                        "# encoderlab.training.finetune.predict_qa.answer_questions")
+    remote_code = "" if "auto_map" not in config else (
+        f'Without encoderlab: `{auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)` (and the same '
+        "for `AutoTokenizer`): the checkpoint carries its modelling code.\n"
+    )
+    lora = results.get("lora")
+    lora_text = "Full fine-tuning: every weight was trained."
+    if lora:
+        lora_text = f"""LoRA (rank {lora['r']}, alpha {lora['alpha']}, dropout {lora['dropout']}) on the encoder's
+linear layers through `peft`, with the task head trained in full. The weights in this repository are the adapter merged
+into the base model (they load without `peft`); the adapter alone is in `adapter/`:
+
+```python
+from peft import PeftModel
+from transformers import {auto_class}
+
+base = {auto_class}.from_pretrained("{results['base_model']}", num_labels={config.get('num_labels', 1)})
+model = PeftModel.from_pretrained(base, "{repo_id}", subfolder="adapter")
+```"""
+    return f"""
+# {model_name}
+
+`{results['base_model']}` (a `{family}` encoder) fine-tuned on **{results['task']}** ({results['problem_type']})
+with `encoderlab finetune`.
+
+## How to use
+
+```python
+import encoderlab  # registers {family} with the transformers Auto classes (skip it for transformers' own families)
+from transformers import {auto_class}, AutoTokenizer, pipeline
+
+model = {auto_class}.from_pretrained("{repo_id}")
+tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
+{pipeline_snippet}
+```
+
+{remote_code}Labels: {names if names else 'a single score'}.
+
+## Training
+
+- Task: `{results['task']}`, data `{results['dataset']}`; examples: {results['examples']}.
+- Inputs: at most {run['data']['max_length']} tokens with the tokenizer's special tokens, as the pipeline encodes
+  them.
+- Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at step
+  {results['best_step']} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']} steps).
+- Weights initialised fresh (not in the base checkpoint): {initialised}.
+- {lora_text}
+
+Every grid point (validation `{results['main_metric']}`):
+
+{_table(grid_rows)}
+
+## Results
+
+{_table(metric_rows)}
+
+![dev curve](dev_curve.png)
+
+## Limitations
+
+- Scores are on the splits listed above only; small CPU-budget runs are far from converged.
+- The model inherits the biases of its pretraining corpus and of the fine-tuning data.
+
+## Citation
+
+{_citation(family)}
+"""
+
+
+def build_finetune_card(run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
+    """The model card of a finished ``encoderlab finetune`` run."""
+    run_dir = Path(run_dir)
+    config, results, run = _read_run(run_dir)
+    model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
+    tags = ["encoderlab", config["model_type"], results["task"]] + (["lora", "peft"] if results.get("lora") else [])
+    data = ModelCardData(
+        model_name=model_name,
+        pipeline_tag=results["pipeline_tag"],
+        library_name="transformers",
+        license=license,
+        base_model=results["base_model"] if _is_hub_id(results["base_model"]) else None,
+        tags=tags,
+        datasets=[results["hub_dataset"]] if results["hub_dataset"] else None,
+        eval_results=_finetune_eval_results(results),
+    )
+    body = _finetune_body(model_name, config, results, run, repo_id or str(run_dir))
+    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)

@@ -1,7 +1,8 @@
-"""``encoderlab publish``: upload a finished run folder to the Hugging Face Hub.
+"""``encoderlab publish``: upload a finished run folder (pretraining or fine-tuning) to the Hugging Face Hub.
 
 Only what a user of the model needs is uploaded: weights, config and remote code, tokenizer, model card,
-metrics, plot and run config; training checkpoints and Trainer internals stay local. The card is rebuilt for
+metrics, plots and run config, and a fine-tuning run's grid table and LoRA adapter folder; training checkpoints,
+grid-point folders and Trainer internals stay local. The card is rebuilt for
 the target repo id (so its loading snippets name it) and validated before anything is uploaded. ``--dry-run
 OUT_DIR`` writes exactly the folder that would be uploaded and stops there.
 """
@@ -20,9 +21,11 @@ logger = logging.getLogger(__name__)
 UPLOAD_PATTERNS = (
     "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.py",
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.*", "merges.txt",
-    "training_curves.png", "metrics.csv", "results.json", "run_config.yaml",
+    "training_curves.png", "metrics.csv", "results.json", "run_config.yaml", "dev_curve.png", "grid.csv", "grid.png",
 )  # fmt: skip
 """Files of a run folder that are published (top level only; checkpoint-* folders never are)."""
+UPLOAD_FOLDERS = ("adapter",)
+"""Sub-folders published whole: the LoRA adapter of a fine-tuning run."""
 
 
 def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
@@ -37,6 +40,9 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
         for path in run_dir.glob(pattern):
             if path.is_file():
                 shutil.copy2(path, out_dir / path.name)
+    for folder in UPLOAD_FOLDERS:
+        if (run_dir / folder).is_dir():
+            shutil.copytree(run_dir / folder, out_dir / folder)
     card = build_model_card(run_dir, repo_id=repo_id)
     card.save(out_dir / "README.md")
     validate_model_card(out_dir / "README.md")
@@ -80,7 +86,7 @@ def publish(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a finished `encoderlab pretrain` output folder")
+    parser.add_argument("run_dir", help="a finished `encoderlab pretrain` or `encoderlab finetune` output folder")
     parser.add_argument("--repo-id", required=True, help="target model repo, ORG/NAME")
     parser.add_argument("--private", action="store_true", help="create the repo as private")
     parser.add_argument("--revision", help="branch to upload to (created if missing); default: main")

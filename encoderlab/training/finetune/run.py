@@ -504,6 +504,8 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     check_head(task, model_config)
     check_length(run, model_config)
     tokenizer = AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
+    # Saved with the model: the pipelines and `encoderlab predict` then cut inputs where fine-tuning did.
+    tokenizer.model_max_length = run.data.max_length
     raw = kind.load(task, run.data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))

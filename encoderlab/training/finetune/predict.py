@@ -1,0 +1,142 @@
+"""Predictions of fine-tuned classifiers: a Python API and ``encoderlab predict classify`` / ``predict tokens``.
+
+The inputs are encoded exactly as in fine-tuning (`encoderlab.training.finetune.sequence` / ``tokens``): texts
+(and pairs) with the tokenizer's special tokens, truncated to the tokenizer's ``model_max_length`` (the run's
+``data.max_length``); words or residues in overlapping windows, each word labelled by the window that owns it.
+Label names come from the model config (``id2label``).
+
+```python
+from encoderlab.training.finetune.predict import load_classifier, classify, tag
+
+model, tokenizer = load_classifier("runs/finetune/sst2")
+classify(model, tokenizer, ["a charming film"])      # [{"label": "positive", "score": 0.93}]
+model, tokenizer = load_classifier("runs/finetune/secondary_structure", task="token")
+tag(model, tokenizer, ["MKVLAAGIVW"])                # [[{"word": "M", "label": "C", "score": 0.71}, ...]]
+```
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .tokens import as_words, encode_words
+
+AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
+
+
+def load_classifier(path: str, task: str = "classify", trust_remote_code: bool = False):
+    """(model in eval mode, tokenizer) of a fine-tuned run folder or Hub id; `task` is ``classify`` or ``token``."""
+    import encoderlab  # noqa: F401  (registers the families)
+    import transformers
+
+    if task not in AUTO_CLASSES:
+        raise ValueError(f"task={task!r}; allowed: {sorted(AUTO_CLASSES)}")
+    if not Path(path).is_dir() and Path(path).exists():
+        raise ValueError(f"--model={path!r} is a file; give a fine-tuned run folder or a Hub model id")
+    model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(path, trust_remote_code=trust_remote_code)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return model.eval(), tokenizer
+
+
+@torch.no_grad()
+def logits_of(model, tokenizer, encodings: list[dict], batch_size: int) -> list[np.ndarray]:
+    """Logits of each encoded input (``input_ids``, ``attention_mask``), unpadded."""
+    outputs = []
+    for start in range(0, len(encodings), batch_size):
+        chunk = [{"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}
+                 for e in encodings[start:start + batch_size]]
+        batch = tokenizer.pad(chunk, return_tensors="pt").to(model.device)
+        logits = model(**batch).logits.float().cpu().numpy()
+        outputs += [logits[i] if logits.ndim == 2 else logits[i, : len(chunk[i]["input_ids"])]
+                    for i in range(len(chunk))]
+    return outputs
+
+
+def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 32):
+    """Per text: ``{"label", "score"}`` (softmax probability), ``{"score"}`` for regression, or
+    ``{"labels": [...], "scores": [...]}`` (sigmoid > 0.5) for multi-label models."""
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text pairs; give one pair per text or none")
+    encoded = tokenizer(texts, text_pairs, truncation=True, max_length=tokenizer.model_max_length)
+    encodings = [{"input_ids": ids, "attention_mask": mask}
+                 for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
+    names = model.config.id2label
+    results = []
+    for logits in logits_of(model, tokenizer, encodings, batch_size):
+        if model.config.problem_type == "regression" or model.config.num_labels == 1:
+            results.append({"score": float(logits[0])})
+        elif model.config.problem_type == "multi_label_classification":
+            scores = 1 / (1 + np.exp(-logits))
+            results.append({"labels": [names[i] for i in np.flatnonzero(scores > 0.5)],
+                            "scores": {names[i]: float(score) for i, score in enumerate(scores)}})
+        else:
+            probabilities = np.exp(logits - logits.max())
+            probabilities /= probabilities.sum()
+            best = int(probabilities.argmax())
+            results.append({"label": names[best], "score": float(probabilities[best])})
+    return results
+
+
+def tag(model, tokenizer, sequences: list, batch_size: int = 32) -> list[list[dict]]:
+    """Per sequence (a string of residues, a space-separated sentence, or a list of words): one
+    ``{"word", "label", "score"}`` per word; long sequences in windows, so every word gets a label."""
+    names = model.config.id2label
+    windows, owners = [], []
+    words_of = [as_words(sequence, "text", "input", number) for number, sequence in enumerate(sequences, start=1)]
+    for index, words in enumerate(words_of):
+        for window in encode_words(tokenizer, words, tokenizer.model_max_length):
+            windows.append(window)
+            owners.append(index)
+    tags = [[None] * len(words) for words in words_of]
+    for window, index, logits in zip(windows, owners, logits_of(model, tokenizer, windows, batch_size)):
+        own_start, own_end = window["owned"]
+        for position, word in enumerate(window["word_ids"]):
+            if word is not None and own_start <= word < own_end:
+                probabilities = np.exp(logits[position] - logits[position].max())
+                probabilities /= probabilities.sum()
+                best = int(probabilities.argmax())
+                tags[index][word] = {"word": words_of[index][word], "label": names[best],
+                                     "score": float(probabilities[best])}
+    return tags
+
+
+def read_inputs(args) -> tuple[list, list | None]:
+    """Texts (and pairs) from ``--text`` / ``--text-pair`` or a JSONL file of ``{"text": ..., "text_pair": ...}``."""
+    if args.file is None:
+        if not args.text:
+            raise ValueError("give --text (repeatable) or --file FILE.jsonl")
+        return args.text, args.text_pair or None
+    if not Path(args.file).is_file():
+        raise ValueError(f"--file={args.file!r} does not exist")
+    rows = [json.loads(line) for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    missing = [number for number, row in enumerate(rows, start=1) if "text" not in row]
+    if missing:
+        raise ValueError(f"--file={args.file!r}: line(s) {missing[:5]} have no 'text' field")
+    pairs = [row["text_pair"] for row in rows] if rows and all("text_pair" in row for row in rows) else None
+    return [row["text"] for row in rows], pairs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a fine-tuned run folder or Hub model id")
+    parser.add_argument("--text", action="append", default=[], help="an input text (repeatable)")
+    parser.add_argument("--text-pair", action="append", default=[], help="classify: the second text of a pair")
+    parser.add_argument("--file", help='JSONL, one {"text": ..., "text_pair": ...} per line')
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--trust-remote-code", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    task = "token" if args.command_1 == "tokens" else "classify"
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size={args.batch_size} must be >= 1")
+    texts, pairs = read_inputs(args)
+    model, tokenizer = load_classifier(args.model, task, args.trust_remote_code)
+    outputs = tag(model, tokenizer, texts, args.batch_size) if task == "token" \
+        else classify(model, tokenizer, texts, pairs, args.batch_size)
+    for text, output in zip(texts, outputs):
+        sys.stdout.write(json.dumps({"text": text, "prediction": output}) + "\n")
+    return 0
