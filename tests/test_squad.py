@@ -503,3 +503,59 @@ def test_a_bert_baseline_gets_its_token_type_ids(bpe_tokenizer, tmp_path):
     assert [a["score"] for a in answers] == pytest.approx([r["score"] for r in reference], abs=1e-5)
     batch = squad.QuestionAnsweringCollator(tokenizer)([{key: windows[key][0] for key in windows}])
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids"}
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: encoderlab finetune --task squad_v2, then encoderlab predict qa on the run folder
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dta_checkpoint(tmp_path_factory, bpe_tokenizer):
+    """A tiny pretrained-style DTA-BERT masked LM with a byte-level BPE (fast) tokenizer, saved to a folder."""
+    from encoderlab import DTABertForMaskedLM
+
+    torch.manual_seed(0)
+    config = DTABertConfig(vocab_size=len(bpe_tokenizer), pad_token_id=bpe_tokenizer.pad_token_id, hidden_size=32,
+                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    folder = tmp_path_factory.mktemp("dta_mlm")
+    DTABertForMaskedLM(config).save_pretrained(folder)
+    bpe_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, tmp_path, capsys):
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    from encoderlab.cli import main
+
+    source = shared_data.joinpath(*V2_FILE)
+    run_dir = tmp_path / "run"
+    assert main(["finetune", "--task", "squad_v2", "--model", str(tiny_dta_checkpoint),
+                 "--set", f"data.train={source}[0:3]", "--set", f"data.validation={source}[3:5]",
+                 "--set", "data.max_length=96", "--set", "task_options.doc_stride=24", "--set", "data.train_limit=64",
+                 "--set", "data.eval_limit=40", "--set", "train.max_steps=8", "--set", "train.eval_steps=4",
+                 "--set", "train.batch_size=8", "--set", f"output_dir={run_dir}"]) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    validation = results["metrics"]["validation"]
+    assert validation["total"] == 40 and validation["HasAns_total"] + validation["NoAns_total"] == 40
+    assert 0 <= validation["exact"] <= validation["best_exact"] <= 100 and validation["f1"] <= validation["best_f1"]
+    config = AutoConfig.from_pretrained(run_dir)
+    assert config.qa_null_threshold == pytest.approx(validation["best_f1_thresh"])
+    assert "pipeline_tag: question-answering" in (run_dir / "README.md").read_text()
+    model = AutoModelForQuestionAnswering.from_pretrained(run_dir)
+    assert type(model).__name__ == "DTABertForQuestionAnswering"
+
+    examples = squad.load_squad(f"{source}[3:5]")[:6]
+    (tmp_path / "questions.json").write_text(json.dumps([{k: e[k] for k in ("id", "question", "context")}
+                                                         for e in examples]))
+    capsys.readouterr()
+    assert main(["predict", "qa", "--model", str(run_dir), "--input", str(tmp_path / "questions.json"),
+                 "--max-length", "96", "--doc-stride", "24"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["id"] for line in lines] == [e["id"] for e in examples]
+    for line, example in zip(lines, examples):
+        if line["answer"]:
+            assert example["context"][line["start"]:line["end"]] == line["answer"]
+        else:  # no answer: the saved threshold decided it
+            assert line["start"] is None and line["no_answer_score"] > config.qa_null_threshold
