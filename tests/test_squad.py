@@ -550,8 +550,10 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
     (tmp_path / "questions.json").write_text(json.dumps([{k: e[k] for k in ("id", "question", "context")}
                                                          for e in examples]))
     capsys.readouterr()
+    tokenizer = predict_qa.load_model(str(run_dir))[1]
+    assert tokenizer.model_max_length == 96  # the run's data.max_length: predict qa's default window
     assert main(["predict", "qa", "--model", str(run_dir), "--input", str(tmp_path / "questions.json"),
-                 "--max-length", "96", "--doc-stride", "24"]) == 0
+                 "--doc-stride", "24"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["id"] for line in lines] == [e["id"] for e in examples]
     for line, example in zip(lines, examples):
