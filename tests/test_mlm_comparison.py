@@ -1,11 +1,14 @@
 """The MLM comparison: arms, resume, Welch's tests, summary and figures, and a tiny end-to-end sweep."""
 
 import argparse
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from scipy.stats import ttest_ind
+from transformers import AutoTokenizer
 
 from encoderlab.evaluation import mlm_comparison as mlm
 from encoderlab.evaluation.mlm_comparison import Arm
@@ -68,23 +71,47 @@ def test_head_size_comes_from_the_base_config():
     assert mlm.base_head_size(load_run_config("dta_nl")) == 64  # the paper: 12 x 64 vs dual triangle 6 x 128
 
 
-def test_packaged_config_loads_and_is_the_default(tmp_path):
-    args = parse(tmp_path)
-    assert args.config == "mlm_comparison" and args.seeds == [0, 1, 2] and args.workers == 1
+@pytest.mark.parametrize("domain, tokenizer", [("text", "bpe"), ("protein", "esm2")])
+def test_packaged_configs_load_and_the_default_grid_trains_18_runs(tmp_path, domain, tokenizer):
+    args = parse(tmp_path, "--domain", domain)
+    assert args.seeds == [0, 1, 2] and args.workers == 1 and args.seq_lens is None
     assert args.attention == ["bidirectional", "dual_triangle"] and args.positions == ["rope", "none", "rope-off"]
-    base = load_run_config(args.config)
-    arms = [mlm.arm_config(base, arm, mlm.base_head_size(base), tmp_path)
-            for arm in mlm.grid(args.attention, args.positions, args.seeds)]
-    assert len(arms) == 18 and len({arm.output_dir for arm in arms}) == 18
-    heads = {arm.model.config["attention_type"]: arm.model.config["num_attention_heads"] for arm in arms}
+    base = mlm.base_config(args)
+    assert base.tokenizer.name == tokenizer and base.train.seq_len == 64 and base.data.long_factor == 4
+    arms = mlm.grid(args.attention, args.positions, args.seeds, scalings=args.eval_scaling)
+    runs = [mlm.arm_config(base, arm, mlm.base_head_size(base), tmp_path) for arm in arms]
+    # 18 training runs; the 6 rope runs are also evaluated with linear, NTK and YaRN scaling (no retraining).
+    assert len({run.output_dir for run in runs}) == 18 and len(arms) == 18 + 6 * 3
+    assert {arm.scaling for arm in arms if arm.positions != "rope"} == {"none"}
+    heads = {run.model.config["attention_type"]: run.model.config["num_attention_heads"] for run in runs}
     assert heads["bidirectional"] == 2 * heads["dual_triangle"]
+    assert all(run.model.config.get("rope_scaling_type") is None for run in runs)  # scaling is never trained
+
+
+def test_data_path_and_training_length_axis(tmp_path):
+    args = parse(tmp_path, "--domain", "protein", "--data", "/elsewhere/x.fasta", "--set", "train.batch_size=3")
+    base = mlm.base_config(args)
+    assert base.data.source == "/elsewhere/x.fasta" and base.train.batch_size == 3
+    long = mlm.arm_config(base, Arm("dual_triangle", "rope", 1, seq_len=128), 32, tmp_path)
+    assert long.train.seq_len == 128 and Path(long.output_dir).name == "dual_triangle-rope-s1-L128"
+    assert mlm.arm_config(base, Arm("dual_triangle", "rope", 1), 32, tmp_path).train.seq_len == 64
+    with pytest.raises(ValueError, match="scaling='dynamic'"):
+        mlm.grid(["dual_triangle"], ["rope"], [0], scalings=["dynamic"])
+    scaled = RunConfig.from_dict({**base.to_dict(), "model": {"family": "dta_bert",
+                                                             "config": {"rope_scaling_type": "yarn"}}})
+    with pytest.raises(ValueError, match="rope_scaling_type='yarn'"):
+        mlm.arm_config(scaled, Arm("dual_triangle", "rope", 0), 32, tmp_path)
+    for bad, match in ((["--scaling-factor", "0.5"], "--scaling-factor"), (["--seq-lens", "1"], "--seq-lens")):
+        with pytest.raises(ValueError, match=match):
+            mlm.run(parse(tmp_path, *bad))
 
 
 def fake_train_arm(calls):
-    def train(arm, run, setup):
+    def train(arm, run, setup, scalings=(), factor=None, trained=None):
         calls.append(arm)
-        row = {**synthetic_row(arm.attention, arm.positions, arm.seed, 0.3), "setup": setup}
-        return row, synthetic_curve(row)
+        row = {**synthetic_row(arm.attention, arm.positions, arm.seed, 0.3), "setup": setup,
+               "train_len": run.train.seq_len, "scaling": "none"}
+        return [row], [{**point, "train_len": run.train.seq_len} for point in synthetic_curve(row)]
     return train
 
 
@@ -121,7 +148,7 @@ def test_interrupted_arm_resumes_from_its_checkpoint_or_restarts(tmp_path, monke
     monkeypatch.setattr(mlm, "pretrain", fake_pretrain)
     run = mlm.arm_config(base_config(), Arm("causal", "none", 0), 64, tmp_path)
     (Path(run.output_dir) / "checkpoint-3").mkdir(parents=True)
-    row, _ = mlm.train_arm(Arm("causal", "none", 0), run, "x")
+    (row,), _ = mlm.train_arm(Arm("causal", "none", 0), run, "x")
     (Path(run.output_dir) / "checkpoint-3").rmdir()
     (Path(run.output_dir) / "tokenizer.json").write_text("{}")  # killed before its first checkpoint
     mlm.train_arm(Arm("causal", "none", 0), run, "x")
@@ -157,8 +184,8 @@ def test_comparisons_mark_a_real_difference_and_not_identical_groups():
 def test_summary_and_figures_from_synthetic_rows(tmp_path):
     rows = [synthetic_row(a, p, s, 0.2 + 0.1 * (a == "dual_triangle") + 0.01 * s)
             for a in ("bidirectional", "dual_triangle") for p in ("rope", "none", "rope-off") for s in range(3)]
-    mlm.write_csv(tmp_path / "mlm_runs.csv", rows)
-    mlm.write_csv(tmp_path / "mlm_curves.csv", [point for row in rows for point in synthetic_curve(row)])
+    mlm.write_rows(tmp_path / "mlm_runs.csv", rows)
+    mlm.write_rows(tmp_path / "mlm_curves.csv", [point for row in rows for point in synthetic_curve(row)])
     assert mlm.run(parse(tmp_path, "--plots-only")) == 0
     for name in ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png",
                  "mlm_drope.png"):
@@ -170,15 +197,30 @@ def test_summary_and_figures_from_synthetic_rows(tmp_path):
     assert len(table) == 6 and float(table[0]["short_accuracy_mean"]) == pytest.approx(0.21)
 
 
-def test_tiny_end_to_end_sweep(tmp_path):
-    tiny = ["model.config.hidden_size=32", "model.config.num_hidden_layers=1", "model.config.intermediate_size=32",
-            "data.limit=30", "data.max_eval_examples=4", "train.seq_len=16", "train.batch_size=4",
-            "train.token_budget=600", "train.evaluations=2", "train.logging_steps=5"]
-    args = parse(tmp_path, "--attention", "dual_triangle", "--positions", "rope", "rope-off", "--seeds", "0",
-                 *[item for override in tiny for item in ("--set", override)])
+TINY = ["model.config.hidden_size=32", "model.config.num_hidden_layers=1", "model.config.intermediate_size=32",
+        "data.limit=30", "data.max_eval_examples=4", "train.seq_len=16", "train.batch_size=4",
+        "train.token_budget=600", "train.evaluations=2", "train.logging_steps=5"]
+
+
+def tiny_args(out_dir, *extra, overrides=TINY):
+    return parse(out_dir, *extra, *[item for override in overrides for item in ("--set", override)])
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    """A tiny text sweep: dual triangle x rope / rope-off, one seed, no scaling yet."""
+    out_dir = tmp_path_factory.mktemp("tiny_sweep")
+    args = tiny_args(out_dir, "--attention", "dual_triangle", "--positions", "rope", "rope-off", "--seeds", "0",
+                     "--eval-scaling", "none")
     assert mlm.run(args) == 0
+    return out_dir, args
+
+
+def test_tiny_end_to_end_sweep(tiny_sweep):
+    tmp_path, _ = tiny_sweep
     rows = {row["positions"]: row for row in mlm.read_results(tmp_path / "mlm_runs.csv")}
     assert rows.keys() == {"rope", "rope-off"}
+    assert {(row["train_len"], row["scaling"]) for row in rows.values()} == {("16", "none")}
     assert rows["rope"]["drope_step"] == "" and 0 < int(rows["rope-off"]["drope_step"]) < int(rows["rope"]["steps"])
     assert 0 <= float(rows["rope"]["test_long_accuracy"]) <= 1
     curves = mlm.read_results(tmp_path / "mlm_curves.csv")
@@ -187,5 +229,118 @@ def test_tiny_end_to_end_sweep(tmp_path):
     assert (tmp_path / "runs" / "dual_triangle-rope-off-s0" / "results.json").is_file()
     for name in ("mlm_summary.md", "mlm_bars.png", "mlm_curves.png", "mlm_drope.png", "mlm_stats.csv"):
         assert (tmp_path / name).stat().st_size > 0, name
-    assert mlm.run(args) == 0  # everything finished: nothing retrained
+    assert not (tmp_path / "mlm_context.png").exists()  # one setting: no context-extension outputs
+
+
+def test_scaling_arms_evaluate_the_finished_runs_without_retraining(tiny_sweep, monkeypatch):
+    tmp_path, args = tiny_sweep
+    saved = (tmp_path / "runs" / "dual_triangle-rope-s0" / "model.safetensors").read_bytes()
+
+    def no_training(run, resume=False):
+        raise AssertionError(f"{run.output_dir} was retrained")
+
+    monkeypatch.setattr(mlm, "pretrain", no_training)
+    assert mlm.run(args) == 0  # everything finished: nothing retrained, no row added
     assert len(mlm.read_results(tmp_path / "mlm_runs.csv")) == 2
+    args.eval_scaling = ["none", "linear", "yarn"]
+    assert mlm.run(args) == 0  # the rope run is evaluated with two scalings; rope-off has no RoPE to scale
+    rows = {(row["positions"], row["scaling"]): row for row in mlm.read_results(tmp_path / "mlm_runs.csv")}
+    assert set(rows) == {("rope", "none"), ("rope-off", "none"), ("rope", "linear"), ("rope", "yarn")}
+    trained, linear = rows[("rope", "none")], rows[("rope", "linear")]
+    assert linear["steps"] == trained["steps"] and linear["run_dir"] == trained["run_dir"]
+    assert linear["test_long_accuracy"] != trained["test_long_accuracy"] or \
+        linear["test_long_mlm_loss"] != trained["test_long_mlm_loss"]  # the scaling changed the model's output
+    run_dir = tmp_path / "runs" / "dual_triangle-rope-s0"
+    assert (run_dir / "model.safetensors").read_bytes() == saved
+    assert json.loads((run_dir / "config.json").read_text())["rope_scaling_type"] is None
+    for name in ("mlm_context.png", "mlm_context_table.csv", "mlm_context_stats.csv"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    summary = (tmp_path / "mlm_summary.md").read_text()
+    assert "| dual_triangle | rope | 16 | yarn | 1 |" in summary
+    assert "| setting | dual_triangle/rope | L16 linear | L16 none |" in summary
+
+
+def test_evaluation_time_scaling_changes_only_the_evaluated_model(tiny_sweep):
+    tmp_path, args = tiny_sweep
+    base = mlm.base_config(args)
+    run = mlm.arm_config(base, Arm("dual_triangle", "rope", 0), mlm.base_head_size(base), tmp_path)
+    row = next(r for r in mlm.read_results(tmp_path / "mlm_runs.csv") if (r["positions"], r["scaling"]) ==
+               ("rope", "none"))
+    # No scaling reproduces the run's own test metrics: same weights, same windows, same masks.
+    unscaled = mlm.evaluate_scaled(run, "none", 4.0)
+    for length in ("short", "long"):
+        for name in METRICS:
+            assert unscaled[length][name] == pytest.approx(float(row[f"test_{length}_{name}"]), abs=1e-6)
+    plain = mlm.load_scaled_model(run.output_dir, "none", 4.0, 16)
+    linear = mlm.load_scaled_model(run.output_dir, "linear", 4.0, 16)
+    yarn = mlm.load_scaled_model(run.output_dir, "yarn", 4.0, 16)
+    assert plain.config.rope_scaling_type is None and plain.config.use_positions
+    inverse = {name: model.base_model.rotary.frequencies("cpu")[0] for name, model in
+               (("plain", plain), ("linear", linear), ("yarn", yarn))}
+    assert torch.allclose(inverse["linear"], inverse["plain"] / 4.0)  # position interpolation by the factor
+    assert yarn.config.rope_original_max_position_embeddings == 16  # wavelengths against the training length
+    assert inverse["yarn"][0] == inverse["plain"][0] and inverse["yarn"][-1] == pytest.approx(inverse["plain"][-1] / 4)
+    for model in (linear, yarn):
+        for (name, weight), reference in zip(model.state_dict().items(), plain.state_dict().values()):
+            assert torch.equal(weight, reference), name
+    with pytest.raises(ValueError, match="needs a RoPE model"):
+        mlm.load_scaled_model(saved_model_without_rope(tmp_path / "no_rope"), "yarn", 4.0, 16)
+
+
+def saved_model_without_rope(folder):
+    """A saved DTA-BERT without RoPE (built, not trained: only its config matters)."""
+    from encoderlab.configuration.dta import DTABertConfig
+    from encoderlab.modeling.dta import DTABertForMaskedLM
+
+    config = DTABertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=1, num_attention_heads=1,
+                           intermediate_size=32, position_embedding_type="none")
+    DTABertForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_old_csv_gains_the_new_columns_before_rows_are_appended(tmp_path, monkeypatch):
+    old = [{key: value for key, value in synthetic_row("bidirectional", "none", 0, 0.3).items()}]
+    mlm.write_rows(tmp_path / "mlm_runs.csv", old)
+    mlm.write_rows(tmp_path / "mlm_curves.csv", synthetic_curve(old[0]))
+    monkeypatch.setattr(mlm, "train_arm", fake_train_arm([]))
+    monkeypatch.setattr(mlm, "config_hash", lambda base, head_size: "x")
+    base = base_config()
+    assert mlm.sweep([Arm("bidirectional", "none", 0), Arm("dual_triangle", "none", 0)], base, 64, tmp_path) == 1
+    rows = mlm.read_results(tmp_path / "mlm_runs.csv")
+    length = str(base.train.seq_len)  # the old runs trained at the base length
+    assert [(row["attention"], row["train_len"], row["scaling"]) for row in rows] == [
+        ("bidirectional", length, "none"), ("dual_triangle", length, "none")]
+    assert {row["train_len"] for row in mlm.read_results(tmp_path / "mlm_curves.csv")} == {length}
+    with pytest.raises(ValueError, match="do not fit the columns"):
+        mlm.append_rows(tmp_path / "mlm_runs.csv", [{"attention": "causal"}])
+
+
+def test_protein_sweep_end_to_end(tmp_path, shared_data):
+    """FASTA -> ESM-2 tokenizer -> two attention types x two training lengths, one scaling -> CSV, summary,
+    Figures 3/4 and the context figure."""
+    fasta = shared_data / "proteins" / "uniprot_sample_20k.fasta.gz"
+    tiny = [override for override in TINY if not override.startswith("data.limit")] + [
+        "data.limit=400", "data.validation_size=0.1", "data.test_size=0.1"]
+    args = tiny_args(tmp_path, "--domain", "protein", "--data", str(fasta), "--attention", "bidirectional",
+                     "dual_triangle", "--positions", "rope", "--seeds", "0", "1", "--seq-lens", "16", "32",
+                     "--eval-scaling", "ntk", overrides=tiny)
+    assert mlm.run(args) == 0
+    rows = mlm.read_results(tmp_path / "mlm_runs.csv")
+    assert len(rows) == 2 * 2 * 2 * 2  # attention x seeds x training lengths x (trained, ntk)
+    assert {(row["train_len"], row["scaling"]) for row in rows} == {(n, k) for n in ("16", "32")
+                                                                     for k in ("none", "ntk")}
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "runs" / "dual_triangle-rope-s0-L32")
+    assert len(tokenizer) == 33 and tokenizer.tokenize("MKV") == ["M", "K", "V"]  # ESM-2: one token per residue
+    results = json.loads((tmp_path / "runs" / "dual_triangle-rope-s0-L32" / "results.json").read_text())
+    assert results["seq_len"] == 32 and results["long_len"] == 128 and results["eval_examples"]["test_long"] > 0
+    for row in rows:
+        assert 0 < float(row["unigram_long"]) < 0.2  # the most frequent residue covers well under 20%
+    for name in ("mlm_summary.md", "mlm_bars.png", "mlm_curves.png", "mlm_stats.csv", "mlm_context.png",
+                 "mlm_context_stats.csv"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    stats = mlm.read_results(tmp_path / "mlm_context_stats.csv")
+    tests = {(e["test"], e["group"], e["a"], e["b"]) for e in stats}
+    assert ("attention", "rope, L32 ntk", "dual_triangle", "bidirectional") in tests
+    assert ("setting", "dual_triangle/rope", "L32 none", "L16 none") in tests
+    table = mlm.read_results(tmp_path / "mlm_table.csv")
+    assert len(table) == 2  # the Figures 3/4 outputs hold the reference setting (L16, no scaling) only

@@ -49,11 +49,12 @@ from pathlib import Path
 
 import torch
 
+from ..configuration.base import ROPE_SCALING_TYPES
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from .argmax import heads_for
-from .sweeps import append_rows, read_results, run_jobs
+from .sweeps import append_rows, read_results, run_jobs, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -63,29 +64,56 @@ POSITION_ARMS = {"rope": ("rope", None), "none": ("none", None), "rope-off": ("r
 LENGTHS = {"short": "1x", "long": "4x"}
 METRIC_LABELS = {"mlm_loss": "loss", "accuracy": "accuracy", "micro_f1": "micro-F1", "mcc": "MCC"}
 SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
-DEFAULT_CONFIG = "mlm_comparison"
+DOMAINS = {"text": "mlm_comparison", "protein": "mlm_protein"}
+"""--domain -> the bundled CPU-sized base config."""
+DEFAULT_CONFIG = DOMAINS["text"]
+SCALINGS = ("none", *ROPE_SCALING_TYPES)
+"""RoPE scaling applied when evaluating a trained ``rope`` arm (never while training it)."""
 RUNS_CSV, CURVES_CSV = "mlm_runs.csv", "mlm_curves.csv"
-ARM_FIELDS = ("attention", "positions", "seed")
+ARM_FIELDS = ("attention", "positions", "seed", "train_len", "scaling")
+"""The columns that identify a row of ``mlm_runs.csv``."""
 
 
 # ----------------------------------------------------------------------------------------------------------- arms
 
 @dataclass(frozen=True)
 class Arm:
+    """One row of the results: a trained model (attention, positions, seed, training length) evaluated with one
+    RoPE scaling. ``seq_len`` None means the base config's training length. Arms that differ only in ``scaling``
+    share one training run. An axis that changes the model (e.g. a head routing) is one more field here, set in
+    `arm_config` and named in `name`."""
+
     attention: str
     positions: str
     seed: int
+    seq_len: int | None = None
+    scaling: str = "none"
 
     @property
     def name(self):
-        return f"{self.attention}-{self.positions}-s{self.seed}"
+        """The run folder's name (of the training run, so without the evaluation-time scaling)."""
+        length = "" if self.seq_len is None else f"-L{self.seq_len}"
+        return f"{self.attention}-{self.positions}-s{self.seed}{length}"
 
-    def key(self):
-        return (self.attention, self.positions, str(self.seed))
+    @property
+    def trained(self):
+        """The arm of the training run behind this one (no scaling)."""
+        return dataclasses.replace(self, scaling="none")
+
+    def key(self, base_seq_len):
+        return (self.attention, self.positions, str(self.seed), str(self.seq_len or base_seq_len), self.scaling)
 
 
-def grid(attentions, positions, seeds):
-    return [Arm(a, p, s) for a in attentions for p in positions for s in seeds]
+def grid(attentions, positions, seeds, seq_lens=(None,), scalings=("none",)):
+    """Every combination; scalings other than ``none`` only for ``rope`` arms, the only ones that end training
+    with RoPE (``none`` has no RoPE to scale, ``rope-off`` has switched it off). ``none`` is always in: it is the
+    trained run itself."""
+    for scaling in scalings:
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling={scaling!r} is not an evaluation-time RoPE scaling; allowed: {SCALINGS}")
+    scalings = list(dict.fromkeys(["none", *scalings]))
+    return [Arm(a, p, s, n, k) for a in attentions for p in positions for n in seq_lens for s in seeds
+            for k in scalings if k == "none" or p == "rope"]
 
 
 def base_head_size(base: RunConfig, head_size=None):
@@ -97,7 +125,12 @@ def base_head_size(base: RunConfig, head_size=None):
 
 
 def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunConfig:
-    """The base config with the arm's attention, positions, DroPE fraction, seed, heads and run folder."""
+    """The training run of `arm`: the base config with the arm's attention, positions, DroPE fraction, seed,
+    training length, heads and run folder. The arm's RoPE scaling is not in it: it is applied at evaluation only
+    (`evaluate_scaled`), and the base config must not set one."""
+    if base.model.config.get("rope_scaling_type") is not None:
+        raise ValueError(f"model.config.rope_scaling_type={base.model.config['rope_scaling_type']!r}: the MLM "
+                         "comparison trains without RoPE scaling and applies it at evaluation (--eval-scaling)")
     if base.model.family != "dta_bert":
         raise ValueError(f"model.family={base.model.family!r}: the MLM comparison varies DTA-BERT's attention_type")
     position_type, drope_fraction = POSITION_ARMS[arm.positions]
@@ -111,7 +144,8 @@ def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunC
     return dataclasses.replace(
         base,
         model=dataclasses.replace(base.model, config=model_config),
-        train=dataclasses.replace(base.train, drope_fraction=drope_fraction, seed=arm.seed),
+        train=dataclasses.replace(base.train, drope_fraction=drope_fraction, seed=arm.seed,
+                                  seq_len=arm.seq_len or base.train.seq_len),
         output_dir=str(out_dir / "runs" / arm.name),
     )
 
@@ -126,8 +160,28 @@ def config_hash(base: RunConfig, head_size: int):
 
 # ------------------------------------------------------------------------------------------------------- training
 
-def train_arm(arm: Arm, run: RunConfig, setup: str):
-    """Train one arm (resuming its last checkpoint if it has one); returns its CSV row and curve points."""
+def train_arm(arm: Arm | None, run: RunConfig, setup: str, scalings=(), factor=None, trained=None):
+    """Train one arm (resuming its last checkpoint if it has one), or take `trained`, the row of its finished run
+    (arm None); then evaluate that run with each RoPE scaling of `scalings`. Returns the new CSV rows and the
+    training curve points."""
+    rows, curve = [], []
+    if arm is not None:
+        trained, curve = trained_row(arm, run, setup)
+        rows.append(trained)
+    if scalings:
+        test_sets = test_sets_of(run)
+        for scaling in scalings:
+            start = time.perf_counter()
+            metrics = evaluate_scaled(run, scaling, factor, test_sets)
+            rows.append({
+                **trained, "scaling": scaling,
+                **{f"test_{length}_{name}": metrics[length][name] for length in LENGTHS for name in METRIC_NAMES},
+                "wall_seconds": round(time.perf_counter() - start, 1),  # of the evaluation
+            })
+    return rows, curve
+
+
+def trained_row(arm: Arm, run: RunConfig, setup: str):
     run_dir = Path(run.output_dir)
     resume = any(run_dir.glob("checkpoint-*"))
     if run_dir.exists() and not resume:
@@ -136,7 +190,8 @@ def train_arm(arm: Arm, run: RunConfig, setup: str):
     result = pretrain(run, resume=resume)
     results = result.results
     row = {
-        **dataclasses.asdict(arm),
+        "attention": arm.attention, "positions": arm.positions, "seed": arm.seed, "train_len": run.train.seq_len,
+        "scaling": arm.scaling,
         "setup": setup,
         "heads": run.model.config["num_attention_heads"],
         "parameters": sum(p.numel() for p in result.trainer.model.parameters()),
@@ -148,19 +203,83 @@ def train_arm(arm: Arm, run: RunConfig, setup: str):
         "wall_seconds": round(time.perf_counter() - start, 1),  # of this (possibly resumed) session only
         "run_dir": str(run_dir),
     }
-    return row, curve_points(result.trainer.state.log_history, arm)
+    return row, curve_points(result.trainer.state.log_history, row)
 
 
-def curve_points(log_history, arm: Arm):
+def test_sets_of(run: RunConfig):
+    """The run's test windows at 1x and 4x, rebuilt exactly as `pretrain` built them (same documents, split seed
+    and tokenizer, which is loaded from the run folder)."""
+    from transformers import AutoTokenizer
+
+    from ..training.data import load_documents, split_documents
+    from ..training.pretrain import evaluation_sets
+
+    tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
+    documents = list(load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
+                                    streaming=run.data.streaming, limit=run.data.limit))
+    splits = split_documents(documents, validation_size=run.data.validation_size, test_size=run.data.test_size,
+                             seed=run.train.seed)
+    return evaluation_sets(splits["test"], tokenizer, run, "test")
+
+
+def scaling_fields(scaling: str, factor: float, train_len: int):
+    """Config fields of an evaluation-time RoPE scaling; YaRN measures wavelengths against the training length
+    (not ``max_position_embeddings``, which the pipeline sets to the long evaluation length)."""
+    if scaling == "none":
+        return {"rope_scaling_type": None, "rope_scaling_factor": 1.0}
+    return {"rope_scaling_type": scaling, "rope_scaling_factor": float(factor),
+            "rope_original_max_position_embeddings": train_len}
+
+
+def load_scaled_model(run_dir, scaling: str, factor: float, train_len: int):
+    """The trained model of `run_dir` with RoPE scaling `scaling` (factor `factor`); the weights are the saved
+    ones, the saved config is not changed. The config is rebuilt so that its own checks run on the new fields."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    import encoderlab  # noqa: F401  (registers the families with the Auto classes)
+
+    saved = AutoConfig.from_pretrained(run_dir)
+    if saved.position_embedding_type != "rope" and scaling != "none":
+        raise ValueError(f"scaling={scaling!r} needs a RoPE model; {run_dir} has position_embedding_type="
+                         f"{saved.position_embedding_type!r}")
+    config = type(saved).from_dict({**saved.to_dict(), **scaling_fields(scaling, factor, train_len)})
+    return AutoModelForMaskedLM.from_pretrained(run_dir, config=config)
+
+
+def evaluate_scaled(run: RunConfig, scaling: str, factor: float, test_sets=None):
+    """Test metrics at 1x and 4x of the finished run in `run.output_dir` evaluated with RoPE scaling `scaling`:
+    {"short": {metric: value}, "long": {...}}. The masks are the ones `pretrain` scored (same collator seed), so
+    ``scaling="none"`` reproduces the run's own test metrics."""
+    from transformers import AutoTokenizer, Trainer, TrainingArguments
+
+    from ..training.collator import MLMCollator
+    from ..training.metrics import compute_metrics, preprocess_logits_for_metrics
+    from ..training.trainer import cpu_only
+
+    model = load_scaled_model(run.output_dir, scaling, factor, run.train.seq_len)
+    test_sets = test_sets_of(run) if test_sets is None else test_sets
+    tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
+    collator = MLMCollator(tokenizer, seed=run.train.seed, mlm_probability=run.mlm.probability,
+                           mask_replace_prob=run.mlm.mask_replace_prob, random_replace_prob=run.mlm.random_replace_prob)
+    args = TrainingArguments(output_dir=run.output_dir, per_device_eval_batch_size=run.train.eval_batch_size
+                             or run.train.batch_size, use_cpu=cpu_only(), report_to="none")
+    trainer = Trainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics,
+                      preprocess_logits_for_metrics=preprocess_logits_for_metrics)
+    metrics = trainer.evaluate(eval_dataset=test_sets, metric_key_prefix="test")
+    return {length: {name: metrics[f"test_{length}_{name}"] for name in METRIC_NAMES} for length in LENGTHS}
+
+
+def curve_points(log_history, row):
     """One point per evaluation during training and length. `pretrain` evaluates the final model once more at
     the last step; that repeat is dropped."""
     points, tokens = {}, 0
+    arm = {name: row[name] for name in ("attention", "positions", "seed", "train_len")}
     for entry in log_history:
         tokens = entry.get("num_input_tokens_seen", tokens)
         for length in LENGTHS:
             if f"eval_{length}_accuracy" in entry:
                 points.setdefault((entry["step"], length), {
-                    **dataclasses.asdict(arm), "step": entry["step"], "tokens": tokens, "length": length,
+                    **arm, "step": entry["step"], "tokens": tokens, "length": length,
                     **{name: entry[f"eval_{length}_{name}"] for name in METRIC_NAMES},
                 })
     return list(points.values())
@@ -173,23 +292,53 @@ def check_setup(rows, setup: str, csv_path: Path):
                          "choose another --out-dir, or delete it to start over")
 
 
-def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1):
-    """Train every arm without a row in ``mlm_runs.csv``; rows (and curves) are appended as runs finish, so a
-    crash loses only the runs in flight. Returns the number of runs trained."""
+def migrate_csv(path: Path, columns, train_len):
+    """Adds the `columns` (of ``train_len``, ``scaling``) that the CSV of a sweep from before the context-extension
+    axes lacks, so that new rows can be appended to it: its runs were trained at the base length, without scaling."""
+    rows = read_results(path)
+    if rows and any(name not in rows[0] for name in columns):
+        defaults = {"train_len": train_len, "scaling": "none"}
+        write_rows(path, [{**{name: defaults[name] for name in columns}, **row} for row in rows])
+
+
+def jobs_for(arms, base: RunConfig, head_size: int, out_dir: Path, rows: list, setup: str, factor):
+    """`train_arm` arguments, one job per training run with anything to do: train it unless `rows` hold its row,
+    then evaluate it with the scalings of its arms that have no row yet."""
+    done = {tuple(row[name] for name in ARM_FIELDS): row for row in rows}
+    by_run = {}
+    for arm in arms:
+        if arm.key(base.train.seq_len) not in done:
+            by_run.setdefault(arm.trained, []).append(arm.scaling)
+    jobs = []
+    for trained, scalings in by_run.items():
+        trained_row = done.get(trained.key(base.train.seq_len))
+        run = arm_config(base, trained, head_size, out_dir)
+        jobs.append((None if trained_row else trained, run, setup, [k for k in scalings if k != "none"], factor,
+                     trained_row))
+    return jobs
+
+
+def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1, factor=None):
+    """Train every arm without a row in ``mlm_runs.csv`` and evaluate the trained runs with the RoPE scalings
+    (factor `factor`, by default ``data.long_factor``) of the arms that have none; rows (and curves) are appended
+    as runs finish, so a crash loses only the runs in flight. Returns the number of rows added."""
     runs_csv = out_dir / RUNS_CSV
     setup = config_hash(base, head_size)
+    migrate_csv(runs_csv, ("train_len", "scaling"), base.train.seq_len)
+    migrate_csv(out_dir / CURVES_CSV, ("train_len",), base.train.seq_len)
     rows = read_results(runs_csv)
     check_setup(rows, setup, runs_csv)
-    done = {tuple(row[name] for name in ARM_FIELDS) for row in rows}
-    todo = [arm for arm in arms if arm.key() not in done]
-    logger.info("%d of %d runs already in %s; %d to go", len(arms) - len(todo), len(arms), runs_csv, len(todo))
-    jobs = [(arm, arm_config(base, arm, head_size, out_dir), setup) for arm in todo]
-    for row, curve in run_jobs(train_arm, jobs, workers, worker_setup=_init_worker):
+    jobs = jobs_for(arms, base, head_size, out_dir, rows, setup, factor or base.data.long_factor)
+    todo = sum((arm is not None) + len(scalings) for arm, _, _, scalings, *_ in jobs)
+    logger.info("%d of %d rows already in %s; %d training runs and %d rows to go", len(arms) - todo, len(arms),
+                runs_csv, sum(arm is not None for arm, *_ in jobs), todo)
+    for new_rows, curve in run_jobs(train_arm, jobs, workers, worker_setup=_init_worker):
         append_rows(out_dir / CURVES_CSV, curve)
-        append_rows(runs_csv, [row])
-        logger.info("%s-%s-s%s: test accuracy %.3f (1x) %.3f (4x) in %.0f s", row["attention"], row["positions"],
-                    row["seed"], row["test_short_accuracy"], row["test_long_accuracy"], row["wall_seconds"])
-    return len(todo)
+        append_rows(runs_csv, new_rows)
+        for row in new_rows:
+            logger.info("%s: test accuracy %.3f (1x) %.3f (4x)", row_label(row), float(row["test_short_accuracy"]),
+                        float(row["test_long_accuracy"]))
+    return todo
 
 
 def _init_worker(threads):
@@ -321,11 +470,136 @@ def summary_markdown(rows, stats):
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------- context extension axes
+
+def row_label(row):
+    return f"{row['attention']}-{row['positions']}-s{row['seed']} (L{row['train_len']}, {row['scaling']})"
+
+
+def setting_of(row):
+    """(training length, evaluation-time RoPE scaling) of a row; rows of older sweeps have neither column."""
+    return str(row.get("train_len") or ""), row.get("scaling") or "none"
+
+
+def setting_label(setting):
+    train_len, scaling = setting
+    return f"L{train_len} {scaling}" if train_len else scaling
+
+
+def settings(rows):
+    """The settings in the rows, by training length, then scaling in `SCALINGS` order: the first, the shortest
+    training length without scaling, is the reference (the paper's Figures 3/4 setting)."""
+    return sorted({setting_of(row) for row in rows}, key=lambda s: (int(s[0] or 0), SCALINGS.index(s[1])))
+
+
+def reference_rows(rows):
+    reference = settings(rows)[0]
+    return [row for row in rows if setting_of(row) == reference]
+
+
+def welch_entries(rows_a, rows_b, **fields):
+    """Welch's test of two groups of rows on every test metric at 1x and 4x: one dict per length and metric."""
+    entries = []
+    for length in LENGTHS:
+        for name in METRIC_NAMES:
+            a = [float(row[f"test_{length}_{name}"]) for row in rows_a]
+            b = [float(row[f"test_{length}_{name}"]) for row in rows_b]
+            p = welch_p(a, b)
+            entries.append({**fields, "length": length, "metric": name, "mean_a": statistics.mean(a),
+                            "mean_b": statistics.mean(b), "difference": statistics.mean(a) - statistics.mean(b),
+                            "p_value": p, "mark": significance_mark(p)})
+    return entries
+
+
+def context_groups(rows):
+    """{(attention, positions, setting): [rows]} in display order."""
+    grouped = {}
+    for row in rows:
+        grouped.setdefault((row["attention"], row["positions"], setting_of(row)), []).append(row)
+    order = settings(rows)
+    return dict(sorted(grouped.items(), key=lambda item: (list(POSITION_ARMS).index(item[0][1]),
+                                                          order.index(item[0][2]), ATTENTION_TYPES.index(item[0][0]))))
+
+
+def context_comparisons(rows):
+    """Welch's tests along the context-extension axes:
+
+    - ``attention``: within each position arm and setting, every two attention types (later in
+      `ATTENTION_TYPES` first), e.g. dual triangle + YaRN against bidirectional + YaRN;
+    - ``setting``: within each attention type and position arm, every other setting against the reference
+      (shortest training length, no scaling), e.g. what YaRN or a longer training length does to one model.
+    """
+    grouped = context_groups(rows)
+    reference = settings(rows)[0]
+    attentions = [a for a in reversed(ATTENTION_TYPES) if any(key[0] == a for key in grouped)]
+    cells = list(dict.fromkeys((positions, setting) for _, positions, setting in grouped))
+    entries = []
+    for positions, setting in cells:
+        for a, b in combinations(attentions, 2):
+            if (a, positions, setting) in grouped and (b, positions, setting) in grouped:
+                entries += welch_entries(grouped[(a, positions, setting)], grouped[(b, positions, setting)],
+                                         test="attention", group=f"{positions}, {setting_label(setting)}", a=a, b=b)
+    for (attention, positions, setting), group_rows in grouped.items():
+        if setting != reference and (attention, positions, reference) in grouped:
+            entries += welch_entries(group_rows, grouped[(attention, positions, reference)], test="setting",
+                                     group=f"{attention}/{positions}", a=setting_label(setting),
+                                     b=setting_label(reference))
+    return entries
+
+
+def context_table(rows):
+    """Mean and sd over seeds of every test metric per (attention, positions, training length, scaling)."""
+    table = []
+    for (attention, positions, setting), group_rows in context_groups(rows).items():
+        entry = {"attention": attention, "positions": positions, "train_len": setting[0], "scaling": setting[1],
+                 "seeds": len(group_rows)}
+        for length in LENGTHS:
+            for name in METRIC_NAMES:
+                values = [float(row[f"test_{length}_{name}"]) for row in group_rows]
+                entry[f"{length}_{name}_mean"], entry[f"{length}_{name}_sd"] = mean_sd(values)
+        table.append(entry)
+    return table
+
+
+def context_markdown(rows, stats):
+    """The summary's section on the context-extension axes: accuracy and loss per setting, and the tests."""
+    columns = [(length, name) for name in ("accuracy", "mlm_loss") for length in LENGTHS]
+    header = " | ".join(f"{METRIC_LABELS[name]} {LENGTHS[length]}" for length, name in columns)
+    lines = [
+        "",
+        "## Context extension: training length and RoPE scaling at evaluation",
+        "",
+        "L<n> = trained at n tokens (1x = n, 4x = 4n); the scaling (none, linear, ntk, yarn) is applied to the "
+        "trained model at evaluation only, at both lengths. Mean ± sd over seeds.",
+        "",
+        f"| attention | positions | train length | scaling | seeds | {header} |",
+        "|---|---|---|---|---|" + "---|" * len(columns),
+    ]
+    for entry in context_table(rows):
+        cells = [f"{entry[f'{l}_{n}_mean']:.3f} ± {entry[f'{l}_{n}_sd']:.3f}" for l, n in columns]
+        lines.append(f"| {entry['attention']} | {entry['positions']} | {entry['train_len']} | {entry['scaling']} | "
+                     f"{entry['seeds']} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "Welch's t-tests on accuracy (two-sided, over seeds): mean(a) - mean(b), p-value and mark; every metric is "
+        "in mlm_context_stats.csv.",
+        "",
+        "| test | within | a | b | accuracy 1x | accuracy 4x |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_pair = {}
+    for entry in stats:
+        if entry["metric"] == "accuracy":
+            by_pair.setdefault((entry["test"], entry["group"], entry["a"], entry["b"]), {})[entry["length"]] = entry
+    for (test, group, a, b), by_length in by_pair.items():
+        cells = [f"{m['difference']:+.3f} (p={m['p_value']:.2g} {m['mark']})".replace(" )", ")")
+                 for m in (by_length[length] for length in LENGTHS)]
+        lines.append(f"| {test} | {group} | {a} | {b} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_csv(path, rows):
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(path, rows)
 
 
 # ---------------------------------------------------------------------------------------------------------- plots
@@ -493,17 +767,62 @@ def plot_drope(curves, rows, stats, path):
     plt.close(figure)
 
 
+def plot_context(rows, stats, path):
+    """The context-extension axes in the bars layout: accuracy and loss at 1x (top) and 4x (bottom); clusters =
+    position arm x setting, bars = attention types, brackets = their Welch's tests."""
+    plt = _pyplot()
+    grouped, categories = {}, []
+    for (attention, positions, setting), group_rows in context_groups(rows).items():
+        category = f"{positions}\n{setting_label(setting)}"
+        categories += [category] if category not in categories else []
+        grouped[(attention, category)] = {f"{length}_{name}": [float(row[f"test_{length}_{name}"]) for row in group_rows]
+                                          for length in LENGTHS for name in METRIC_NAMES}
+    attentions = [a for a in ATTENTION_TYPES if any(key[0] == a for key in grouped)]
+    attention_stats = [{**entry, "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
+                        "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}"}
+                       for entry in stats if entry["test"] == "attention"]
+    names = ("accuracy", "mlm_loss")
+    figure, axes = plt.subplots(len(LENGTHS), len(names), figsize=(max(6.0, 1.3 * len(categories) * len(names)), 6.4),
+                                squeeze=False, layout="constrained")
+    for row_index, (length, label) in enumerate(LENGTHS.items()):
+        for col_index, name in enumerate(names):
+            axis = axes[row_index][col_index]
+            bar_panel(axis, grouped, attention_stats, categories, attentions, lambda cat, att: (att, cat),
+                      f"{length}_{name}")
+            axis.tick_params(axis="x", labelsize=7)
+            axis.set_title(f"test {METRIC_LABELS[name]}, {label} the training length", fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    figure.suptitle("MLM context extension: training length (L) x RoPE scaling at evaluation (mean ± sd; Welch)",
+                    fontsize=10)
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
 def write_outputs(out_dir: Path):
-    """Summary, tables and figures from the two CSVs, so they can be redrawn without training."""
-    rows = read_results(out_dir / RUNS_CSV)
-    if not rows:
+    """Summary, tables and figures from the two CSVs, so they can be redrawn without training. The Figures 3/4
+    outputs use the reference setting (shortest training length, no scaling); the context-extension outputs
+    (``mlm_context_*``) appear when the rows hold more than one setting."""
+    all_rows = read_results(out_dir / RUNS_CSV)
+    if not all_rows:
         logger.warning("no runs in %s; nothing to summarise", out_dir / RUNS_CSV)
         return []
-    curves = read_results(out_dir / CURVES_CSV)
+    rows = reference_rows(all_rows)
+    reference_len = setting_of(rows[0])[0]
+    curves = [point for point in read_results(out_dir / CURVES_CSV)
+              if str(point.get("train_len") or "") == reference_len]
     stats = comparisons(rows)
     paths = {name: out_dir / name for name in
              ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png")}
-    paths["mlm_summary.md"].write_text(summary_markdown(rows, stats))
+    summary = summary_markdown(rows, stats)
+    if len(settings(all_rows)) > 1:
+        context_stats = context_comparisons(all_rows)
+        summary += context_markdown(all_rows, context_stats)
+        for name in ("mlm_context_table.csv", "mlm_context_stats.csv", "mlm_context.png"):
+            paths[name] = out_dir / name
+        write_csv(paths["mlm_context_table.csv"], context_table(all_rows))
+        write_csv(paths["mlm_context_stats.csv"], context_stats)  # never empty: two settings give a setting test
+        plot_context(all_rows, context_stats, paths["mlm_context.png"])
+    paths["mlm_summary.md"].write_text(summary)
     write_csv(paths["mlm_table.csv"], table_rows(rows))
     if stats:
         write_csv(paths["mlm_stats.csv"], stats)
@@ -520,11 +839,26 @@ def write_outputs(out_dir: Path):
 # ------------------------------------------------------------------------------------------------------------ CLI
 
 def add_arguments(parser):
-    parser.add_argument("--config", default=DEFAULT_CONFIG,
-                        help="base run config: a YAML/JSON file or a bundled name (default: the CPU-sized "
-                             f"{DEFAULT_CONFIG!r}; 'dta_nl' / 'dta_protein' are the paper's)")
+    parser.add_argument("--domain", choices=list(DOMAINS), default="text",
+                        help="the corpus of the CPU-sized default config: text (embedded English reference text, "
+                             f"{DOMAINS['text']!r}) or protein (UniProt FASTA + ESM-2 tokenizer, "
+                             f"{DOMAINS['protein']!r})")
+    parser.add_argument("--config", default=None,
+                        help="base run config: a YAML/JSON file or a bundled name (default: the --domain's "
+                             "CPU-sized config; 'dta_nl' / 'dta_protein' are the paper's GPU setups)")
+    parser.add_argument("--data", default=None, metavar="PATH",
+                        help="corpus of every arm (a FASTA/text/JSONL/CSV/Parquet file or a Hub dataset); "
+                             "the same as --set data.source=PATH")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the base config for every arm, e.g. --set train.token_budget=2e6")
+    parser.add_argument("--seq-lens", nargs="+", type=int, default=None, metavar="N",
+                        help="context-extension axis: training lengths (each evaluated at 1x and 4x itself); "
+                             "default: the base config's train.seq_len only")
+    parser.add_argument("--eval-scaling", nargs="+", choices=SCALINGS, default=list(SCALINGS),
+                        help="context-extension axis: RoPE scalings applied to the trained rope arms at evaluation "
+                             "only (no retraining, so cheap); default: all")
+    parser.add_argument("--scaling-factor", type=float, default=None,
+                        help="factor of the evaluation-time RoPE scaling (default: data.long_factor, i.e. 4)")
     parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=["bidirectional", "dual_triangle"])
     parser.add_argument("--positions", nargs="+", choices=list(POSITION_ARMS), default=list(POSITION_ARMS),
                         help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of the budget")
@@ -539,15 +873,28 @@ def add_arguments(parser):
     parser.add_argument("--plots-only", action="store_true", help="redraw summary and figures from the CSVs")
 
 
+def base_config(args) -> RunConfig:
+    """The run config every arm starts from: --config, else the --domain's, with --data and --set applied."""
+    overrides = ([f"data.source={args.data}"] if args.data else []) + args.overrides
+    return load_run_config(args.config or DOMAINS[args.domain], overrides)
+
+
 def run(args):
     if args.workers < 1:
         raise ValueError(f"--workers must be positive, got {args.workers}")
+    if args.scaling_factor is not None and not args.scaling_factor >= 1:
+        raise ValueError(f"--scaling-factor must be >= 1 (the context extension ratio), got {args.scaling_factor}")
+    for seq_len in args.seq_lens or ():
+        if seq_len < 2:
+            raise ValueError(f"--seq-lens must be token counts >= 2, got {seq_len}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if not args.plots_only:
-        base = load_run_config(args.config, args.overrides)
+        base = base_config(args)
         head_size = base_head_size(base, args.head_size)
-        arms = grid(args.attention, args.positions, args.seeds)
-        sweep(arms, base, head_size, args.out_dir, workers=args.workers)
+        # The base length is the arm without a length suffix, so a sweep that adds lengths reuses its runs.
+        seq_lens = [None if n == base.train.seq_len else n for n in args.seq_lens or [base.train.seq_len]]
+        arms = grid(args.attention, args.positions, args.seeds, list(dict.fromkeys(seq_lens)), args.eval_scaling)
+        sweep(arms, base, head_size, args.out_dir, workers=args.workers, factor=args.scaling_factor)
     for path in write_outputs(args.out_dir):
         logger.info("wrote %s", path)
     return 0
