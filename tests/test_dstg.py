@@ -264,7 +264,7 @@ def test_mlm_loss_sends_no_gradient_into_the_final_ap_stream():
     ids, mask = pad_batch(sequences(), "right")
     labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
     final_streams = []
-    model.model.layers[-1].register_forward_hook(lambda module, inputs, output: final_streams.extend(output[:2]))
+    model.model.layers[-1].register_forward_hook(lambda module, inputs, output: final_streams.extend(output[0]))
     loss = model(ids, attention_mask=mask, labels=labels).loss
     for stream in final_streams:
         stream.retain_grad()

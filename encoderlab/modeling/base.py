@@ -4,9 +4,12 @@ initialisation and self-contained checkpoint export, and the position context ha
 Only relative imports of concrete modules: the export flattens these files into one folder.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
 
 from .attention import AttentionMask
 from .layers import build_norm
@@ -185,6 +188,18 @@ class PositionContext:
         self.bias_module = bias_module
 
 
+@dataclass
+class LayerContext:
+    """What a layer reads besides its residual state, built once per forward: the attention mask, the positions,
+    and what a family's body adds (HOMA's block grid; DTA's embedding output x0 and a block's value embeddings)."""
+
+    mask: AttentionMask
+    positions: PositionContext
+    block_layout: object = None
+    x0: torch.Tensor | None = None
+    value_embeds: torch.Tensor | None = None
+
+
 class ExportMixin:
     """``save_pretrained`` that also writes ``auto_map`` and flat, self-contained code into the folder, so the
     checkpoint loads with ``trust_remote_code=True`` where encoderlab is not installed.
@@ -254,6 +269,79 @@ class EncoderBackbone:
         return mask, PositionContext(rope=rope, bias_module=self.position_bias)
 
 
+class EncoderModel(EncoderBackbone):
+    """The encoder template every family's bare model runs: input checks -> embeddings -> layer context -> layers ->
+    final norm, with the output assembled (and ``return_dict`` honoured) here only.
+
+    A family supplies its embeddings (`embed`; DSTG's two streams), `layer_context` when its layers read more than
+    the mask and positions, and layers of one contract, ``layer(state, context, output_attentions) -> (state,
+    probs)``, where ``state`` is the residual stream (a tensor, or DSTG's (ap, semantic) pair) and ``probs`` the
+    attention probabilities or None. A body other than a plain stack overrides `run_layers` (DTA's U-Net).
+    """
+
+    family_name = None  # for messages
+    output_class = BaseModelOutput
+
+    def length_limits(self):
+        """Sequence-length limits beyond the position table's, for `check_inputs`."""
+        return ()
+
+    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
+        """Checks of inputs this family cannot take (after `check_inputs`)."""
+
+    def default_positions(self, attention_mask, batch_size, seq_len, device):
+        return default_position_ids(attention_mask, batch_size, seq_len, device)
+
+    def embed(self, input_ids, inputs_embeds, position_ids):
+        return self.embeddings(input_ids, inputs_embeds, position_ids)
+
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+        mask, positions = self.prepare_attention(
+            self.config, attention_mask, position_ids, batch_size, seq_len, device, dtype
+        )
+        return LayerContext(mask, positions)
+
+    def run_layers(self, state, context, input_ids, output_attentions):
+        """Returns the state after every layer (the embedding output first) and each layer's probabilities."""
+        states, attentions = (state,), ()
+        for layer in self.layers:
+            state, probs = layer(state, context, output_attentions)
+            states += (state,)
+            attentions += (probs,)
+        return states, attentions
+
+    def hidden_states_output(self, states):
+        """The output fields holding the per-layer states (before the final norm)."""
+        return {"hidden_states": states}
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        config = self.config
+        batch_size, seq_len, device = check_inputs(
+            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
+        )
+        if token_type_ids is not None and values_checkable() and bool(token_type_ids.any()):
+            raise ValueError(
+                f"token_type_ids has non-zero segment ids, but {self.family_name} has no segment embeddings"
+            )
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        self.check_family_inputs(input_ids, inputs_embeds, output_attentions)
+        if position_ids is None:
+            position_ids = self.default_positions(attention_mask, batch_size, seq_len, device)
+
+        state = self.embed(input_ids, inputs_embeds, position_ids)
+        dtype = (state[0] if isinstance(state, tuple) else state).dtype
+        context = self.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype)
+        states, attentions = self.run_layers(state, context, input_ids, output_attentions)
+        output = self.output_class(
+            last_hidden_state=self.final_norm(states[-1]),
+            attentions=attentions if output_attentions else None,
+            **(self.hidden_states_output(states) if output_hidden_states else {}),
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
 def masked_mean(hidden_states, attention_mask):
     """Mean over real tokens: hidden_states (B, L, D), attention_mask (B, L) or None -> (B, D)."""
     if attention_mask is None:
@@ -269,6 +357,8 @@ __all__ = [
     "default_position_ids",
     "EncoderEmbeddings",
     "PositionContext",
+    "LayerContext",
+    "EncoderModel",
     "EncoderPreTrainedModel",
     "EncoderBackbone",
     "masked_mean",

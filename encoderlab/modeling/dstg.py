@@ -28,11 +28,11 @@ from transformers.utils import ModelOutput
 from ..configuration.dstg import DSTGNeoBERTConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, AttentionMask, attention_implementation, eager_attention_forward
 from .base import (
-    EncoderBackbone,
     EncoderEmbeddings,
+    EncoderModel,
     EncoderPreTrainedModel,
+    LayerContext,
     PositionContext,
-    check_inputs,
     default_position_ids,
 )
 from .heads import (
@@ -57,9 +57,9 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(batch_size, seq_len, -1)
 
 
-def join_streams(streams):
-    """(ap, semantic) -> [ap | semantic] (B, L, hidden); a single stream is returned as is."""
-    return streams[0] if len(streams) == 1 else torch.cat(streams, dim=-1)
+def join_streams(state):
+    """(ap, semantic) -> [ap | semantic] (B, L, hidden); a baseline's single stream is returned as is."""
+    return torch.cat(state, dim=-1) if isinstance(state, tuple) else state
 
 
 def shift_positions(position_ids, batch_size, max_positions):
@@ -207,13 +207,14 @@ class NeoBERTAttention(nn.Module):
         if self.config.uses_relative_bias:
             init.zeros_(self.relative_bias.relative_attention_bias.weight)
 
-    def forward(self, hidden_states, mask, positions, output_attentions=False):
+    def forward(self, hidden_states, context, output_attentions=False):
+        positions = context.positions
         query, key, value = (split_heads(x, self.num_heads) for x in self.qkv(hidden_states).chunk(3, dim=-1))
         if positions.rope is not None:
             cos, sin = positions.rope
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         output, probs = attention_function(self.config, output_attentions)(
-            self, query, key, value, mask,
+            self, query, key, value, context.mask,
             attention_type="bidirectional",
             bias_module=self.relative_bias if positions.use_relative_bias else None,
             dropout=self.config.attention_dropout,
@@ -246,8 +247,9 @@ class DSTGAttention(nn.Module):
         query, key, value = projection(x).split([inner, inner, value_size], dim=-1)
         return split_heads(query, self.num_heads), split_heads(key, self.num_heads), split_heads(value, self.num_heads)
 
-    def forward(self, ap, semantic, mask, positions, output_attentions=False):
+    def forward(self, ap, semantic, context, output_attentions=False):
         """ap (B, L, ap_size), semantic (B, L, semantic_size) -> their attention outputs (same shapes), probs."""
+        positions = context.positions
         semantic_query, semantic_key, semantic_value = self.project(self.semantic_qkv, semantic, self.semantic_size)
         ap_query, ap_key, ap_value = self.project(self.ap_qkv, ap, self.ap_size)
         # Zero AP query rows and key rows of special tokens: their AP logit term vanishes whether the special
@@ -258,7 +260,7 @@ class DSTGAttention(nn.Module):
         value = torch.cat([semantic_value, ap_value], dim=-1)  # (B, H, L, (semantic_size + ap_size) / H)
         bias = self.relative_bias.for_batch(positions) if positions.use_relative_bias else None
         output, probs = attention_function(self.config, output_attentions)(
-            self, query, key, value, mask,
+            self, query, key, value, context.mask,
             attention_type="bidirectional",
             bias_module=bias,
             scale=self.head_dim**-0.5,  # each stream's logit is scaled by its own head_dim, not by 2 * head_dim
@@ -304,8 +306,8 @@ class NeoBERTLayer(GradientCheckpointingLayer):
         self.mlp = SwiGLUMLP(config.hidden_size, config.swiglu_widths[1])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, mask, positions, output_attentions=False):
-        attention_output, probs = self.attention(self.attention_norm(hidden_states), mask, positions, output_attentions)
+    def forward(self, hidden_states, context, output_attentions=False):
+        attention_output, probs = self.attention(self.attention_norm(hidden_states), context, output_attentions)
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -325,16 +327,17 @@ class DSTGLayer(GradientCheckpointingLayer):
         self.mlp = DisentangledSwiGLU(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, ap, semantic, mask, positions, output_attentions=False):
-        """ap (B, L, ap_size), semantic (B, L, semantic_size) -> updated ap, semantic, and the attention probs."""
+    def forward(self, streams, context, output_attentions=False):
+        """streams (ap (B, L, ap_size), semantic (B, L, semantic_size)) -> (updated ap, semantic), attention probs."""
+        ap, semantic = streams
         ap_update, semantic_update, probs = self.attention(
-            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), mask, positions, output_attentions
+            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), context, output_attentions
         )
         ap, semantic = ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)
         ap_update, semantic_update = self.mlp(
             torch.cat([self.ap_mlp_norm(ap), self.semantic_mlp_norm(semantic)], dim=-1)
         )
-        return ap + self.dropout(ap_update), semantic + self.dropout(semantic_update), probs
+        return (ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)), probs
 
 
 class DSTGEmbeddings(nn.Module):
@@ -366,7 +369,8 @@ class DSTGFinalNorm(nn.Module):
         self.ap_norm = build_norm(config, config.ap_size)
         self.semantic_norm = build_norm(config, config.semantic_size)
 
-    def forward(self, ap, semantic):
+    def forward(self, streams):
+        ap, semantic = streams
         return torch.cat([self.ap_norm(ap), self.semantic_norm(semantic)], dim=-1)
 
 
@@ -418,13 +422,16 @@ class DSTGNeoBERTPreTrainedModel(EncoderPreTrainedModel):
             super()._init_weights(module)  # norms, and the init_scalars hook (zeroed RP tables)
 
 
-class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
+class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
     """The bare DSTG-NeoBERT encoder (or a NeoBERT baseline, per ``config.preset``): embeddings, blocks, final norm.
 
     Returns [`DSTGNeoBERTOutput`]. Special tokens (``config.special_token_ids``) are found by token id, so
     ``preset="dstg"`` needs ``input_ids``. In training, ``position_shift`` moves the default positions of the
     learned table by a random per-sequence offset; explicit ``position_ids`` are used as given.
     """
+
+    family_name = "DSTG-NeoBERT"
+    output_class = DSTGNeoBERTOutput
 
     def __init__(self, config):
         super().__init__(config)
@@ -440,19 +447,15 @@ class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def check_dstg_inputs(self, input_ids, inputs_embeds, token_type_ids):
-        if token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError("token_type_ids has non-zero segment ids, but DSTG-NeoBERT has no segment embeddings")
+    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
         if self.config.is_disentangled and inputs_embeds is not None:
             raise ValueError(
                 "preset='dstg' needs input_ids, not inputs_embeds: special tokens are identified by token id and "
                 "the semantic stream is embedded from the ids"
             )
 
-    def positions_for(self, attention_mask, position_ids, batch_size, seq_len, device):
+    def default_positions(self, attention_mask, batch_size, seq_len, device):
         """Default positions count real tokens only; in training they are shifted for the learned table."""
-        if position_ids is not None:
-            return position_ids
         position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
         if self.training and self.config.position_shift and self.config.use_positions:
             position_ids = shift_positions(position_ids, batch_size, self.config.max_position_embeddings)
@@ -469,46 +472,28 @@ class DSTGNeoBERT(EncoderBackbone, DSTGNeoBERTPreTrainedModel):
         special_ids = torch.tensor(self.config.special_token_ids, dtype=input_ids.dtype, device=input_ids.device)
         return torch.isin(input_ids, special_ids)
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        config = self.config
-        batch_size, seq_len, device = check_inputs(
-            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids
-        )
-        self.check_dstg_inputs(input_ids, inputs_embeds, token_type_ids)
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        position_ids = self.positions_for(attention_mask, position_ids, batch_size, seq_len, device)
+    def embed(self, input_ids, inputs_embeds, position_ids):
+        """The residual state: (ap, semantic) for dstg, the hidden states for the baselines."""
+        if self.config.is_disentangled:
+            return self.embeddings(input_ids, position_ids)
+        return self.embeddings(input_ids, inputs_embeds, position_ids)
 
-        # The residual streams: (ap, semantic) for dstg, (hidden,) for the baselines.
-        if config.is_disentangled:
-            streams = self.embeddings(input_ids, position_ids)
-        else:
-            streams = (self.embeddings(input_ids, inputs_embeds, position_ids),)
-        mask = AttentionMask(attention_mask, batch_size, seq_len, device)
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+        config = self.config
         positions = DSTGPositionContext(
             seq_len, device,
-            rope=self.rotary_tables(position_ids, streams[0].dtype),
+            rope=self.rotary_tables(position_ids, dtype),
             use_relative_bias=config.uses_relative_bias and config.use_positions,
             special_tokens=self.special_tokens(input_ids) if config.is_disentangled else None,
         )
-        all_streams, all_attentions = (streams,), ()
-        for layer in self.layers:
-            *streams, probs = layer(*streams, mask, positions, output_attentions)
-            all_streams += (tuple(streams),)
-            all_attentions += (probs,)
-        return self.build_output(all_streams, all_attentions, output_hidden_states, output_attentions, return_dict)
+        return LayerContext(AttentionMask(attention_mask, batch_size, seq_len, device), positions)
 
-    def build_output(self, all_streams, all_attentions, output_hidden_states, output_attentions, return_dict):
-        per_stream = output_hidden_states and self.config.is_disentangled
-        output = DSTGNeoBERTOutput(
-            last_hidden_state=self.final_norm(*all_streams[-1]),
-            hidden_states=tuple(join_streams(s) for s in all_streams) if output_hidden_states else None,
-            attentions=all_attentions if output_attentions else None,
-            ap_hidden_states=tuple(s[0] for s in all_streams) if per_stream else None,
-            semantic_hidden_states=tuple(s[-1] for s in all_streams) if per_stream else None,
-        )
-        return output if return_dict is not False else output.to_tuple()
+    def hidden_states_output(self, states):
+        outputs = {"hidden_states": tuple(join_streams(state) for state in states)}
+        if self.config.is_disentangled:
+            outputs.update(ap_hidden_states=tuple(ap for ap, _ in states),
+                           semantic_hidden_states=tuple(semantic for _, semantic in states))
+        return outputs
 
 
 DSTGNeoBERTModel = DSTGNeoBERT

@@ -8,22 +8,16 @@ every position scheme of [`EncoderConfig`] is available. With ``config.unet`` th
 paper (skip connections, x0 mixing, optional value embeddings).
 """
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput
 
 from ..configuration.dta import DTABertConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
-from .base import (
-    EncoderBackbone,
-    EncoderEmbeddings,
-    EncoderPreTrainedModel,
-    build_position_bias,
-    check_inputs,
-    default_position_ids,
-)
+from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, build_position_bias
 from .heads import (
     EncoderForMaskedLM,
     EncoderForQuestionAnswering,
@@ -54,7 +48,8 @@ class DTABertAttention(nn.Module):
             init.ones_(self.value_scale)
             init.zeros_(self.value_embed_scale)
 
-    def forward(self, hidden_states, mask, positions, value_embeds=None, output_attentions=False):
+    def forward(self, hidden_states, context, output_attentions=False):
+        positions, value_embeds = context.positions, context.value_embeds
         batch_size, seq_len, _ = hidden_states.shape
         query, key, value = self.qkv(hidden_states).chunk(3, dim=-1)  # each (B, L, hidden)
         if value_embeds is not None:
@@ -72,7 +67,7 @@ class DTABertAttention(nn.Module):
             attention_implementation(self.config, output_attentions), eager_attention_forward
         )
         output, probs = attention_forward(
-            self, query, key, value, mask,
+            self, query, key, value, context.mask,
             attention_type=self.config.attention_type,
             bias_module=positions.bias_module,
             dropout=self.config.attention_dropout,
@@ -83,7 +78,7 @@ class DTABertAttention(nn.Module):
 
 
 class DTABertLayer(GradientCheckpointingLayer):
-    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)); with U-Net, x0 is mixed in first."""
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)); in the U-Net body, x0 is mixed in first."""
 
     def __init__(self, config):
         super().__init__()
@@ -103,12 +98,10 @@ class DTABertLayer(GradientCheckpointingLayer):
             init.ones_(self.residual_scale)
             init.zeros_(self.x0_scale)
 
-    def forward(self, hidden_states, x0, mask, positions, value_embeds=None, output_attentions=False):
-        if self.config.unet:
-            hidden_states = self.residual_scale * hidden_states + self.x0_scale * x0
-        attention_output, probs = self.attention(
-            self.attention_norm(hidden_states), mask, positions, value_embeds, output_attentions
-        )
+    def forward(self, hidden_states, context, output_attentions=False):
+        if context.x0 is not None:
+            hidden_states = self.residual_scale * hidden_states + self.x0_scale * context.x0
+        attention_output, probs = self.attention(self.attention_norm(hidden_states), context, output_attentions)
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -130,13 +123,15 @@ class DTABertPreTrainedModel(EncoderPreTrainedModel):
         return embeddings
 
 
-class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
-    """The bare DTA-BERT encoder: embeddings, blocks and the final norm.
+class DTABertModel(EncoderModel, DTABertPreTrainedModel):
+    """The bare DTA-BERT encoder: embeddings, blocks (a plain stack or the U-Net body) and the final norm.
 
     Returns [`BaseModelOutput`] with ``last_hidden_state`` (B, L, hidden), ``hidden_states`` (embedding output
-    plus one entry per block, before the final norm) and ``attentions`` (eager only; (B, H, L, L) per layer, or
-    (B, 2H, L, L) for dual triangle: index h is the down half of head h, H + h its up half).
+    plus one entry per block, before the final norm) and ``attentions`` ((B, H, L, L) per layer, or (B, 2H, L, L)
+    for dual triangle: index h is the down half of head h, H + h its up half; computed with eager attention).
     """
+
+    family_name = "DTA-BERT"
 
     def __init__(self, config):
         super().__init__(config)
@@ -159,50 +154,37 @@ class DTABertModel(EncoderBackbone, DTABertPreTrainedModel):
         if self.config.unet:
             init.ones_(self.skip_weights)
 
-    def _value_embedding_table(self, layer_index):
+    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
+        if self.config.value_embeddings and input_ids is None:
+            raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
+
+    def value_embedding_table(self, layer_index):
         if not self.config.unet:
             return self.value_embeddings[layer_index]
         # U-Net: encoder block r and decoder block n-1-r share a table.
         return self.value_embeddings[min(layer_index, self.config.num_hidden_layers - 1 - layer_index)]
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+    def run_layers(self, hidden_states, context, input_ids, output_attentions):
+        """The blocks, with what the U-Net body adds: every block mixes in the embedding output x0; the first half
+        (encoder) keeps its outputs, which the second half (decoder) adds back in mirrored order, weighted; and,
+        with value embeddings, each block (U-Net: each mirrored pair) reads its own value table."""
         config = self.config
-        batch_size, seq_len, device = check_inputs(
-            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids
-        )
-        if token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError("token_type_ids has non-zero segment ids, but DTA-BERT has no segment embeddings")
-        if config.value_embeddings and input_ids is None:
-            raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        if position_ids is None:
-            position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
-
-        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
-        mask, positions = self.prepare_attention(
-            config, attention_mask, position_ids, batch_size, seq_len, device, hidden_states.dtype
-        )
-        x0 = hidden_states
+        if config.unet:
+            context = replace(context, x0=hidden_states)
         half = config.num_hidden_layers // 2
-        skips, all_hidden_states, all_attentions = [], (hidden_states,), ()
+        states, attentions, skips = (hidden_states,), (), []
         for index, layer in enumerate(self.layers):
             if config.unet and index >= half:
                 hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
-            value_embeds = self._value_embedding_table(index)(input_ids) if config.value_embeddings else None
-            hidden_states, probs = layer(hidden_states, x0, mask, positions, value_embeds, output_attentions)
+            layer_context = context
+            if config.value_embeddings:  # a new context per block: gradient checkpointing replays each with its own
+                layer_context = replace(context, value_embeds=self.value_embedding_table(index)(input_ids))
+            hidden_states, probs = layer(hidden_states, layer_context, output_attentions)
             if config.unet and index < half:
                 skips.append(hidden_states)
-            all_hidden_states += (hidden_states,)
-            all_attentions += (probs,)
-
-        output = BaseModelOutput(
-            last_hidden_state=self.final_norm(hidden_states),
-            hidden_states=all_hidden_states if output_hidden_states else None,
-            attentions=all_attentions if output_attentions else None,
-        )
-        return output if return_dict is not False else output.to_tuple()
+            states += (hidden_states,)
+            attentions += (probs,)
+        return states, attentions
 
 
 class DTABertLMHead(nn.Module):

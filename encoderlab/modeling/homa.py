@@ -33,11 +33,10 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput
 
 from ..configuration.homa import HOMAConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
-from .base import EncoderBackbone, EncoderEmbeddings, EncoderPreTrainedModel, check_inputs, default_position_ids
+from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary
@@ -587,10 +586,13 @@ class HOMALayer(GradientCheckpointingLayer):
         self.mlp = build_mlp(config, bias=True)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, mask, positions, block_layout=None):
-        attention_output = self.attention(self.attention_norm(hidden_states), mask, positions.rope, block_layout)
+    def forward(self, hidden_states, context, output_attentions=False):
+        """-> (hidden_states, None): HOMA returns no attention maps."""
+        attention_output = self.attention(
+            self.attention_norm(hidden_states), context.mask, context.positions.rope, context.block_layout
+        )
         hidden_states = hidden_states + self.dropout(attention_output)
-        return hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
+        return hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states))), None
 
 
 # Attention weights a pairwise or blockwise model shares with HOMA, frozen by `from_pairwise(freeze_transferred)`.
@@ -642,13 +644,15 @@ class HOMAPreTrainedModel(EncoderPreTrainedModel):
         return target
 
 
-class HOMAModel(EncoderBackbone, HOMAPreTrainedModel):
+class HOMAModel(EncoderModel, HOMAPreTrainedModel):
     """The bare HOMA encoder: embeddings, blocks and the final norm.
 
     Returns [`BaseModelOutput`] with ``last_hidden_state`` (B, L, hidden) and ``hidden_states`` (embedding
     output plus one entry per block, before the final norm). Attention maps are not returned: the triadic
     pathway has no (L, L) map to show.
     """
+
+    family_name = "HOMA"
 
     def __init__(self, config):
         super().__init__(config)
@@ -667,44 +671,19 @@ class HOMAModel(EncoderBackbone, HOMAPreTrainedModel):
             return [(self.config.max_position_embeddings, reason)]
         return []
 
-    def block_layout(self, mask, batch_size, seq_len, device):
-        """The overlapping block grid shared by all layers, or None for the non-block attention types."""
-        if not self.config.uses_blocks:
-            return None
-        key_valid = mask.key_valid
-        if key_valid is None:
-            key_valid = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
-        return BlockLayout.from_mask(key_valid, self.config.block_size, self.config.block_stride)
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        config = self.config
-        batch_size, seq_len, device = check_inputs(
-            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
-        )
-        if token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError("token_type_ids has non-zero segment ids, but HOMA has no segment embeddings")
+    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
         if output_attentions:
             raise ValueError("output_attentions=True is not supported by HOMA: triadic attention has no (L, L) map")
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        if position_ids is None:
-            position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
 
-        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
-        mask, positions = self.prepare_attention(
-            config, attention_mask, position_ids, batch_size, seq_len, device, hidden_states.dtype
-        )
-        layout = self.block_layout(mask, batch_size, seq_len, device)
-        all_hidden_states = (hidden_states,)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, positions, layout)
-            all_hidden_states += (hidden_states,)
-
-        output = BaseModelOutput(
-            last_hidden_state=self.final_norm(hidden_states),
-            hidden_states=all_hidden_states if output_hidden_states else None,
-        )
-        return output if return_dict is not False else output.to_tuple()
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+        """The mask and positions, and the overlapping block grid shared by all layers of the block types."""
+        context = super().layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype)
+        if self.config.uses_blocks:
+            key_valid = context.mask.key_valid
+            if key_valid is None:
+                key_valid = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
+            context.block_layout = BlockLayout.from_mask(key_valid, self.config.block_size, self.config.block_stride)
+        return context
 
 
 class HOMALMHead(nn.Module):
