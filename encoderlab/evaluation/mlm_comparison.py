@@ -1,4 +1,5 @@
-"""The MLM comparison of the DTA paper (experiments 2a/2b): attention type x position arm x seed.
+"""The MLM comparisons of the DTA paper (experiments 2a/2b on text, 3 on proteins): attention type x position arm x
+seed, and the context-extension axes (training length x RoPE scaling at evaluation).
 
 Every arm is the same base run config (`encoderlab.training.pretrain`: same corpus, architecture and token
 budget) with four fields set: ``model.config.attention_type``, ``model.config.position_embedding_type``,
@@ -13,6 +14,22 @@ two triangle halves has the base head size), so at equal hidden size it has half
 size is ``--head-size``, or else the head width of the base config (half of it when that config is dual
 triangle, whose heads hold two halves).
 
+``--domain`` picks the CPU-sized base config: ``text`` (``mlm_comparison``, the embedded English reference text,
+byte-level BPE) or ``protein`` (``mlm_protein``: the same model on UniProt sequences from a FASTA file, ESM-2
+tokenizer; ``--data PATH`` points it at another file). The paper's setups are ``--config dta_nl`` and
+``--config dta_protein`` (OMG-Prot50), on GPUs.
+
+Context-extension axes (the paper trains at one length and evaluates at 1x and 4x):
+
+- ``--seq-lens 64 128``: training lengths; each run is evaluated at 1x and 4x its own length, on held-out
+  documents of at least 4x it. Runs at a length other than the base config's go to ``...-L<length>`` folders.
+- ``--eval-scaling none linear ntk yarn``: RoPE scaling (factor ``--scaling-factor``, by default
+  ``data.long_factor``) applied to each finished ``rope`` run when it is evaluated, at both lengths: the saved
+  model is reloaded with the scaling in its config, so training never sees it and no run is retrained. Each
+  scaling is one more row (``scaling`` column) of the same run.
+
+A later axis that changes the model (e.g. the dual triangle head routing) is one more `Arm` field.
+
 Each run trains through `pretrain` into ``OUT/runs/<attention>-<positions>-s<seed>``; when it finishes, one row
 with its test metrics at 1x and 4x the training length (masked-token loss, accuracy, micro-F1, MCC) goes to
 ``OUT/mlm_runs.csv`` and its evaluation curve to ``OUT/mlm_curves.csv``. Rerunning skips finished runs and
@@ -23,10 +40,16 @@ arm, and rope with rope-off within each attention type, with two-sided Welch's t
   *** p<0.001, n.s. otherwise);
 - ``mlm_bars.png`` (Figures 3c-d/4c-d), ``mlm_curves.png`` (Figures 3a-b), ``mlm_drope.png`` (Figure 5).
 
+These use the reference setting (the shortest training length, no scaling). With more than one setting, the
+summary gains a context-extension section, with ``mlm_context_table.csv``, ``mlm_context_stats.csv`` (attention
+types compared within each setting; each setting against the reference within each attention type) and
+``mlm_context.png``.
+
 Usage (the default config is the CPU-sized ``mlm_comparison``; see the README)::
 
     encoderlab experiment mlm --attention bidirectional dual_triangle --positions rope none rope-off \\
         --seeds 0 1 2 --out-dir runs/mlm_comparison --workers 2
+    encoderlab experiment mlm --domain protein --seq-lens 64 128 --out-dir runs/mlm_protein --workers 2
     encoderlab experiment mlm --config dta_nl --set train.token_budget=1e8 ...   # the paper's setup, on GPUs
     encoderlab experiment mlm --plots-only --out-dir runs/mlm_comparison        # redraw from the CSVs
 
@@ -34,7 +57,6 @@ or ``python -m encoderlab.evaluation.mlm_comparison``.
 """
 
 import argparse
-import csv
 import dataclasses
 import hashlib
 import json
@@ -775,8 +797,10 @@ def plot_context(rows, stats, path):
     for (attention, positions, setting), group_rows in context_groups(rows).items():
         category = f"{positions}\n{setting_label(setting)}"
         categories += [category] if category not in categories else []
-        grouped[(attention, category)] = {f"{length}_{name}": [float(row[f"test_{length}_{name}"]) for row in group_rows]
-                                          for length in LENGTHS for name in METRIC_NAMES}
+        grouped[(attention, category)] = {
+            f"{length}_{name}": [float(row[f"test_{length}_{name}"]) for row in group_rows]
+            for length in LENGTHS for name in METRIC_NAMES
+        }
     attentions = [a for a in ATTENTION_TYPES if any(key[0] == a for key in grouped)]
     attention_stats = [{**entry, "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
                         "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}"}
@@ -861,7 +885,8 @@ def add_arguments(parser):
                         help="factor of the evaluation-time RoPE scaling (default: data.long_factor, i.e. 4)")
     parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=["bidirectional", "dual_triangle"])
     parser.add_argument("--positions", nargs="+", choices=list(POSITION_ARMS), default=list(POSITION_ARMS),
-                        help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of the budget")
+                        help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of "
+                             "the budget")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--head-size", type=int, default=None,
                         help="channels per bidirectional/causal head (dual triangle heads get twice this); "
