@@ -25,7 +25,12 @@ from encoderlab.training.metrics import (
 )
 from encoderlab.training.pretrain import RunConfig, build_model_config, load_run_config, pretrain
 from encoderlab.training.run_config import apply_overrides
-from encoderlab.training.run_folder import MARKER_FILE, RunFinished, check_checkpoint_schedule
+from encoderlab.training.run_folder import (
+    MARKER_FILE,
+    RunFinished,
+    check_checkpoint_schedule,
+    start_run_folder,
+)
 from encoderlab.training.trainer import plan_steps
 
 
@@ -146,6 +151,15 @@ def test_output_dir_that_holds_no_run_is_never_touched(tmp_path):
     assert [p.name for p in user_dir.iterdir()] == ["notes.txt"] and (user_dir / "notes.txt").read_text() == "mine"
     with pytest.raises(ValueError, match="holds no run to resume"):
         pretrain(tiny_run(tmp_path / "new"), resume=True)
+
+
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_trains_from_step_zero(tmp_path):
+    run = tiny_run(tmp_path / "run")
+    start_run_folder(tmp_path / "run", "pretrain", run)  # what a run killed before its first checkpoint leaves
+    with pytest.raises(ValueError, match="holds an `encoderlab pretrain` run, not an `encoderlab demo` run"):
+        pretrain(run, resume=True, command="demo")
+    results = pretrain(run, resume=True).results
+    assert results["steps"] == results["plan"]["max_steps"]
 
 
 def test_a_checkpoint_trained_towards_another_step_count_is_refused(tmp_path):
