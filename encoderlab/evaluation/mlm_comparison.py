@@ -790,7 +790,7 @@ def plot_drope(curves, rows, stats, path):
 
 
 def plot_context(rows, stats, path):
-    """The context-extension axes in the bars layout: accuracy and loss at 1x (top) and 4x (bottom); clusters =
+    """The context-extension axes in the bars layout: accuracy and loss at 1x and 4x, one panel each; clusters =
     position arm x setting, bars = attention types, brackets = their Welch's tests."""
     plt = _pyplot()
     grouped, categories = {}, []
@@ -805,16 +805,15 @@ def plot_context(rows, stats, path):
     attention_stats = [{**entry, "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
                         "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}"}
                        for entry in stats if entry["test"] == "attention"]
-    names = ("accuracy", "mlm_loss")
-    figure, axes = plt.subplots(len(LENGTHS), len(names), figsize=(max(6.0, 1.3 * len(categories) * len(names)), 6.4),
+    panels = [(length, name) for name in ("accuracy", "mlm_loss") for length in LENGTHS]
+    figure, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 0.9 * len(categories) + 1.5), 2.6 * len(panels)),
                                 squeeze=False, layout="constrained")
-    for row_index, (length, label) in enumerate(LENGTHS.items()):
-        for col_index, name in enumerate(names):
-            axis = axes[row_index][col_index]
-            bar_panel(axis, grouped, attention_stats, categories, attentions, lambda cat, att: (att, cat),
-                      f"{length}_{name}")
-            axis.tick_params(axis="x", labelsize=7)
-            axis.set_title(f"test {METRIC_LABELS[name]}, {label} the training length", fontsize=9)
+    for index, (length, name) in enumerate(panels):
+        axis = axes[index][0]
+        bar_panel(axis, grouped, attention_stats, categories, attentions, lambda cat, att: (att, cat),
+                  f"{length}_{name}")
+        axis.tick_params(axis="x", labelsize=7)
+        axis.set_title(f"test {METRIC_LABELS[name]}, {LENGTHS[length]} the training length", fontsize=9)
     axes[0][0].legend(fontsize=7)
     figure.suptitle("MLM context extension: training length (L) x RoPE scaling at evaluation (mean ± sd; Welch)",
                     fontsize=10)
