@@ -198,8 +198,9 @@ REMOTE_PIPELINE = textwrap.dedent("""
     folder, text = sys.argv[1:3]
     model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
     assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    print(json.dumps(pipeline("text-classification", model=model, tokenizer=tokenizer)(text)))
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, trust_remote_code=True)
+    print(json.dumps(classify(text)))
 """)
 
 
@@ -233,6 +234,7 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     done = subprocess.run([sys.executable, "-I", str(script), str(run_dir), text], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip(), done.stderr[-3000:]
     remote = json.loads(done.stdout.strip().splitlines()[-1])
     assert remote[0]["label"] == local[0]["label"] and remote[0]["score"] == pytest.approx(local[0]["score"],
                                                                                            abs=1e-5)

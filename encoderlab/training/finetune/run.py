@@ -445,6 +445,7 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         callbacks=[EarlyStoppingCallback(early_stopping_patience=run.train.patience), evaluate_at_end_callback()],
     )
     trainer.train(resume_from_checkpoint=True if any(point_dir.glob("checkpoint-*")) else None)
+    trainer.remove_callback(EarlyStoppingCallback)  # it only follows evaluations during training
     metrics = {}
     for split in ["validation", *prepared.eval_splits]:
         trainer.compute_metrics = kind.compute_metrics(task, prepared.raw[split], prepared.features[split], settings)
