@@ -1,11 +1,14 @@
 """The `encoderlab` command: nested subcommands, options of the chosen module only, clear usage errors."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from encoderlab import cli
+from encoderlab.training.demo import clear_earlier_demo
+from encoderlab.training.run_folder import MARKER_FILE
 
 
 def leaf_commands(tree, prefix=()):
@@ -80,6 +83,16 @@ def test_demo_never_deletes_a_folder_that_is_not_an_earlier_demo_run(tmp_path, c
     assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 1
     assert "is not empty and is not an earlier demo run" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    earlier = tmp_path / "earlier_demo"
+    earlier.mkdir()
+    (earlier / MARKER_FILE).write_text(json.dumps({"command": "demo"}))
+    clear_earlier_demo(earlier)
+    assert not earlier.exists()
+    (earlier / "sub").mkdir(parents=True)
+    (earlier / MARKER_FILE).write_text(json.dumps({"command": "pretrain"}))  # a pretraining run is no demo
+    with pytest.raises(ValueError, match="is not an earlier demo run"):
+        clear_earlier_demo(earlier)
+    assert (earlier / "sub").is_dir()
 
 
 def test_importing_the_cli_adds_no_heavy_module():

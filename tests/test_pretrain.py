@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import EvalPrediction
 
-from encoderlab import DTABertConfig, DTABertForMaskedLM
+from encoderlab import DTABertConfig, DTABertForMaskedLM, cli
 from encoderlab.training.callbacks import DroPECallback, drope_step
 from encoderlab.training.metrics import (
     compute_metrics,
@@ -256,7 +256,7 @@ def test_drope_switches_positions_off_at_the_step():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
+def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     run_dir = tmp_path / "run"
     # Sparse prediction on: evaluation gets packed logits, and the saved model still fills masks densely.
     model_config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -289,6 +289,10 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path):
     with pytest.raises(RunFinished, match=f"is finished \\({results['steps']} steps"):
         pretrain(same, resume=True)
     assert json.loads((run_dir / "results.json").read_text())["steps"] == results["steps"]  # nothing retrained
+    config_file = tmp_path / "run.json"
+    config_file.write_text(json.dumps(same.to_dict()))
+    assert cli.main(["pretrain", "--config", str(config_file), "--resume"]) == 0
+    assert "Nothing to do: the run in" in capsys.readouterr().out
 
 
 def test_drope_drops_the_relative_bias_of_dstg_rp_and_dstg_uses_the_tokenizer_ids(tmp_path):
