@@ -104,6 +104,8 @@ def test_model_config_is_checked_before_any_data_is_read_or_file_written(tmp_pat
     with pytest.raises(ValueError, match=r"model.config of family 'dta_bert': num_attention_heads=0"):
         pretrain(run)
     assert not run_dir.exists()
+    with pytest.raises(ValueError, match=r"tokenizer.name='sentencepiece' is not supported; allowed values: \['bpe'"):
+        pretrain(tiny_run(run_dir, tokenizer={"name": "sentencepiece"}, data={"source": str(tmp_path / "nothing")}))
     for key, value in [("pad_token_id", 5), ("vocab_size", 100)]:
         with pytest.raises(ValueError, match=rf"model.config.{key}={value} is taken from the tokenizer"):
             pretrain(tiny_run(run_dir, model={"config": {key: value}}))

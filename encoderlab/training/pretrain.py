@@ -137,7 +137,13 @@ def _check_ids_in_vocabulary(run: RunConfig, config, allowed: set[str]) -> None:
 
 
 def validate_run(run: RunConfig) -> None:
-    """What the sections cannot check alone: the family and its config, built in a dry run without data."""
+    """What the sections cannot check alone: the tokenizer name, the family and its config (a dry run)."""
+    from encoderlab.tokenization import TOKENIZER_BUILDERS
+
+    from .run_config import check_choice
+
+    if run.tokenizer.path is None:
+        check_choice("tokenizer.name", run.tokenizer.name, sorted(TOKENIZER_BUILDERS))
     build_model_config(run)
 
 
