@@ -209,9 +209,12 @@ class EncoderConfig(PreTrainedConfig):
         self.classifier_dropout = classifier_dropout
         self.sparse_prediction = sparse_prediction
         # transformers' own validation, at the end of its __init__, divides by num_attention_heads (head_dim) and
-        # compares token ids with vocab_size: a zero or a string there must fail here, with our message.
+        # compares token ids with vocab_size, and its __init__ builds range(num_labels): a zero or a string there
+        # must fail here, with our message.
         for field in ("vocab_size", "hidden_size", "num_attention_heads"):
             check_positive_int(field, getattr(self, field))
+        if "num_labels" in kwargs:
+            check_positive_int("num_labels", kwargs["num_labels"])
         try:
             super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         except StrictDataclassError as error:  # a typed transformers field (problem_type, id2label, ...)

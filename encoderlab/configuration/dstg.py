@@ -193,6 +193,12 @@ class DSTGNeoBERTConfig(EncoderConfig):
 
     def validate_special_token_ids(self):
         # cls_token_id and sep_token_id are checked with every other *_token_id by the base config.
+        for field in ("cls_token_id", "sep_token_id"):
+            if getattr(self, field) == self.pad_token_id:
+                raise ValueError(
+                    f"{field}={getattr(self, field)} equals pad_token_id={self.pad_token_id}: padding is masked out "
+                    "of attention, so it cannot also mark a sequence's special tokens"
+                )
         ids = self.special_token_ids
         if not isinstance(ids, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size for i in ids
