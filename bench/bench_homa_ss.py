@@ -4,8 +4,9 @@ A small configuration of the paper's backbone (trained from scratch, no pretrain
 minutes on a 2-core CPU: the question is the ordering of the attention types at an equal budget (same steps, batch,
 data order, learning-rate schedule and backbone; only the attention differs), not the paper's absolute accuracy.
 Pairwise-2D is global attention over the sequence, blockwise-2D attention inside overlapping blocks (l=30, s=15),
-HOMA the blockwise pathway fused with the triadic one; all three use learned absolute positions. Training and test
-chains are truncated to --max-length residues (the pairwise model's positions only go that far).
+HOMA the blockwise pathway fused with the triadic one; all three use learned absolute positions. Chains longer than
+--max-length tokens (the pairwise model's positions only go that far) become overlapping windows, so every residue
+is trained on and scored.
 
 Usage: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_homa_ss.py [--steps 1500] [--max-length 256] [--no-write]
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.evaluation.protein_tasks import train_secondary_structure
+from encoderlab.training.finetune.run import finetune, load_finetune_config
 from encoderlab.modeling.homa import HOMAForTokenClassification
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
 
@@ -44,17 +45,22 @@ def build_model(attention_type, args, seed):
 
 
 def run_once(attention_type, args, seed):
-    """Trains one model and returns (CB513 Q3, CB513 macro-F1, parameter count, seconds)."""
+    """Trains one model with `encoderlab finetune` and returns (CB513 Q3, CB513 macro-F1, parameter count, seconds)."""
     model = build_model(attention_type, args, seed)
-    with tempfile.TemporaryDirectory() as output_dir:
+    with tempfile.TemporaryDirectory() as work:
+        model.save_pretrained(f"{work}/init")
+        tape_iupac_tokenizer(args.max_length).save_pretrained(f"{work}/init")
+        overrides = [
+            f"data.path={DATA}", f"data.max_length={args.max_length}", "data.eval_limit=null",
+            f"data.train_limit={'null' if args.train_sequences is None else args.train_sequences}",
+            f"train.max_steps={args.steps}", f"train.eval_steps={args.steps}", f"train.batch_size={args.batch}",
+            f"train.lr={args.lr}", "train.warmup_fraction=0.1", "train.weight_decay=0", f"train.seed={seed}",
+            f"output_dir={work}/run",
+        ]
         start = time.perf_counter()
-        scores = train_secondary_structure(
-            model, tape_iupac_tokenizer(args.max_length), DATA / "train.csv", {"cb513": DATA / "test_cb513.csv"},
-            output_dir, max_length=args.max_length, train_limit=args.train_sequences, max_steps=args.steps,
-            per_device_train_batch_size=args.batch, learning_rate=args.lr, warmup_steps=args.steps // 10, seed=seed,
-            data_seed=seed, disable_tqdm=True,
-        )["cb513"]
-    return scores["cb513_q3"], scores["cb513_macro_f1"], model.num_parameters(), time.perf_counter() - start
+        results = finetune(load_finetune_config("secondary_structure", f"{work}/init", None, overrides)).results
+    scores = results["metrics"]["test_cb513"]
+    return scores["q3"], scores["macro_f1"], model.num_parameters(), time.perf_counter() - start
 
 
 def mean_sd(values):
@@ -91,9 +97,10 @@ def main():
         "",
         f"From scratch, d={args.hidden}, {args.layers} layers, 4 heads, FFN {2 * args.hidden}, learned absolute "
         f"positions; l=30, s=15, w={args.window}, r=8, MLP fusion. {args.steps} steps of batch {args.batch} (AdamW, "
-        f"lr {args.lr}, {args.steps // 10} warm-up steps then linear decay) on {chains} training chains, truncated to "
-        f"{args.max_length} residues; Q3 / macro-F1 on all 513 CB513 chains (same truncation, unresolved residues "
-        f"ignored). Seeds {', '.join(map(str, args.seeds))} (initialisation, dropout and data order); every attention "
+        f"lr {args.lr}, {args.steps // 10} warm-up steps then linear decay) on {chains} training chains, in windows of "
+        f"{args.max_length} tokens (<cls>/<sep> included); Q3 / macro-F1 on every residue of all 513 CB513 chains "
+        "(unresolved residues ignored), with `encoderlab finetune --task secondary_structure`. "
+        f"Seeds {', '.join(map(str, args.seeds))} (initialisation, dropout and data order); every attention "
         "type sees the same batches.",
         "",
         "| attention | params | Q3 per seed | Q3 mean ± sd | macro-F1 per seed | macro-F1 mean ± sd | s/run |",

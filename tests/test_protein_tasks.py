@@ -1,93 +1,116 @@
-"""TAPE fine-tuning hook-up: label alignment, ignored residues, metrics against scikit-learn/scipy, tiny runs."""
+"""TAPE tasks through `encoderlab finetune` with a HOMA model: unresolved residues ignored, the pipeline's
+``<cls> ... <sep>`` format in training, H/E/C label names, every residue of a chain longer than the model's
+positions scored, protein regression; on small synthetic CSVs in the TAPE formats (no shared data needed)."""
+
+import csv
 
 import numpy as np
 import pytest
-from scipy.stats import spearmanr
-from sklearn.metrics import accuracy_score, f1_score
+import torch
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.evaluation.protein_tasks import (
-    load_regression,
-    load_secondary_structure,
-    q3_and_macro_f1,
-    secondary_structure_labels,
-    spearman_rho,
-    train_regression,
-    train_secondary_structure,
-)
-from encoderlab.modeling.homa import HOMAForSequenceClassification, HOMAForTokenClassification
+from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
+from encoderlab.training.finetune.run import finetune, load_finetune_config, prepare
+from encoderlab.training.finetune.tokens import TokenKind
 
-TINY = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32, block_size=8,
-            block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8, max_position_embeddings=64)
-
-
-def test_unresolved_residues_are_ignored():
-    assert secondary_structure_labels("HECH", "1101") == [0, 1, -100, 0]
-    with pytest.raises(ValueError, match="allowed letters"):
-        secondary_structure_labels("HXC", "111")
+RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
 
 
-def test_q3_and_macro_f1_match_sklearn():
+def write_secondary_structure(path, chains, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "sequence", "ss3", "resolved"])
+        for number, length in enumerate(chains):
+            sequence = "".join(rng.choice(list(RESIDUES), length))
+            ss3 = "".join(rng.choice(list("HEC"), length))
+            resolved = "".join(rng.choice(["1", "1", "1", "0"], length))
+            writer.writerow([f"chain{number}", sequence, ss3, resolved])
+
+
+@pytest.fixture(scope="module")
+def tape_folder(tmp_path_factory):
+    """train/valid/test_cb513/test_new364 CSVs of the TAPE secondary-structure layout, some chains > 60 residues."""
+    folder = tmp_path_factory.mktemp("ss3")
+    write_secondary_structure(folder / "train.csv", [30, 45, 80, 25] * 4, 0)
+    write_secondary_structure(folder / "valid.csv", [40, 90], 1)
+    write_secondary_structure(folder / "test_cb513.csv", [35, 150, 61], 2)
+    write_secondary_structure(folder / "test_new364.csv", [70], 3)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_homa(tmp_path_factory):
+    tokenizer = tape_iupac_tokenizer(64)
+    torch.manual_seed(0)
+    config = HOMAConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=16,
+                        num_attention_heads=2, num_hidden_layers=1, intermediate_size=32, block_size=8, block_stride=4,
+                        triadic_window=3, u_rank=4, fusion_hidden_size=8, max_position_embeddings=64)
+    folder = tmp_path_factory.mktemp("homa")
+    HOMAForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def overrides(tape_folder, out, *more):
+    return [f"data.path={tape_folder}", "data.max_length=64", "train.max_steps=4", "train.eval_steps=2",
+            "train.batch_size=4", f"output_dir={out}", *more]
+
+
+def test_unresolved_residues_are_not_labelled_and_bad_letters_are_refused():
+    kind = TokenKind()
+    row = {"sequence": "MKVL", "ss3": "HECH", "resolved": "1101"}
+    assert kind.raw_example(row, "sequence", "ss3", "f.csv", 1)["tags"] == ["H", "E", "", "H"]
+    with pytest.raises(ValueError, match="4 words but 3 labels"):
+        kind.raw_example({**row, "ss3": "HEC"}, "sequence", "ss3", "f.csv", 1)
+
+
+def test_every_resolved_residue_is_scored_once_in_the_pipeline_format(tape_folder, tiny_homa, tmp_path):
+    config = load_finetune_config("secondary_structure", str(tiny_homa), None,
+                                  overrides(tape_folder, tmp_path / "x", "data.eval_splits=[test_cb513, test_new364]"))
+    prepared = prepare(config)
+    tokenizer = prepared.tokenizer
+    for split in ("train", "validation", "test_cb513", "test_new364"):
+        features, raw = prepared.features[split], prepared.raw[split]
+        labelled = sum(int((np.asarray(labels) != -100).sum()) for labels in features["labels"])
+        assert labelled == sum(sum(tag != "" for tag in tags) for tags in raw["tags"])
+        assert all(len(ids) <= 64 and ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+                   for ids in features["input_ids"])
+    assert len(prepared.features["test_cb513"]) > len(prepared.raw["test_cb513"])  # the 150-residue chain: windows
+
+
+def test_secondary_structure_run_labels_h_e_c_and_refuses_bad_letters(tape_folder, tiny_homa, tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    results = finetune(load_finetune_config("secondary_structure", str(tiny_homa), None,
+                                            overrides(tape_folder, tmp_path / "ss3"))).results
+    assert results["label_names"] == ["H", "E", "C"] and set(results["metrics"]) == {"validation", "test_cb513"}
+    assert 0 <= results["metrics"]["test_cb513"]["q3"] <= 1
+    model = AutoModelForTokenClassification.from_pretrained(tmp_path / "ss3")
+    assert model.config.id2label == {0: "H", 1: "E", 2: "C"}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("train.csv", "valid.csv", "test_cb513.csv"):
+        (bad / name).write_text((tape_folder / name).read_text())
+    with open(bad / "valid.csv", "a") as handle:
+        handle.write("oops,MKV,HXC,111\n")
+    with pytest.raises(ValueError, match=r"label\(s\) \['X'\] are not among the label names \['H', 'E', 'C'\]"):
+        finetune(load_finetune_config("secondary_structure", str(tiny_homa), None,
+                                      overrides(bad, tmp_path / "bad_run")))
+    assert not (tmp_path / "bad_run").exists()
+
+
+def test_stability_regression_reports_spearman(tiny_homa, tmp_path):
     rng = np.random.default_rng(0)
-    labels = rng.integers(0, 3, size=(6, 20))
-    labels[:, 15:] = -100
-    labels[0, 3] = -100
-    predictions = np.where(rng.random((6, 20)) < 0.6, labels, rng.integers(0, 3, size=(6, 20)))
-    keep = labels != -100
-    scores = q3_and_macro_f1(predictions, labels)
-    assert scores["q3"] == pytest.approx(accuracy_score(labels[keep], predictions[keep]))
-    assert scores["macro_f1"] == pytest.approx(
-        f1_score(labels[keep], predictions[keep], average="macro", labels=[0, 1, 2], zero_division=0)
-    )
-
-
-def test_macro_f1_scores_an_absent_class_as_zero_like_sklearn():
-    labels, predictions = np.array([0, 0, 1, 1]), np.array([0, 1, 1, 1])
-    expected = f1_score(labels, predictions, average="macro", labels=[0, 1, 2], zero_division=0)
-    assert q3_and_macro_f1(predictions, labels)["macro_f1"] == pytest.approx(expected)
-
-
-def test_spearman_matches_scipy_with_ties():
-    predictions = np.array([0.1, 0.4, 0.4, 0.2, 0.9, 0.9, 0.5])
-    labels = np.array([1.0, 2.0, 3.0, 3.0, 5.0, 4.0, 0.5])
-    assert spearman_rho(predictions, labels) == pytest.approx(spearmanr(predictions, labels).statistic)
-
-
-def test_secondary_structure_rows_align_one_token_per_residue(shared_data):
-    tokenizer = tape_iupac_tokenizer()
-    path = shared_data / "tape" / "secondary_structure" / "test_cb513.csv"
-    dataset = load_secondary_structure(path, tokenizer, max_length=64, limit=5)
-    for example in dataset:
-        assert len(example["input_ids"]) == len(example["labels"]) <= 64
-        assert tokenizer.cls_token_id not in example["input_ids"]
-
-
-def test_tiny_secondary_structure_run(shared_data, tmp_path):
-    folder = shared_data / "tape" / "secondary_structure"
-    model = HOMAForTokenClassification(HOMAConfig(**TINY, num_labels=3))
-    results = train_secondary_structure(
-        model, tape_iupac_tokenizer(), folder / "train.csv", {"cb513": folder / "test_cb513.csv"}, tmp_path,
-        max_length=64, train_limit=8, eval_limit=4, per_device_train_batch_size=4, max_steps=2,
-    )
-    scores = results["cb513"]
-    assert 0.0 <= scores["cb513_q3"] <= 1.0 and 0.0 <= scores["cb513_macro_f1"] <= 1.0
-
-
-def test_tiny_regression_run(shared_data, tmp_path):
-    folder = shared_data / "tape" / "stability"
-    tokenizer = tape_iupac_tokenizer()
-    dataset = load_regression(folder / "valid.csv", tokenizer, max_length=64, limit=3)
-    assert dataset[0]["input_ids"][0] == tokenizer.cls_token_id and isinstance(dataset[0]["labels"], float)
-    model = HOMAForSequenceClassification(HOMAConfig(**TINY, num_labels=1))
-    results = train_regression(
-        model, tokenizer, folder / "train.csv", {"valid": folder / "valid.csv"}, tmp_path, max_length=64,
-        train_limit=8, eval_limit=8, per_device_train_batch_size=4, max_steps=2,
-    )
-    assert -1.0 <= results["valid"]["valid_spearman"] <= 1.0
-
-
-def test_wrong_label_count_is_refused(tmp_path):
-    model = HOMAForTokenClassification(HOMAConfig(**TINY, num_labels=2))
-    with pytest.raises(ValueError, match="needs 3"):
-        train_secondary_structure(model, tape_iupac_tokenizer(), "unused.csv", {}, tmp_path)
+    folder = tmp_path / "stability"
+    folder.mkdir()
+    for name, count in (("train.csv", 24), ("valid.csv", 8), ("test.csv", 8)):
+        with open(folder / name, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["seq", "label"])
+            writer.writerows(("".join(rng.choice(list(RESIDUES), 40)), rng.normal()) for _ in range(count))
+    results = finetune(load_finetune_config("stability", str(tiny_homa), None,
+                                            overrides(folder, tmp_path / "run"))).results
+    assert results["problem_type"] == "regression" and results["main_metric"] == "spearmanr"
+    assert set(results["metrics"]["test"]) >= {"spearmanr", "pearson", "mse"}
