@@ -276,7 +276,7 @@ def evaluate_scaled(run: RunConfig, scaling: str, factor: float, test_sets=None)
 
     from ..training.collator import MLMCollator
     from ..training.metrics import compute_metrics, preprocess_logits_for_metrics
-    from ..training.trainer import cpu_only
+    from ..training.trainer import cpu_only, use_bf16
 
     model = load_scaled_model(run.output_dir, scaling, factor, run.train.seq_len)
     test_sets = test_sets_of(run) if test_sets is None else test_sets
@@ -284,7 +284,8 @@ def evaluate_scaled(run: RunConfig, scaling: str, factor: float, test_sets=None)
     collator = MLMCollator(tokenizer, seed=run.train.seed, mlm_probability=run.mlm.probability,
                            mask_replace_prob=run.mlm.mask_replace_prob, random_replace_prob=run.mlm.random_replace_prob)
     args = TrainingArguments(output_dir=run.output_dir, per_device_eval_batch_size=run.train.eval_batch_size
-                             or run.train.batch_size, use_cpu=cpu_only(), report_to="none")
+                             or run.train.batch_size, bf16=use_bf16(run.train.precision), use_cpu=cpu_only(),
+                             report_to="none")  # evaluated as `pretrain` evaluates
     trainer = Trainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics,
                       preprocess_logits_for_metrics=preprocess_logits_for_metrics)
     metrics = trainer.evaluate(eval_dataset=test_sets, metric_key_prefix="test")
