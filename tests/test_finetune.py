@@ -433,3 +433,36 @@ def test_list_names_every_task_with_source_head_metric_and_cpu_default(capsys):
         assert f"\n{name} " in out
     assert "nyu-mll/glue" in out and "SequenceClassification" in out and "glue[cola]" in out
     assert "train.max_steps=300" in task_list()
+
+
+def test_own_jsonl_multi_label_and_token_classification(tiny_dta, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    rng = np.random.default_rng(0)
+    topics = {"sport": ["match", "goal"], "money": ["price", "bank"], "food": ["bread", "soup"]}
+
+    def write(path, count):
+        with open(path, "w") as handle:
+            for _ in range(count):
+                labels = sorted(rng.choice(list(topics), rng.integers(1, 3), replace=False).tolist())
+                words = [word for label in labels for word in topics[label]]
+                tags = [label for label in labels for _ in topics[label]]
+                handle.write(json.dumps({"text": " ".join(words), "labels": labels, "words": words,
+                                         "tags": tags}) + "\n")
+
+    write(tmp_path / "train.jsonl", 48)
+    write(tmp_path / "dev.jsonl", 16)
+    files = [f"data.train={tmp_path / 'train.jsonl'}", f"data.validation={tmp_path / 'dev.jsonl'}"]
+    multi = quick_run("text-classification", tiny_dta, tmp_path / "multi", *files, "data.text_columns=[text]",
+                      "data.label_column=labels", "data.problem_type=multi_label_classification").results
+    assert multi["label_names"] == ["food", "money", "sport"] and multi["main_metric"] == "micro_f1"
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "multi")
+    assert model.config.problem_type == "multi_label_classification" and model.config.num_labels == 3
+    tokens = quick_run("token-classification", tiny_dta, tmp_path / "tokens", *files, "data.text_columns=[words]",
+                       "data.label_column=tags").results
+    assert tokens["label_names"] == ["food", "money", "sport"]
+    assert AutoModelForTokenClassification.from_pretrained(tmp_path / "tokens").config.id2label[2] == "sport"
+    with pytest.raises(ValueError, match="must be a list"):
+        quick_run("text-classification", tiny_dta, tmp_path / "bad", *files, "data.text_columns=[text]",
+                  "data.label_column=words", "data.problem_type=multi_label_classification",
+                  "data.label_names=x")
