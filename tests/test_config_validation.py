@@ -34,7 +34,7 @@ def tiny(config_class, **overrides):
 ISSUE_CASES = [
     ("zero heads (was ZeroDivisionError)", DTABertConfig, dict(num_attention_heads=0),
      "num_attention_heads=0", "positive integer"),
-    ("negative norm_eps (was silent NaN)", DTABertConfig, dict(norm_eps=-1e-5), "norm_eps=-1e-05", "(0, inf)"),
+    ("negative norm_eps (was silent NaN)", DTABertConfig, dict(norm_eps=-1e-5), "norm_eps=-1e-05", "[1e-12, 1]"),
     ("rope_scaling without type (was ignored)", DTABertConfig,
      dict(position_embedding_type="rope", rope_scaling={"factor": 4.0}), "has no 'type'", "'linear', 'ntk', 'yarn'"),
     ("unknown DSTG classifier_activation (was KeyError at forward)", DSTGNeoBERTConfig,
@@ -68,6 +68,7 @@ MORE_CASES = [
     (DTABertConfig, dict(num_labels=0), "num_labels=0", "positive integer"),
     (DTABertConfig, dict(norm_eps=math.nan), "norm_eps=nan", "finite"),
     (DTABertConfig, dict(norm_eps=math.inf), "norm_eps=inf", "finite"),
+    (DTABertConfig, dict(norm_eps=1e-105), "norm_eps=1e-105", "[1e-12, 1]"),  # NaN for a constant row, from the fuzz
     (DTABertConfig, dict(rope_theta=1.0), "rope_theta=1.0", "(1, inf)"),
     (DTABertConfig, dict(initializer_range=50.0), "initializer_range=50.0", "(0, 1]"),
     (DTABertConfig, dict(attention_dropout=math.nan), "attention_dropout=nan", "[0, 1)"),

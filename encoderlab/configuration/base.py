@@ -277,7 +277,9 @@ class EncoderConfig(PreTrainedConfig):
         check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
         check_choice("mlp_type", self.mlp_type, MLP_TYPES)
         check_choice("norm_type", self.norm_type, NORM_TYPES)
-        check_positive_number("norm_eps", self.norm_eps)
+        # Below ~1e-12 the epsilon vanishes next to float32 rounding: a constant row (a padded position without
+        # position embeddings) is then normalised as 0/0.
+        check_number("norm_eps", self.norm_eps, 1e-12, 1.0, high_open=False)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
