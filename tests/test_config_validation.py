@@ -66,6 +66,8 @@ MORE_CASES = [
     (DTABertConfig, dict(hidden_size=16.0), "hidden_size=16.0", "positive integer"),
     (DTABertConfig, dict(vocab_size="40"), "vocab_size='40'", "positive integer"),
     (DTABertConfig, dict(num_labels=0), "num_labels=0", "positive integer"),
+    (DTABertConfig, dict(num_labels=-3), "num_labels=-3", "positive integer"),
+    (DTABertConfig, dict(num_labels=10**12), "num_labels=1000000000000", "<= 100000"),  # hung building id2label
     (DTABertConfig, dict(norm_eps=math.nan), "norm_eps=nan", "finite"),
     (DTABertConfig, dict(norm_eps=math.inf), "norm_eps=inf", "finite"),
     (DTABertConfig, dict(norm_eps=1e-105), "norm_eps=1e-105", "[1e-12, 1]"),  # NaN for a constant row, from the fuzz
@@ -103,6 +105,8 @@ MORE_CASES = [
     (HOMAConfig, dict(fusion_hidden_size=False), "fusion_hidden_size=False", "positive integer"),
     (DSTGNeoBERTConfig, dict(cls_token_id=96), "cls_token_id=96", "[0, vocab_size=96)"),
     (DSTGNeoBERTConfig, dict(sep_token_id=-2), "sep_token_id=-2", "[0, vocab_size=96)"),
+    (DSTGNeoBERTConfig, dict(sep_token_id=None), "sep_token_id=None", "[0, vocab_size=96)"),
+    (DSTGNeoBERTConfig, dict(cls_token_id=0), "cls_token_id=0 equals pad_token_id=0", "cannot also mark"),
     (DSTGNeoBERTConfig, dict(special_token_ids=5), "special_token_ids=5", "list of token ids"),
     (DSTGNeoBERTConfig, dict(special_token_ids=[1, True]), "special_token_ids=[1, True]", "list of token ids"),
 ]

@@ -21,6 +21,8 @@ ROPE_SCALING_TYPES = ("linear", "ntk", "yarn")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("swiglu", "gelu")
 CLASSIFIER_POOLING = ("cls", "mean")
+# transformers keeps one id2label entry per label (in memory and in config.json).
+MAX_NUM_LABELS = 100_000
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 
 
@@ -29,10 +31,12 @@ def check_choice(field, value, allowed):
         raise ValueError(f"{field}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}")
 
 
-def check_positive_int(field, value):
+def check_positive_int(field, value, maximum=None, why=""):
     # bool is an int subclass, but `num_hidden_layers=True` is a mistake, not a one.
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{field}={value!r} must be a positive integer")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{field}={value!r} must be a positive integer <= {maximum}{why}")
 
 
 def check_token_id(field, value, vocab_size):
@@ -214,7 +218,7 @@ class EncoderConfig(PreTrainedConfig):
         for field in ("vocab_size", "hidden_size", "num_attention_heads"):
             check_positive_int(field, getattr(self, field))
         if "num_labels" in kwargs:
-            check_positive_int("num_labels", kwargs["num_labels"])
+            check_positive_int("num_labels", kwargs["num_labels"], MAX_NUM_LABELS, " (one id2label entry per label)")
         try:
             super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         except StrictDataclassError as error:  # a typed transformers field (problem_type, id2label, ...)
@@ -272,8 +276,9 @@ class EncoderConfig(PreTrainedConfig):
     def validate_fields(self):
         """The checks of this config's own fields; each family extends it (calling ``super()`` first)."""
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "max_position_embeddings", "num_labels"):
+                      "intermediate_size", "max_position_embeddings"):
             check_positive_int(field, getattr(self, field))
+        check_positive_int("num_labels", self.num_labels, MAX_NUM_LABELS, " (one id2label entry per label)")
         check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
         check_choice("mlp_type", self.mlp_type, MLP_TYPES)
         check_choice("norm_type", self.norm_type, NORM_TYPES)

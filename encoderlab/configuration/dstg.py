@@ -2,7 +2,7 @@
 
 from transformers.activations import ACT2FN
 
-from .base import EncoderConfig, check_bool, check_choice, check_divisible, check_positive_int
+from .base import EncoderConfig, check_bool, check_choice, check_divisible, check_positive_int, check_token_id
 
 PRESETS = ("dstg", "ap", "rp", "rope")
 
@@ -192,8 +192,9 @@ class DSTGNeoBERTConfig(EncoderConfig):
             raise ValueError(f"ap_size={self.ap_size} only applies to preset='dstg', not preset={self.preset!r}")
 
     def validate_special_token_ids(self):
-        # cls_token_id and sep_token_id are checked with every other *_token_id by the base config.
+        # The base config lets a *_token_id be None; DSTG's special-token defaults need both of these.
         for field in ("cls_token_id", "sep_token_id"):
+            check_token_id(field, getattr(self, field), self.vocab_size)
             if getattr(self, field) == self.pad_token_id:
                 raise ValueError(
                     f"{field}={getattr(self, field)} equals pad_token_id={self.pad_token_id}: padding is masked out "
