@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,8 +11,10 @@ import torch
 from scipy.stats import ttest_ind
 from transformers import AutoTokenizer
 
+from encoderlab import DTABertConfig, DTABertForMaskedLM
 from encoderlab.evaluation import mlm_comparison as mlm
 from encoderlab.evaluation.mlm_comparison import Arm
+from encoderlab.training.metrics import write_metrics_csv
 from encoderlab.training.pretrain import RunConfig, load_run_config
 
 
@@ -152,8 +155,34 @@ def test_interrupted_arm_resumes_from_its_checkpoint_or_restarts(tmp_path, monke
     (Path(run.output_dir) / "checkpoint-3").rmdir()
     (Path(run.output_dir) / "tokenizer.json").write_text("{}")  # killed before its first checkpoint
     mlm.train_arm(Arm("causal", "none", 0), run, "x")
-    assert calls == [(True, True), (False, False)]
+    shutil.rmtree(run.output_dir)  # never started
+    mlm.train_arm(Arm("causal", "none", 0), run, "x")
+    # pretrain's own --resume restarts a run stopped before its first checkpoint; nothing is deleted here
+    assert calls == [(True, True), (True, True), (False, False)]
     assert row["test_long_mcc"] == 0.5 and row["heads"] == 2  # hidden 128 in 64-channel heads
+
+
+def test_finished_arm_missing_from_the_csv_is_read_back_from_its_folder(tmp_path, monkeypatch):
+    def finished_pretrain(run, resume=False):
+        raise mlm.RunFinished("finished")
+
+    monkeypatch.setattr(mlm, "pretrain", finished_pretrain)
+    run = mlm.arm_config(base_config(), Arm("dual_triangle", "none", 0), 64, tmp_path)
+    run_dir = Path(run.output_dir)
+    model = DTABertForMaskedLM(DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=16))
+    model.save_pretrained(run_dir)
+    results = {"steps": 4, "tokens_seen": 100, "drope_step": None,
+               "test": {length: dict.fromkeys(METRICS, 0.25) for length in ("short", "long")},
+               "unigram_baseline": {"short": 0.1, "long": 0.1}}
+    (run_dir / "results.json").write_text(json.dumps(results))
+    log = [{"step": 2, "num_input_tokens_seen": 50, **{f"eval_{length}_{name}": 0.2 for length in ("short", "long")
+                                                        for name in METRICS}}]
+    write_metrics_csv(log, run_dir / "metrics.csv")
+    (row,), curve = mlm.train_arm(Arm("dual_triangle", "none", 0), run, "x")
+    assert row["test_short_accuracy"] == 0.25 and row["steps"] == 4
+    assert row["parameters"] == sum(p.numel() for p in model.parameters())
+    assert [(point["step"], point["tokens"], point["accuracy"]) for point in curve] == [(2, 50, 0.2), (2, 50, 0.2)]
 
 
 def test_welch_p_matches_scipy_and_marks_follow_the_thresholds():

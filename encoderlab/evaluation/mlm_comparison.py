@@ -57,11 +57,11 @@ or ``python -m encoderlab.evaluation.mlm_comparison``.
 """
 
 import argparse
+import csv
 import dataclasses
 import hashlib
 import json
 import logging
-import shutil
 import statistics
 import sys
 import time
@@ -75,6 +75,7 @@ from ..configuration.base import ROPE_SCALING_TYPES
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
+from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from .argmax import heads_for
 from .sweeps import append_rows, read_results, run_jobs, write_rows
 
@@ -205,18 +206,18 @@ def train_arm(arm: Arm | None, run: RunConfig, setup: str, scalings=(), factor=N
 
 def trained_row(arm: Arm, run: RunConfig, setup: str):
     run_dir = Path(run.output_dir)
-    resume = any(run_dir.glob("checkpoint-*"))
-    if run_dir.exists() and not resume:
-        shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
     start = time.perf_counter()
-    result = pretrain(run, resume=resume)
-    results = result.results
+    try:  # an interrupted run resumes from its last checkpoint (or restarts if it stopped before the first one)
+        result = pretrain(run, resume=run_dir.is_dir() and any(run_dir.iterdir()))
+        results, model, log_history = result.results, result.trainer.model, result.trainer.state.log_history
+    except RunFinished:  # the run finished, but the sweep stopped before its row reached the CSV
+        results, model, log_history = finished_run(run_dir)
     row = {
         "attention": arm.attention, "positions": arm.positions, "seed": arm.seed, "train_len": run.train.seq_len,
         "scaling": arm.scaling,
         "setup": setup,
         "heads": run.model.config["num_attention_heads"],
-        "parameters": sum(p.numel() for p in result.trainer.model.parameters()),
+        "parameters": sum(p.numel() for p in model.parameters()),
         "steps": results["steps"],
         "tokens_seen": results["tokens_seen"],
         "drope_step": results["drope_step"] or "",
@@ -225,7 +226,24 @@ def trained_row(arm: Arm, run: RunConfig, setup: str):
         "wall_seconds": round(time.perf_counter() - start, 1),  # of this (possibly resumed) session only
         "run_dir": str(run_dir),
     }
-    return row, curve_points(result.trainer.state.log_history, row)
+    return row, curve_points(log_history, row)
+
+
+def finished_run(run_dir: Path):
+    """Results, model and training log of a finished run, read back from its folder."""
+    from transformers import AutoModelForMaskedLM
+
+    results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+    model = AutoModelForMaskedLM.from_pretrained(run_dir)
+    log_history = []
+    if (run_dir / METRICS_FILE).is_file():
+        with (run_dir / METRICS_FILE).open(newline="", encoding="utf-8") as handle:
+            log_history = [
+                {key: float(value) for key, value in entry.items() if value != ""} for entry in csv.DictReader(handle)
+            ]
+        for entry in log_history:
+            entry["step"] = int(entry["step"])
+    return results, model, log_history
 
 
 def test_sets_of(run: RunConfig):
