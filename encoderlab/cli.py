@@ -16,7 +16,10 @@ SUBCOMMANDS = {
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
     "experiment": {
         "argmax": ("encoderlab.evaluation.argmax", "the DTA paper's argmax position probe (experiment 1)"),
-        "mlm": ("encoderlab.evaluation.mlm_comparison", "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes"),
+        "mlm": (
+            "encoderlab.evaluation.mlm_comparison",
+            "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
+        ),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
