@@ -189,3 +189,13 @@ def test_rope_scaling_dict_becomes_the_flat_fields():
                   rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0})
     assert (config.rope_scaling_type, config.rope_scaling_factor, config.yarn_beta_fast) == ("yarn", 4.0, 16.0)
     assert "rope_scaling" not in config.to_dict()
+
+
+def test_a_model_checks_a_config_edited_after_construction():
+    from encoderlab import DTABertForMaskedLM
+
+    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=16)
+    config.norm_eps = -1.0
+    with pytest.raises(ValueError, match="norm_eps"):
+        DTABertForMaskedLM(config)

@@ -228,6 +228,10 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
     _supports_flex_attn = True
     _supports_flash_attn = False
 
+    def __init__(self, config, *args, **kwargs):
+        config.validate()  # a config edited after construction is checked before any module is sized from it
+        super().__init__(config, *args, **kwargs)
+
     def _init_weights(self, module):
         # transformers' default covers Linear, Embedding (padding row zeroed) and the norms; it goes through
         # `transformers.initialization`, which leaves weights loaded from a checkpoint alone.
