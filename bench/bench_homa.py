@@ -30,7 +30,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.homa import BlockSelfAttention, BlockLayout
+from encoderlab.modeling.homa import BlockSelfAttention
+from encoderlab.modeling.homa_kernel import BlockLayout
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import command_line, interleaved_times, paired_ratio  # noqa: E402

@@ -15,9 +15,9 @@ SUBCOMMANDS = {
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
     "experiment": {
-        "argmax": ("encoderlab.evaluation.argmax", "the DTA paper's argmax position probe (experiment 1)"),
+        "argmax": ("encoderlab.experiments.argmax", "the DTA paper's argmax position probe (experiment 1)"),
         "mlm": (
-            "encoderlab.evaluation.mlm_comparison",
+            "encoderlab.experiments.mlm_comparison",
             "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
         ),
     },

@@ -27,9 +27,9 @@ def shared_data():
 @pytest.fixture
 def uncompiled_flex(monkeypatch):
     """flex_attention without torch.compile: checks our mask/score logic over many shapes in seconds."""
-    import encoderlab.modeling.attention as attention
+    import encoderlab.modeling.dual_triangle as dual_triangle
 
-    monkeypatch.setattr(attention, "FLEX_COMPILE", False)
+    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", False)
 
 
 BAD_INPUTS_PROPERTY = "bad_inputs_tried"

@@ -5,8 +5,8 @@ import argparse
 import pytest
 import torch
 
-from encoderlab.evaluation import argmax
-from encoderlab.evaluation.argmax import (
+from encoderlab.experiments import argmax
+from encoderlab.experiments.argmax import (
     CHANCE,
     POSITION_BLIND_CEILING,
     RunSpec,

@@ -40,7 +40,7 @@ def test_help_of_every_subcommand_renders(argv, capsys):
 def test_nested_subcommand_parses_its_own_options():
     argv = ["experiment", "argmax", "--attention", "causal", "--workers", "2", "--plots-only"]
     args = cli.build_parser(argv).parse_args(argv)
-    assert args.module == "encoderlab.evaluation.argmax"
+    assert args.module == "encoderlab.experiments.argmax"
     assert args.attention == ["causal"] and args.workers == 2 and args.plots_only
 
 

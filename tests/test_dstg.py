@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoModelForMaskedLM
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
-from encoderlab.modeling import attention as attention_module
+from encoderlab.modeling import dual_triangle as attention_module
 from encoderlab.modeling.dstg import (
     DSTGNeoBERT,
     DSTGNeoBERTForMaskedLM,

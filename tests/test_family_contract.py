@@ -47,7 +47,8 @@ def test_saved_checkpoint_loads_unchanged(name):
     expected = load_file(FIXTURES / "expected_logits.safetensors")
     with torch.no_grad():
         logits = model.eval()(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
-    torch.testing.assert_close(logits, expected[name], rtol=0, atol=1e-6)
+    # fp32 logits of order 1: another CPU's BLAS rounds differently (1.7e-6 seen), a changed model by far more.
+    torch.testing.assert_close(logits, expected[name], rtol=0, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------------------------

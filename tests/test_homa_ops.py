@@ -12,9 +12,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling import homa
+from encoderlab.modeling import homa_kernel
 from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.homa import ATTENTION_CLASSES, BlockLayout, triadic_attention
+from encoderlab.modeling.homa import ATTENTION_CLASSES
+from encoderlab.modeling.homa_kernel import BlockLayout, triadic_attention
 
 HIDDEN, HEADS, BLOCK, STRIDE = 8, 2, 8, 5
 
@@ -290,7 +291,7 @@ def test_product_band_reads_the_window_entries_of_the_product(window):
     product = left @ right.mT
     for first in range(half + 1):
         rows = slice(first, n - (half - first))
-        band = homa._product_band(left[:, rows], right.mT, first, window)
+        band = homa_kernel._product_band(left[:, rows], right.mT, first, window)
         assert torch.isfinite(band).all()
         for r, a in enumerate(range(rows.start, rows.stop)):
             for k in range(window):
@@ -317,7 +318,7 @@ def test_homa_layer_gradcheck(fusion):
 
 def test_triadic_tiles_match_reference(monkeypatch):
     # Tiles of 3 blocks (the last one shorter): every tile boundary must be invisible in outputs and gradients.
-    monkeypatch.setattr(homa, "_TILE_ELEMENTS", 3 * BLOCK * (HIDDEN // HEADS))
+    monkeypatch.setattr(homa_kernel, "_TILE_ELEMENTS", 3 * BLOCK * (HIDDEN // HEADS))
     layer = make_layer(make_config(triadic_window=5))
     mask = padding_mask([23, 17], 23, side="left")
     assert_matches_reference(layer, random_hidden(2, 23), mask)
@@ -325,7 +326,7 @@ def test_triadic_tiles_match_reference(monkeypatch):
     generator = torch.Generator().manual_seed(4)
     inputs = [torch.randn(7, 6, 3, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
     key_mask = torch.rand(7, 6, generator=generator) > 0.3
-    monkeypatch.setattr(homa, "_TILE_ELEMENTS", 2 * 6 * 3)
+    monkeypatch.setattr(homa_kernel, "_TILE_ELEMENTS", 2 * 6 * 3)
     assert torch.autograd.gradcheck(lambda q, k, u, v: triadic_attention(q, k, u, v, key_mask, 3), inputs)
 
 

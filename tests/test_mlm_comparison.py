@@ -12,8 +12,9 @@ from scipy.stats import ttest_ind
 from transformers import AutoTokenizer
 
 from encoderlab import DTABertConfig, DTABertForMaskedLM
-from encoderlab.evaluation import mlm_comparison as mlm
-from encoderlab.evaluation.mlm_comparison import Arm
+from encoderlab.experiments import mlm_comparison as mlm
+from encoderlab.experiments import stats
+from encoderlab.experiments.mlm_comparison import Arm
 from encoderlab.training.metrics import write_metrics_csv
 from encoderlab.training.pretrain import RunConfig, load_run_config
 
@@ -187,9 +188,9 @@ def test_finished_arm_missing_from_the_csv_is_read_back_from_its_folder(tmp_path
 
 def test_welch_p_matches_scipy_and_marks_follow_the_thresholds():
     a, b = [0.30, 0.31, 0.33], [0.20, 0.24, 0.21]
-    assert mlm.welch_p(a, b) == pytest.approx(ttest_ind(a, b, equal_var=False).pvalue)
-    assert mlm.welch_p(a, [0.2]) != mlm.welch_p(a, [0.2])  # NaN: one seed is not a test
-    assert [mlm.significance_mark(p) for p in (0.0005, 0.005, 0.03, 0.2, float("nan"))] == \
+    assert stats.welch_p(a, b) == pytest.approx(ttest_ind(a, b, equal_var=False).pvalue)
+    assert stats.welch_p(a, [0.2]) != stats.welch_p(a, [0.2])  # NaN: one seed is not a test
+    assert [stats.significance_mark(p) for p in (0.0005, 0.005, 0.03, 0.2, float("nan"))] == \
         ["***", "**", "*", "n.s.", ""]
 
 

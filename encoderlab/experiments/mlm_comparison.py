@@ -53,7 +53,7 @@ Usage (the default config is the CPU-sized ``mlm_comparison``; see the README)::
     encoderlab experiment mlm --config dta_nl --set train.token_budget=1e8 ...   # the paper's setup, on GPUs
     encoderlab experiment mlm --plots-only --out-dir runs/mlm_comparison        # redraw from the CSVs
 
-or ``python -m encoderlab.evaluation.mlm_comparison``.
+or ``python -m encoderlab.experiments.mlm_comparison``.
 """
 
 import argparse
@@ -77,6 +77,7 @@ from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from .argmax import heads_for
+from .stats import mean_sd, welch_entry
 from .sweeps import append_rows, read_results, run_jobs, write_rows
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,6 @@ POSITION_ARMS = {"rope": ("rope", None), "none": ("none", None), "rope-off": ("r
 """Position arm -> (position_embedding_type, train.drope_fraction)."""
 LENGTHS = {"short": "1x", "long": "4x"}
 METRIC_LABELS = {"mlm_loss": "loss", "accuracy": "accuracy", "micro_f1": "micro-F1", "mcc": "MCC"}
-SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 DOMAINS = {"text": "mlm_comparison", "protein": "mlm_protein"}
 """--domain -> the bundled CPU-sized base config."""
 DEFAULT_CONFIG = DOMAINS["text"]
@@ -403,26 +403,6 @@ def groups(rows, split="test"):
     return grouped
 
 
-def mean_sd(values):
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def welch_p(a, b):
-    """Two-sided Welch's t-test p-value; NaN when a group has fewer than two values or both have no variance."""
-    from scipy.stats import ttest_ind
-
-    if len(a) < 2 or len(b) < 2:
-        return float("nan")
-    return float(ttest_ind(a, b, equal_var=False).pvalue)
-
-
-def significance_mark(p):
-    """``***`` / ``**`` / ``*`` below 0.001 / 0.01 / 0.05, ``n.s.`` above; empty when untestable (NaN)."""
-    if p != p:
-        return ""
-    return next((mark for threshold, mark in SIGNIFICANCE if p < threshold), "n.s.")
-
-
 def compared_pairs(grouped):
     """(a, b) group pairs: every two attention types within a position arm (later type in `ATTENTION_TYPES`
     first, so dual triangle is compared against the others), and rope vs rope-off within an attention type."""
@@ -440,14 +420,8 @@ def comparisons(rows):
     for a, b in compared_pairs(grouped):
         for length in LENGTHS:
             for name in METRIC_NAMES:
-                values_a, values_b = grouped[a][f"{length}_{name}"], grouped[b][f"{length}_{name}"]
-                p = welch_p(values_a, values_b)
-                results.append({
-                    "a": "/".join(a), "b": "/".join(b), "length": length, "metric": name,
-                    "mean_a": statistics.mean(values_a), "mean_b": statistics.mean(values_b),
-                    "difference": statistics.mean(values_a) - statistics.mean(values_b),
-                    "p_value": p, "mark": significance_mark(p),
-                })
+                results.append(welch_entry(grouped[a][f"{length}_{name}"], grouped[b][f"{length}_{name}"],
+                                           a="/".join(a), b="/".join(b), length=length, metric=name))
     return results
 
 
@@ -545,10 +519,7 @@ def welch_entries(rows_a, rows_b, **fields):
         for name in METRIC_NAMES:
             a = [float(row[f"test_{length}_{name}"]) for row in rows_a]
             b = [float(row[f"test_{length}_{name}"]) for row in rows_b]
-            p = welch_p(a, b)
-            entries.append({**fields, "length": length, "metric": name, "mean_a": statistics.mean(a),
-                            "mean_b": statistics.mean(b), "difference": statistics.mean(a) - statistics.mean(b),
-                            "p_value": p, "mark": significance_mark(p)})
+            entries.append(welch_entry(a, b, **fields, length=length, metric=name))
     return entries
 
 
@@ -944,7 +915,7 @@ def run(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.evaluation.mlm_comparison",
+    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.mlm_comparison",
                                      description=__doc__.split("\n")[0])
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

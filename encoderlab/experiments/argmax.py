@@ -11,7 +11,7 @@ The sweep covers attention type x position scheme x hidden size x depth x seed; 
 positions and switch them off (DroPE) after the second evaluation cycle. Results go to a CSV (one row per run,
 resumable), a Figure-1-style heatmap grid and a Figure-2a-style no-position line plot.
 
-Run as ``encoderlab experiment argmax`` or ``python -m encoderlab.evaluation.argmax``.
+Run as ``encoderlab experiment argmax`` or ``python -m encoderlab.experiments.argmax``.
 """
 
 import argparse
@@ -487,7 +487,7 @@ def run(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.evaluation.argmax", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.argmax", description=__doc__.split("\n")[0])
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run(parser.parse_args(argv))

@@ -1,0 +1,301 @@
+"""The triangle attention kernels: bidirectional, causal and dual triangle, in eager, sdpa and flex_attention.
+
+Three attention patterns:
+
+* ``bidirectional``: query i sees every real key j;
+* ``causal``: query i sees real keys j <= i;
+* ``dual_triangle``: each head's channels are split in half; the first half ("down") attends j <= i and the second
+  half ("up") j >= i, each half with its own softmax and the scale ``(head_dim/2) ** -0.5``. The diagonal belongs to
+  both halves, so no real query row is ever empty.
+
+Three implementations, chosen by ``config._attn_implementation``; they agree to rounding error and are tested
+against each other and against a naive reference:
+
+* ``eager``: materialised (B, H, L, L) scores; the only one that returns attention probabilities. For dual triangle
+  the probabilities have 2H maps: index h is the down half of head h, index H + h its up half.
+* ``sdpa`` (default, the CPU training path): ``torch.nn.functional.scaled_dot_product_attention``. A triangle is a
+  causal call; the upper triangle is a causal call on the tokens taken in reverse order. Each row is reordered
+  within its own length (real tokens first, then padding), so padding falls outside both triangles of every real
+  query and no dense L x L mask is built. On CPU a causal call of 256..512 tokens runs as two query halves
+  (`causal_sdpa`), which skips the quarter of the work torch's kernel would spend above the diagonal.
+* ``flex_attention``: one block-sparse call with a BlockMask (for dual triangle: 2H half-width sub-heads, head-routed
+  mask), cached per length when there is no padding. The GPU path; on CPU it serves inference (torch 2.13 has no
+  CPU backward for it) and compiles for a few seconds on first use.
+
+Padding: a query may only see real keys. A padded query row sees itself (and, in the SDPA paths, whatever precedes
+it in its reordered row), which keeps every row finite; nothing downstream reads padded rows.
+"""
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+
+# Which keys a triangle admits: "all" (bidirectional), "lower" (j <= i) or "upper" (j >= i).
+_TRIANGLES_BY_TYPE = {"bidirectional": ("all",), "causal": ("lower",), "dual_triangle": ("lower", "upper")}
+
+
+def _bias_or_none(bias_module, seq_len, device, dtype):
+    return None if bias_module is None else bias_module.dense(seq_len, device, dtype)
+
+
+def _dropout(training, dropout):
+    return dropout if training else 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# eager
+
+
+def eager_attention(query, key, value, mask, triangles, bias, scale, dropout, training):
+    """Softmax attention with materialised scores; query/key/value (B, T * H, L, D) grouped by triangle as
+    ``flex_attention_call`` takes them, bias (B|1, H, L, L) or None.
+
+    One softmax over all sub-heads, so the probabilities returned are the tensor the output is computed from (a
+    gradient with respect to them is the attribution of the output). Returns (output (B, T * H, L, D), probs
+    (B, T * H, L, L)).
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias.repeat(1, len(triangles), 1, 1)
+    heads_per_triangle = query.shape[1] // len(triangles)
+    allowed = torch.cat([mask.dense_allowed(t).expand(-1, heads_per_triangle, -1, -1) for t in triangles], dim=1)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    softmax_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    probs = F.dropout(torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype),
+                      _dropout(training, dropout), training)
+    return torch.matmul(probs, value), probs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sdpa
+
+
+def _gather_rows(x, order):
+    """x (B, H, L, D) reordered along L by order (B, L)."""
+    return x.gather(2, order[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3]))
+
+
+# torch's CPU flash kernel attends in 512-key blocks and computes a block on the diagonal whole, so up to 512 tokens a
+# causal call costs as much as a bidirectional one. Below that, two calls do about 3/4 of the work: the first half of
+# the queries against the first half of the keys (causal), the second half against all keys (a causal mask aligned
+# to the bottom right). Above it the kernel's own block skipping wins.
+_SPLIT_CAUSAL_LENGTHS = range(256, 513)
+
+
+def causal_sdpa(query, key, value, dropout_p, scale):
+    """``scaled_dot_product_attention(is_causal=True)`` on (B, H, L, D), split in two query halves where that is
+    cheaper on CPU (see _SPLIT_CAUSAL_LENGTHS)."""
+    seq_len = query.shape[2]
+    if query.device.type != "cpu" or seq_len not in _SPLIT_CAUSAL_LENGTHS:
+        return F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout_p, scale=scale)
+    half = seq_len // 2
+    head = F.scaled_dot_product_attention(query[:, :, :half], key[:, :, :half], value[:, :, :half], is_causal=True,
+                                          dropout_p=dropout_p, scale=scale)
+    # Query half + a sees keys j <= half + a.
+    allowed = torch.ones(seq_len - half, seq_len, dtype=torch.bool, device=query.device).tril(half)
+    tail = F.scaled_dot_product_attention(query[:, :, half:], key, value, attn_mask=allowed, dropout_p=dropout_p,
+                                          scale=scale)
+    return torch.cat([head, tail], dim=2)
+
+
+def _causal_float_mask(bias, seq_len, device):
+    """bias (.., L, L) plus -inf above the diagonal."""
+    upper = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(1)
+    return bias.masked_fill(upper, float("-inf"))
+
+
+def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout, training):
+    """SDPA over the keys ``triangle`` admits. query/key/value: (B, H, L, D) -> (B, H, L, D)."""
+    dropout_p = _dropout(training, dropout)
+    seq_len, device = query.shape[2], query.device
+    bias = _bias_or_none(bias_module, seq_len, device, query.dtype)
+
+    if triangle == "all":
+        attn_mask = mask.key_padding() if mask.has_padding else None
+        if bias is not None:
+            attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+
+    if bias is not None and not bias_module.distance_only:
+        # A bias that is not a function of |i - j| would change under reordering: use the dense mask.
+        attn_mask = bias.masked_fill(~mask.dense_allowed(triangle), float("-inf"))
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+
+    # Reorder each row so that the triangle becomes causal and padding sits after every real token.
+    if mask.has_padding:
+        order, inverse = mask.row_order(triangle)
+        reorder, restore = (lambda x: _gather_rows(x, order)), (lambda x: _gather_rows(x, inverse))
+    elif triangle == "upper":
+        reorder = restore = lambda x: x.flip(2)
+    else:
+        reorder = restore = lambda x: x
+    query, key, value = reorder(query), reorder(key), reorder(value)
+    if bias is None:
+        output = causal_sdpa(query, key, value, dropout_p, scale)
+    else:
+        # |i - j| between real tokens is unchanged by the reordering, so the bias needs no reordering either.
+        attn_mask = _causal_float_mask(bias, seq_len, device)
+        output = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                scale=scale)
+    return restore(output)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# flex_attention
+
+_FLEX_BLOCK = 128  # flex_attention's default sparse block size
+_FLEX_BLOCK_MASKS = {}  # (triangles, heads per triangle, L, device) -> BlockMask, for batches without padding
+_compiled_flex_attention = None
+FLEX_COMPILE = True  # tests switch compilation off to check the mask/score logic over many shapes quickly
+
+
+def _flex_attention_fn():
+    global _compiled_flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not FLEX_COMPILE:
+        return flex_attention
+    if _compiled_flex_attention is None:
+        _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex_attention
+
+
+def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len):
+    """mask_mod for flex heads laid out as ``len(triangles)`` groups of ``heads_per_triangle`` sub-heads.
+
+    ``key_valid`` is (B, padded L) or None; keys at or past ``seq_len`` are the block padding added by
+    ``flex_attention_call``. (Avoid always-true terms such as ``q_idx >= 0``: torch 2.13's CPU kernel mis-compiles
+    masks built with them.)
+    """
+    triangle = triangles[0] if len(triangles) == 1 else "routed"  # routed: heads [0, H) lower, [H, 2H) upper
+
+    def mask_mod(batch, head, q_idx, kv_idx):
+        real_key = key_valid[batch, kv_idx] if key_valid is not None else kv_idx < seq_len
+        real_key = real_key | (q_idx == kv_idx)
+        if triangle == "all":
+            return real_key
+        if triangle == "routed":
+            allowed = torch.where(head < heads_per_triangle, kv_idx <= q_idx, kv_idx >= q_idx)
+        else:
+            allowed = kv_idx <= q_idx if triangle == "lower" else kv_idx >= q_idx
+        return allowed & real_key
+
+    return mask_mod
+
+
+def flex_block_mask(mask, triangles, heads_per_triangle, padded_len):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    num_heads = heads_per_triangle * len(triangles)
+    if mask.has_padding:
+        key_valid = F.pad(mask.key_valid, (0, padded_len - mask.seq_len), value=False)
+        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len)
+        return mask._cached(
+            ("flex", triangles, heads_per_triangle),
+            lambda: create_block_mask(mask_mod, mask.batch_size, num_heads, padded_len, padded_len, mask.device),
+        )
+    cache_key = (triangles, heads_per_triangle, mask.seq_len, str(mask.device))
+    if cache_key not in _FLEX_BLOCK_MASKS:
+        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, None, mask.seq_len)
+        heads = num_heads if len(triangles) == 2 else None
+        _FLEX_BLOCK_MASKS[cache_key] = create_block_mask(mask_mod, None, heads, padded_len, padded_len, mask.device)
+    return _FLEX_BLOCK_MASKS[cache_key]
+
+
+def flex_attention_call(query, key, value, mask, triangles, bias_module, logical_heads, scale):
+    """One flex_attention call; query/key/value (B, len(triangles) * H, L, D) grouped by triangle.
+
+    L is padded to a whole number of flex blocks (padded keys are masked, padded queries dropped): torch 2.13's
+    compiled CPU kernel gives wrong rows for per-batch masks shorter than one block.
+    """
+    seq_len = query.shape[2]
+    padded_len = seq_len + (-seq_len % _FLEX_BLOCK)
+    if triangles == ("all",) and not mask.has_padding and padded_len == seq_len:
+        block_mask = None
+    else:
+        block_mask = flex_block_mask(mask, triangles, query.shape[1] // len(triangles), padded_len)
+    if padded_len != seq_len:
+        query, key, value = (F.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
+    score_mod = None if bias_module is None else bias_module.score_mod(logical_heads)
+    output = _flex_attention_fn()(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return output[:, :, :seq_len]
+
+
+def _needs_cpu_backward(*tensors):
+    return torch.is_grad_enabled() and any(t.device.type == "cpu" and t.requires_grad for t in tensors)
+
+
+_warned_flex_cpu_backward = False
+
+
+def _warn_flex_cpu_backward():
+    global _warned_flex_cpu_backward
+    if not _warned_flex_cpu_backward:
+        warnings.warn(
+            "flex_attention has no backward pass on CPU in this torch version; attention runs through sdpa "
+            "(same results) while gradients are needed. Use torch.no_grad() for CPU inference with flex_attention.",
+            stacklevel=3,
+        )
+        _warned_flex_cpu_backward = True
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# dispatch
+
+
+def check_attention_implementation(implementation):
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation={implementation!r} is not supported by encoderlab models; allowed values: "
+            f"{', '.join(map(repr, ATTENTION_IMPLEMENTATIONS))}"
+        )
+
+
+def attend(query, key, value, *, mask, attention_type, implementation, bias_module=None, scale=None, dropout=0.0,
+           training=False, output_attentions=False):
+    """Runs ``attention_type`` attention with the chosen implementation.
+
+    Args:
+        query, key, value: (B, H, L, D). For dual triangle, D is the full head size; it is split here.
+        mask: the [`AttentionMask`] of this forward.
+        bias_module: an additive bias with ``dense``/``score_mod`` (ALiBi, T5) or None; its H matches the logical
+            heads and both halves of a dual-triangle head share their head's bias.
+        scale: score scale; defaults to ``1/sqrt(D)`` (``1/sqrt(D/2)`` for the dual-triangle halves).
+
+    Returns:
+        output (B, H, L, D), and probs (B, H or 2H, L, L) for eager with ``output_attentions`` else None.
+    """
+    check_attention_implementation(implementation)
+    if output_attentions and implementation != "eager":
+        raise ValueError(
+            f"output_attentions=True needs attn_implementation='eager' (got {implementation!r}): only eager "
+            "attention materialises the attention probabilities"
+        )
+    triangles = _TRIANGLES_BY_TYPE[attention_type]
+    num_heads, head_dim = query.shape[1], query.shape[-1]
+    split = head_dim // len(triangles)
+    # chunk (not slicing): its backward is one concatenation instead of a zero-filled full-size tensor per part.
+    parts = list(zip(triangles, *(x.chunk(len(triangles), dim=-1) for x in (query, key, value))))
+    scale = split**-0.5 if scale is None else scale
+
+    if implementation == "flex_attention" and _needs_cpu_backward(query, key, value):
+        _warn_flex_cpu_backward()
+        implementation = "sdpa"
+    if implementation == "flex_attention":
+        if dropout and training:
+            raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
+        q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
+        output = flex_attention_call(q, k, v, mask, triangles, bias_module, num_heads, scale)
+        return torch.cat(output.split(num_heads, dim=1), dim=-1), None
+
+    if implementation == "sdpa":
+        outputs = [sdpa_triangle(q, k, v, mask, t, bias_module, scale, dropout, training) for t, q, k, v in parts]
+        return torch.cat(outputs, dim=-1), None
+
+    q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
+    bias = _bias_or_none(bias_module, query.shape[2], query.device, query.dtype)
+    output, probs = eager_attention(q, k, v, mask, triangles, bias, scale, dropout, training)
+    return torch.cat(output.split(num_heads, dim=1), dim=-1), probs if output_attentions else None
