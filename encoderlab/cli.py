@@ -14,12 +14,14 @@ SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
+    "convert-routing": ("encoderlab.modeling.convert", "re-route a DTA-BERT checkpoint without RoPE"),
     "experiment": {
         "argmax": ("encoderlab.experiments.argmax", "the DTA paper's argmax position probe (experiment 1)"),
         "mlm": (
             "encoderlab.experiments.mlm_comparison",
             "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
         ),
+        "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),

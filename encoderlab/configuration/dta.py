@@ -3,6 +3,7 @@
 from .base import EncoderConfig, check_bool, check_choice
 
 ATTENTION_TYPES = ("bidirectional", "causal", "dual_triangle")
+DUAL_TRIANGLE_ROUTINGS = ("channel_halves", "head_groups")
 
 
 class DTABertConfig(EncoderConfig):
@@ -14,8 +15,21 @@ class DTABertConfig(EncoderConfig):
         attention_type (`str`, defaults to `"dual_triangle"`):
             ``"bidirectional"`` (every query sees every key), ``"causal"`` (key j <= query i) or
             ``"dual_triangle"``: the first half of each head's channels attends to j <= i, the second half to
-            j >= i, each half with its own softmax and scale ``(head_dim/2) ** -0.5``. Position-aware without
-            any position encoding, at about half the attention FLOPs of bidirectional attention.
+            j >= i (with the default ``dual_triangle_routing``), each half with its own softmax and scale
+            ``(head_dim/2) ** -0.5``. Position-aware without any position encoding, at about half the attention
+            FLOPs of bidirectional attention.
+        dual_triangle_routing (`str`, defaults to `"channel_halves"`):
+            Which half-width sub-heads attend to which triangle (read with ``attention_type="dual_triangle"`` only).
+            ``"channel_halves"`` is the paper's equation 3: in every head, the first half of the channels attends
+            to j <= i and the second half to j >= i. ``"head_groups"`` is the DTA reference code: the sub-heads
+            are numbered ``2 * h + half`` (head h, half 0 or 1) and the first ``num_attention_heads`` of them
+            attend to j <= i, the rest to j >= i, so with two heads or more whole heads go to one triangle. RoPE
+            rotates the full head before the split, so with interleaved RoPE the two differ: under
+            ``channel_halves`` the j <= i sub-heads get only the fastest-turning half of the frequencies and the
+            j >= i ones only the slowest, under ``head_groups`` each triangle gets heads with all of them. With
+            one head, or without RoPE, the two are the same function up to a permutation of the QKV and output
+            projection weights (`encoderlab.modeling.convert.convert_routing`). An additive bias (ALiBi) goes by
+            place within a triangle: the i-th sub-head of each triangle gets head i's slope.
         unet (`bool`, defaults to `False`):
             U-Net body of the DTA paper: the first half of the blocks store their outputs, the second half add
             them back in reverse order with learnable skip weights (init 1), and every block first mixes the
@@ -47,6 +61,7 @@ class DTABertConfig(EncoderConfig):
     def __init__(
         self,
         attention_type="dual_triangle",
+        dual_triangle_routing="channel_halves",
         unet=False,
         value_embeddings=False,
         attention_bias=False,
@@ -60,6 +75,7 @@ class DTABertConfig(EncoderConfig):
         **kwargs,
     ):
         self.attention_type = attention_type
+        self.dual_triangle_routing = dual_triangle_routing
         self.unet = unet
         self.value_embeddings = value_embeddings
         self.attention_bias = attention_bias
@@ -77,6 +93,7 @@ class DTABertConfig(EncoderConfig):
     def validate_fields(self):
         super().validate_fields()
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
+        check_choice("dual_triangle_routing", self.dual_triangle_routing, DUAL_TRIANGLE_ROUTINGS)
         if self.attention_type == "dual_triangle" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"head_dim={self.head_dim} (hidden_size={self.hidden_size} / num_attention_heads="
@@ -92,4 +109,4 @@ class DTABertConfig(EncoderConfig):
             check_bool(field, getattr(self, field))
 
 
-__all__ = ["DTABertConfig", "ATTENTION_TYPES"]
+__all__ = ["DTABertConfig", "ATTENTION_TYPES", "DUAL_TRIANGLE_ROUTINGS"]

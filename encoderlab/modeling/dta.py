@@ -1,7 +1,8 @@
 """DTA-BERT: a pre-norm bidirectional encoder with Dual Triangle Attention.
 
 Dual triangle attention splits each head's query, key and value channels in half: the first half attends to the
-past and itself (j <= i), the second half to the future and itself (j >= i), each with its own softmax. The model
+past and itself (j <= i), the second half to the future and itself (j >= i), each with its own softmax
+(``config.dual_triangle_routing="head_groups"`` routes whole heads instead, as the DTA reference code does). The model
 sees both directions, yet, unlike bidirectional attention, it is not permutation-invariant without position
 encodings. ``attention_type`` also offers plain ``bidirectional`` and ``causal`` attention for comparisons, and
 every position scheme of [`EncoderConfig`] is available. With ``config.unet`` the body is the U-Net of the DTA
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.dta import DTABertConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
@@ -69,6 +71,7 @@ class DTABertAttention(nn.Module):
         output, probs = attention_forward(
             self, query, key, value, context.mask,
             attention_type=self.config.attention_type,
+            routing=self.config.dual_triangle_routing,
             bias_module=positions.bias_module,
             dropout=self.config.attention_dropout,
             output_attentions=output_attentions,
@@ -128,10 +131,16 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
 
     Returns [`BaseModelOutput`] with ``last_hidden_state`` (B, L, hidden), ``hidden_states`` (embedding output
     plus one entry per block, before the final norm) and ``attentions`` ((B, H, L, L) per layer, or (B, 2H, L, L)
-    for dual triangle: index h is the down half of head h, H + h its up half; computed with eager attention).
+    for dual triangle: the first H maps attend j <= i, the last H j >= i; with ``channel_halves`` routing index h
+    is the first half of head h and H + h its second half, with ``head_groups`` index s is half s % 2 of head
+    s // 2; computed with eager attention).
     """
 
     family_name = "DTA-BERT"
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(DTABertLayer, index=0),
+        "attentions": OutputRecorder(DTABertLayer, index=1),
+    }
 
     def __init__(self, config):
         super().__init__(config)
@@ -172,19 +181,17 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
         if config.unet:
             context = replace(context, x0=hidden_states)
         half = config.num_hidden_layers // 2
-        states, attentions, skips = (hidden_states,), (), []
+        skips = []
         for index, layer in enumerate(self.layers):
             if config.unet and index >= half:
                 hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
             layer_context = context
             if config.value_embeddings:  # a new context per block: gradient checkpointing replays each with its own
                 layer_context = replace(context, value_embeds=self.value_embedding_table(index)(input_ids))
-            hidden_states, probs = layer(hidden_states, layer_context, output_attentions)
+            hidden_states, _ = layer(hidden_states, layer_context, output_attentions)
             if config.unet and index < half:
                 skips.append(hidden_states)
-            states += (hidden_states,)
-            attentions += (probs,)
-        return states, attentions
+        return hidden_states
 
 
 class DTABertLMHead(nn.Module):

@@ -6,13 +6,18 @@ Three attention patterns:
 * ``causal``: query i sees real keys j <= i;
 * ``dual_triangle``: each head's channels are split in half; the first half ("down") attends j <= i and the second
   half ("up") j >= i, each half with its own softmax and the scale ``(head_dim/2) ** -0.5``. The diagonal belongs to
-  both halves, so no real query row is ever empty.
+  both halves, so no real query row is ever empty. That is the ``channel_halves`` routing (the paper's equation 3);
+  ``head_groups`` (the DTA reference code) numbers the half-width sub-heads ``2h + half`` and sends the first H of
+  them down and the rest up. Both are one split of (B, H, L, D) into a down and an up (B, H, L, D/2) tensor
+  (`split_triangles`) and its inverse (`merge_triangles`); the kernels below see only the split.
 
 Three implementations, chosen by ``config._attn_implementation``; they agree to rounding error and are tested
 against each other and against a naive reference:
 
 * ``eager``: materialised (B, H, L, L) scores; the only one that returns attention probabilities. For dual triangle
-  the probabilities have 2H maps: index h is the down half of head h, index H + h its up half.
+  the probabilities have 2H maps, the first H down (j <= i), the last H up (j >= i): with ``channel_halves`` index h
+  is the first half of head h and H + h its second half; with ``head_groups`` index s is sub-head s, half s % 2 of
+  head s // 2.
 * ``sdpa`` (default, the CPU training path): ``torch.nn.functional.scaled_dot_product_attention``. A triangle is a
   causal call; the upper triangle is a causal call on the tokens taken in reverse order. Each row is reordered
   within its own length (real tokens first, then padding), so padding falls outside both triangles of every real
@@ -30,6 +35,8 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+
+from ..configuration.dta import DUAL_TRIANGLE_ROUTINGS
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 
@@ -89,7 +96,10 @@ def causal_sdpa(query, key, value, dropout_p, scale):
     """``scaled_dot_product_attention(is_causal=True)`` on (B, H, L, D), split in two query halves where that is
     cheaper on CPU (see _SPLIT_CAUSAL_LENGTHS)."""
     seq_len = query.shape[2]
-    if query.device.type != "cpu" or seq_len not in _SPLIT_CAUSAL_LENGTHS:
+    # A symbolic length (torch.export / compile with a dynamic length) takes the plain call: testing it against
+    # the split range would pin the traced graph to one side of that range.
+    dynamic_length = isinstance(seq_len, torch.SymInt)
+    if query.device.type != "cpu" or dynamic_length or seq_len not in _SPLIT_CAUSAL_LENGTHS:
         return F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout_p, scale=scale)
     half = seq_len // 2
     head = F.scaled_dot_product_attention(query[:, :, :half], key[:, :, :half], value[:, :, :half], is_causal=True,
@@ -243,6 +253,33 @@ def _warn_flex_cpu_backward():
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# dual triangle routing
+
+def split_triangles(x, num_triangles, routing):
+    """x (B, H, L, D) -> ``num_triangles`` tensors (B, H, L, D / num_triangles), one per triangle.
+
+    ``channel_halves``: triangle t gets the t-th slice of every head's channels. ``head_groups`` (two triangles):
+    the half-width sub-heads, numbered 2h + half, are cut into two groups of H: sub-heads [0, H) go down, [H, 2H)
+    up. Either way the i-th sub-head of each triangle shares bias head i.
+    """
+    if num_triangles == 1 or routing == "channel_halves":
+        # chunk (not slicing): its backward is one concatenation instead of a zero-filled full-size tensor per part.
+        return x.chunk(num_triangles, dim=-1)
+    batch, heads, length, dim = x.shape
+    sub_heads = x.unflatten(-1, (2, dim // 2)).transpose(2, 3).reshape(batch, 2 * heads, length, dim // 2)
+    return sub_heads.chunk(2, dim=1)
+
+
+def merge_triangles(outputs, routing):
+    """Inverse of `split_triangles`: the per-triangle outputs (B, H, L, D / T) back to (B, H, L, D)."""
+    if len(outputs) == 1 or routing == "channel_halves":
+        return torch.cat(outputs, dim=-1)
+    batch, heads, length, half = outputs[0].shape
+    sub_heads = torch.cat(outputs, dim=1).view(batch, heads, 2, length, half)  # sub-head 2h + half
+    return sub_heads.transpose(2, 3).reshape(batch, heads, length, 2 * half)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # dispatch
 
 
@@ -255,15 +292,17 @@ def check_attention_implementation(implementation):
 
 
 def attend(query, key, value, *, mask, attention_type, implementation, bias_module=None, scale=None, dropout=0.0,
-           training=False, output_attentions=False):
+           training=False, output_attentions=False, routing="channel_halves"):
     """Runs ``attention_type`` attention with the chosen implementation.
 
     Args:
         query, key, value: (B, H, L, D). For dual triangle, D is the full head size; it is split here.
         mask: the [`AttentionMask`] of this forward.
         bias_module: an additive bias with ``dense``/``score_mod`` (ALiBi, T5) or None; its H matches the logical
-            heads and both halves of a dual-triangle head share their head's bias.
+            heads, and the i-th sub-head of each triangle gets bias head i (with ``channel_halves``, both halves
+            of head i).
         scale: score scale; defaults to ``1/sqrt(D)`` (``1/sqrt(D/2)`` for the dual-triangle halves).
+        routing: which half-width sub-heads go to which triangle (`split_triangles`); dual triangle only.
 
     Returns:
         output (B, H, L, D), and probs (B, H or 2H, L, L) for eager with ``output_attentions`` else None.
@@ -274,11 +313,13 @@ def attend(query, key, value, *, mask, attention_type, implementation, bias_modu
             f"output_attentions=True needs attn_implementation='eager' (got {implementation!r}): only eager "
             "attention materialises the attention probabilities"
         )
+    if routing not in DUAL_TRIANGLE_ROUTINGS:
+        raise ValueError(f"routing={routing!r} is not supported; allowed values: "
+                         f"{', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}")
     triangles = _TRIANGLES_BY_TYPE[attention_type]
     num_heads, head_dim = query.shape[1], query.shape[-1]
     split = head_dim // len(triangles)
-    # chunk (not slicing): its backward is one concatenation instead of a zero-filled full-size tensor per part.
-    parts = list(zip(triangles, *(x.chunk(len(triangles), dim=-1) for x in (query, key, value))))
+    parts = list(zip(triangles, *(split_triangles(x, len(triangles), routing) for x in (query, key, value))))
     scale = split**-0.5 if scale is None else scale
 
     if implementation == "flex_attention" and _needs_cpu_backward(query, key, value):
@@ -289,13 +330,13 @@ def attend(query, key, value, *, mask, attention_type, implementation, bias_modu
             raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
         q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
         output = flex_attention_call(q, k, v, mask, triangles, bias_module, num_heads, scale)
-        return torch.cat(output.split(num_heads, dim=1), dim=-1), None
+        return merge_triangles(output.split(num_heads, dim=1), routing), None
 
     if implementation == "sdpa":
         outputs = [sdpa_triangle(q, k, v, mask, t, bias_module, scale, dropout, training) for t, q, k, v in parts]
-        return torch.cat(outputs, dim=-1), None
+        return merge_triangles(outputs, routing), None
 
     q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
     bias = _bias_or_none(bias_module, query.shape[2], query.device, query.dtype)
     output, probs = eager_attention(q, k, v, mask, triangles, bias, scale, dropout, training)
-    return torch.cat(output.split(num_heads, dim=1), dim=-1), probs if output_attentions else None
+    return merge_triangles(output.split(num_heads, dim=1), routing), probs if output_attentions else None
