@@ -5,11 +5,13 @@ Only relative imports of concrete modules: the export flattens these files into 
 """
 
 from dataclasses import dataclass
+from functools import wraps
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils.output_capturing import capture_outputs
 
 from .attention import AttentionMask
 from .layers import build_norm
@@ -273,14 +275,34 @@ class EncoderBackbone:
         return mask, PositionContext(rope=rope, bias_module=self.position_bias)
 
 
+def unset_flags_read_from_config(forward):
+    """Drops ``output_attentions``/``output_hidden_states``/``return_dict`` passed as None, so `capture_outputs`
+    falls back to the config for them (it would read an explicit None as False); the task heads pass None for
+    "not given"."""
+
+    @wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        for flag in ("output_attentions", "output_hidden_states", "return_dict"):
+            if flag in kwargs and kwargs[flag] is None:
+                del kwargs[flag]
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
 class EncoderModel(EncoderBackbone):
     """The encoder template every family's bare model runs: input checks -> embeddings -> layer context -> layers ->
-    final norm, with the output assembled (and ``return_dict`` honoured) here only.
+    final norm.
 
     A family supplies its embeddings (`embed`; DSTG's two streams), `layer_context` when its layers read more than
     the mask and positions, and layers of one contract, ``layer(state, context, output_attentions) -> (state,
     probs)``, where ``state`` is the residual stream (a tensor, or DSTG's (ap, semantic) pair) and ``probs`` the
     attention probabilities or None. A body other than a plain stack overrides `run_layers` (DTA's U-Net).
+
+    Outputs are recorded by transformers' output-capturing hooks (`capture_outputs`), from the family's
+    ``_can_record_outputs``: ``hidden_states`` are the first layer's input (the embedding output) and every layer's
+    ``state``, before the final norm; ``attentions`` every layer's ``probs``. `capture_outputs` also honours
+    ``return_dict``.
     """
 
     family_name = None  # for messages
@@ -306,20 +328,15 @@ class EncoderModel(EncoderBackbone):
         return LayerContext(mask, positions)
 
     def run_layers(self, state, context, input_ids, output_attentions):
-        """Returns the state after every layer (the embedding output first) and each layer's probabilities."""
-        states, attentions = (state,), ()
+        """Returns the state after the last layer (the hooks record the others)."""
         for layer in self.layers:
-            state, probs = layer(state, context, output_attentions)
-            states += (state,)
-            attentions += (probs,)
-        return states, attentions
+            state, _ = layer(state, context, output_attentions)
+        return state
 
-    def hidden_states_output(self, states):
-        """The output fields holding the per-layer states (before the final norm)."""
-        return {"hidden_states": states}
-
+    @unset_flags_read_from_config
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+                token_type_ids=None, *, output_attentions=None, **kwargs):
         config = self.config
         batch_size, seq_len, device = check_inputs(
             config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
@@ -329,7 +346,6 @@ class EncoderModel(EncoderBackbone):
                 f"token_type_ids has non-zero segment ids, but {self.family_name} has no segment embeddings"
             )
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         self.check_family_inputs(input_ids, inputs_embeds, output_attentions)
         if position_ids is None:
             position_ids = self.default_positions(attention_mask, batch_size, seq_len, device)
@@ -337,13 +353,8 @@ class EncoderModel(EncoderBackbone):
         state = self.embed(input_ids, inputs_embeds, position_ids)
         dtype = (state[0] if isinstance(state, tuple) else state).dtype
         context = self.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype)
-        states, attentions = self.run_layers(state, context, input_ids, output_attentions)
-        output = self.output_class(
-            last_hidden_state=self.final_norm(states[-1]),
-            attentions=attentions if output_attentions else None,
-            **(self.hidden_states_output(states) if output_hidden_states else {}),
-        )
-        return output if return_dict is not False else output.to_tuple()
+        state = self.run_layers(state, context, input_ids, output_attentions)
+        return self.output_class(last_hidden_state=self.final_norm(state))
 
 
 def masked_mean(hidden_states, attention_mask):

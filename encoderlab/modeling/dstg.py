@@ -23,7 +23,8 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.dstg import DSTGNeoBERTConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, AttentionMask, attention_implementation, eager_attention_forward
@@ -432,6 +433,10 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
 
     family_name = "DSTG-NeoBERT"
     output_class = DSTGNeoBERTOutput
+    _can_record_outputs = {  # one of the two layer classes exists, per preset
+        "hidden_states": [OutputRecorder(DSTGLayer, index=0), OutputRecorder(NeoBERTLayer, index=0)],
+        "attentions": [OutputRecorder(DSTGLayer, index=1), OutputRecorder(NeoBERTLayer, index=1)],
+    }
 
     def __init__(self, config):
         super().__init__(config)
@@ -488,11 +493,18 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
         )
         return LayerContext(AttentionMask(attention_mask, batch_size, seq_len, device), positions)
 
-    def hidden_states_output(self, states):
-        outputs = {"hidden_states": tuple(join_streams(state) for state in states)}
-        if self.config.is_disentangled:
-            outputs.update(ap_hidden_states=tuple(ap for ap, _ in states),
-                           semantic_hidden_states=tuple(semantic for _, semantic in states))
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                token_type_ids=None, **kwargs):
+        """The template's forward; for ``dstg`` the recorded (ap, semantic) pairs become the joined
+        ``hidden_states`` and the per-stream ``ap_hidden_states`` and ``semantic_hidden_states``."""
+        outputs = super().forward(input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids,
+                                  return_dict=True, **kwargs)
+        if self.config.is_disentangled and outputs.hidden_states is not None:
+            pairs = outputs.hidden_states  # None where an index selection of output_hidden_states left one out
+            outputs["hidden_states"] = tuple(None if pair is None else join_streams(pair) for pair in pairs)
+            outputs["ap_hidden_states"] = tuple(None if pair is None else pair[0] for pair in pairs)
+            outputs["semantic_hidden_states"] = tuple(None if pair is None else pair[1] for pair in pairs)
         return outputs
 
 

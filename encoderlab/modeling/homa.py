@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.homa import HOMAConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
@@ -356,6 +357,7 @@ class HOMAModel(EncoderModel, HOMAPreTrainedModel):
     """
 
     family_name = "HOMA"
+    _can_record_outputs = {"hidden_states": OutputRecorder(HOMALayer, index=0)}
 
     def __init__(self, config):
         super().__init__(config)
