@@ -31,6 +31,12 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data folder {DATA} is absent")
 
 
+@pytest.fixture(autouse=True)
+def datasets_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """Keep `datasets`' cache (Arrow files for streaming=False, lock files) out of the user's home."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf_datasets"))
+
+
 @pytest.fixture(scope="module")
 def corpus():
     return list(load_documents("embedded"))
@@ -91,6 +97,33 @@ def test_wikitext_is_split_into_articles_not_paragraphs(tmp_path):
     assert articles[1] == "= Second Article = \n\n\n Body ."
 
 
+def test_line_endings_and_a_missing_final_newline_change_no_document(tmp_path):
+    text = "First document,\r\nsecond line.\r\n\r\n \r\nSecond document.\r\nno newline at the end"
+    fasta = ">h1\r\nMKT\r\nAYI\r\n>h2\r\nGGC"
+    for name, content in (("docs.txt", text), ("docs.txt.gz", text), ("x.fa", fasta), ("x.fasta.gz", fasta)):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(content.encode()) if name.endswith(".gz") else content.encode())
+        expected = ["First document,\nsecond line.", "Second document.\nno newline at the end"]
+        assert list(load_documents(path)) == (["MKTAYI", "GGC"] if ".fa" in name else expected), name
+
+
+@pytest.mark.parametrize(
+    ("name", "record"), [("big.txt", "{}\n\n"), ("big.fasta.gz", ">header\n{}\n"), ("big.jsonl", '{{"text": "{}"}}\n')],
+    ids=["txt", "fasta.gz", "jsonl"],
+)
+def test_documents_arrive_before_the_end_of_the_file_is_read(tmp_path, name, record):
+    # Past the first 12 MB (more than one 10 MB read of datasets' loaders) the file turns into invalid UTF-8:
+    # the first documents come out fine (streamed, not the whole file converted first); reading on hits the bytes.
+    document = "MKTAYIAKQR" * 100
+    content = (record.format(document) * 12_000).encode() + b"\xff\xfe broken\n"
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(content, compresslevel=1) if name.endswith(".gz") else content)
+    assert list(load_documents(path, limit=3)) == [document] * 3
+    with pytest.raises(Exception, match="utf-8|JSON parse error"):
+        for _ in load_documents(path):
+            pass
+
+
 @needs_data
 def test_real_wikitext_test_split_has_its_60_articles():
     articles = list(load_documents(DATA / "text" / "wikitext2_test.txt"))
@@ -132,10 +165,12 @@ def test_row_formats_use_the_default_or_given_field(tmp_path):
     (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     with gzip.open(tmp_path / "y.jsonl.gz", "wt") as handle:
         handle.write("\n".join(json.dumps(row) for row in rows) + "\n")
-    for name in ("x.csv", "x.parquet", "x.jsonl", "y.jsonl.gz"):
+    (tmp_path / "y.csv.gz").write_bytes(gzip.compress((tmp_path / "x.csv").read_bytes()))
+    for name in ("x.csv", "y.csv.gz", "x.parquet", "x.jsonl", "y.jsonl.gz"):
         assert list(load_documents(tmp_path / name)) == ["alpha beta", "gamma"], name  # empty text skipped
         assert list(load_documents(tmp_path / name, text_field="seq")) == ["MKT", "NA", "GG"], name  # NA kept
-    assert list(load_documents(tmp_path / "x.parquet", streaming=False, limit=1)) == ["alpha beta"]
+    for name in ("x.parquet", "y.jsonl.gz"):  # converted to Arrow first, in datasets' cache
+        assert list(load_documents(tmp_path / name, streaming=False, limit=1)) == ["alpha beta"], name
 
 
 @needs_data

@@ -4,9 +4,13 @@ The pipeline is ``load_documents`` -> ``split_documents`` (document-level, so no
 splits) -> optionally ``select_long_documents`` for long-context evaluation -> ``tokenize_to_examples``
 -> `encoderlab.training.collator.MLMCollator`. Documents are plain strings throughout: natural
 language text or protein sequences.
+
+Every file is read by `datasets`' own packaged loaders (``json``, ``csv``, ``parquet``, and ``text`` for
+the line formats), which also decompress ``.gz`` and stream. What is ours is what those loaders do not
+know: what a document is in a text file (a blank-line block, or a WikiText article) and in a FASTA file
+(a record), the embedded corpus, choosing the text column with clear errors, and the split assignment.
 """
 
-import gzip
 import hashlib
 import itertools
 import logging
@@ -15,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Literal
 
 import datasets
 from huggingface_hub import is_offline_mode
@@ -35,7 +39,7 @@ DEFAULT_TEXT_FIELDS = ("text", "sequence", "seq")
 
 SPLIT_NAMES = ("train", "validation", "test")
 
-# File suffix -> reader. "json" reads JSON Lines (and plain JSON) through `datasets`.
+# File suffix -> format. "json" reads JSON Lines (and plain JSON); "text" and "fasta" are lines grouped by us.
 _FILE_FORMATS = {
     ".txt": "text",
     ".jsonl": "json",
@@ -92,7 +96,10 @@ def load_documents(
             ``"text"``, ``"sequence"``, ``"seq"`` present. Not accepted for other sources.
         split: Split of a Hub dataset or dataset folder. A single file is one collection (use
             `split_documents`), so only ``"train"`` is accepted for it.
-        streaming: Stream rows instead of downloading / converting the whole dataset first.
+        streaming: Stream rows instead of downloading / converting the whole dataset first. With
+            False, `datasets` converts the source to Arrow in its cache (``HF_DATASETS_CACHE``,
+            reused by later calls) before the first document. Text and FASTA files are always
+            streamed: their lines are grouped into documents as they are read.
         limit: Stop after this many (non-empty) documents.
 
     Raises:
@@ -155,8 +162,8 @@ def _embedded_documents() -> Iterator[str]:
     return iter(topics.values())
 
 
-def _file_format(path: Path) -> tuple[str, bool]:
-    """(reader name, gzip-compressed) from the file suffix, e.g. ``x.fasta.gz`` -> ("fasta", True)."""
+def _file_format(path: Path) -> str:
+    """The format named by the file suffix, e.g. ``x.fasta.gz`` -> "fasta"."""
     suffixes = [s.lower() for s in path.suffixes]
     compressed = bool(suffixes) and suffixes[-1] == ".gz"
     suffix = (suffixes[-2] if len(suffixes) > 1 else "") if compressed else (suffixes[-1] if suffixes else "")
@@ -166,19 +173,19 @@ def _file_format(path: Path) -> tuple[str, bool]:
         raise ValueError(
             f"Unsupported document file {str(path)!r} (suffix {''.join(path.suffixes)!r}); allowed: {allowed}."
         )
-    return fmt, compressed
+    return fmt
 
 
 def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iterator:
     if not path.is_file():
         raise FileNotFoundError(f"Document file {str(path)!r} does not exist.")
-    fmt, compressed = _file_format(path)
+    fmt = _file_format(path)
     if fmt == "text":
         _reject_text_field(text_field, f"the text file {str(path)!r}")
-        return _text_file_documents(path, compressed)
+        return _text_file_documents(_file_lines(path))
     if fmt == "fasta":
         _reject_text_field(text_field, f"the FASTA file {str(path)!r}")
-        return _fasta_documents(path, compressed)
+        return _fasta_documents(_file_lines(path), path)
     # Keep CSV cells as written: pandas would otherwise turn e.g. the peptide "NA" into a null.
     csv_options = {"na_filter": False} if fmt == "csv" else {}
     return _dataset_documents(
@@ -186,19 +193,20 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
     )
 
 
-def _open_text(path: Path, compressed: bool) -> TextIO:
-    return gzip.open(path, "rt", encoding="utf-8") if compressed else open(path, encoding="utf-8")
+def _file_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file (plain or ``.gz``) without their line breaks, streamed by `datasets`' text loader."""
+    lines = datasets.load_dataset("text", data_files=str(path), split="train", streaming=True)
+    return (row["text"] for row in lines)
 
 
-def _text_file_documents(path: Path, compressed: bool) -> Iterator[str]:
+def _text_file_documents(lines: Iterable[str]) -> Iterator[str]:
     """Documents of a ``.txt`` file: WikiText articles if it starts with a title, else paragraphs."""
-    with _open_text(path, compressed) as handle:
-        lines = (line.rstrip("\r\n") for line in handle)
-        first = next((line for line in lines if line.strip()), None)
-        if first is None:
-            return
-        split = _wikitext_articles if _WIKITEXT_TITLE.match(first) else _blank_line_blocks
-        yield from split(itertools.chain([first], lines))
+    lines = iter(lines)
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        return
+    split = _wikitext_articles if _WIKITEXT_TITLE.match(first) else _blank_line_blocks
+    yield from split(itertools.chain([first], lines))
 
 
 def _blank_line_blocks(lines: Iterable[str]) -> Iterator[str]:
@@ -235,23 +243,22 @@ def _wikitext_articles(lines: Iterable[str]) -> Iterator[str]:
         yield "\n".join(article).strip()
 
 
-def _fasta_documents(path: Path, compressed: bool) -> Iterator[str]:
+def _fasta_documents(lines: Iterable[str], path: Path) -> Iterator[str]:
     """One sequence per FASTA record; headers dropped, sequence lines joined, whitespace removed."""
-    with _open_text(path, compressed) as handle:
-        chunks: list[str] | None = None
-        for line_number, line in enumerate(handle, start=1):
-            if line.startswith(">"):
-                if chunks:
-                    yield "".join(chunks)
-                chunks = []
-            elif line.startswith(";"):  # comment line of the original FASTA format
-                continue
-            elif chunks is not None:
-                chunks.append("".join(line.split()))
-            elif line.strip():
-                raise ValueError(f"{str(path)!r} line {line_number}: sequence data before the first '>' header.")
-        if chunks:
-            yield "".join(chunks)
+    chunks: list[str] | None = None
+    for line_number, line in enumerate(lines, start=1):
+        if line.startswith(">"):
+            if chunks:
+                yield "".join(chunks)
+            chunks = []
+        elif line.startswith(";"):  # comment line of the original FASTA format
+            continue
+        elif chunks is not None:
+            chunks.append("".join(line.split()))
+        elif line.strip():
+            raise ValueError(f"{str(path)!r} line {line_number}: sequence data before the first '>' header.")
+    if chunks:
+        yield "".join(chunks)
 
 
 def _hub_documents(name: str, text_field: str | None, split: str, streaming: bool) -> Iterator[str | None]:
