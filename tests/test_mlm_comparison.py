@@ -114,8 +114,9 @@ def fake_train_arm(calls):
     def train(arm, run, setup, scalings=(), factor=None, trained=None):
         calls.append(arm)
         row = {**synthetic_row(arm.attention, arm.positions, arm.seed, 0.3), "setup": setup,
-               "train_len": run.train.seq_len, "scaling": "none"}
-        return [row], [{**point, "train_len": run.train.seq_len} for point in synthetic_curve(row)]
+               "train_len": run.train.seq_len, "scaling": "none", "routing": arm.routing}
+        return [row], [{**point, "train_len": run.train.seq_len, "routing": arm.routing}
+                       for point in synthetic_curve(row)]
     return train
 
 
@@ -221,7 +222,8 @@ def test_summary_and_figures_from_synthetic_rows(tmp_path):
                  "mlm_drope.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     summary = (tmp_path / "mlm_summary.md").read_text()
-    assert "| dual_triangle | none | 3 | 2.000 ± 0.000 | 0.310 ± 0.010 |" in summary
+    assert "| dual_triangle | channel_halves | none | 3 | 2.000 ± 0.000 | 0.310 ± 0.010 |" in summary
+    assert "| bidirectional | - | none | 3 |" in summary  # no routing: not dual triangle
     assert "| dual_triangle/none | bidirectional/none | 1x | +0.000 (p=nan) | +0.100 (p=" in summary
     table = mlm.read_results(tmp_path / "mlm_table.csv")
     assert len(table) == 6 and float(table[0]["short_accuracy_mean"]) == pytest.approx(0.21)
@@ -286,7 +288,7 @@ def test_scaling_arms_evaluate_the_finished_runs_without_retraining(tiny_sweep, 
     for name in ("mlm_context.png", "mlm_context_table.csv", "mlm_context_stats.csv"):
         assert (tmp_path / name).stat().st_size > 0, name
     summary = (tmp_path / "mlm_summary.md").read_text()
-    assert "| dual_triangle | rope | 16 | yarn | 1 |" in summary
+    assert "| dual_triangle | channel_halves | rope | 16 | yarn | 1 |" in summary
     assert "| setting | dual_triangle/rope | L16 linear | L16 none |" in summary
 
 
@@ -338,8 +340,8 @@ def test_old_csv_gains_the_new_columns_before_rows_are_appended(tmp_path, monkey
     assert mlm.sweep([Arm("bidirectional", "none", 0), Arm("dual_triangle", "none", 0)], base, 64, tmp_path) == 1
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
     length = str(base.train.seq_len)  # the old runs trained at the base length
-    assert [(row["attention"], row["train_len"], row["scaling"]) for row in rows] == [
-        ("bidirectional", length, "none"), ("dual_triangle", length, "none")]
+    assert [(row["attention"], row["train_len"], row["scaling"], row["routing"]) for row in rows] == [
+        ("bidirectional", length, "none", "channel_halves"), ("dual_triangle", length, "none", "channel_halves")]
     assert {row["train_len"] for row in mlm.read_results(tmp_path / "mlm_curves.csv")} == {length}
     with pytest.raises(ValueError, match="do not fit the columns"):
         mlm.append_rows(tmp_path / "mlm_runs.csv", [{"attention": "causal"}])
@@ -374,3 +376,100 @@ def test_protein_sweep_end_to_end(tmp_path, shared_data):
     assert ("setting", "dual_triangle/rope", "L32 none", "L16 none") in tests
     table = mlm.read_results(tmp_path / "mlm_table.csv")
     assert len(table) == 2  # the Figures 3/4 outputs hold the reference setting (L16, no scaling) only
+
+
+# ---------------------------------------------------------------------------------------------- head routing axis
+
+def test_routing_axis_trains_dual_triangle_once_per_routing(tmp_path):
+    args = parse(tmp_path, "--routing", "channel_halves", "head_groups")
+    assert args.routing == ["channel_halves", "head_groups"]
+    assert parse(tmp_path).routing == ["channel_halves"]
+    arms = mlm.grid(["bidirectional", "dual_triangle"], ["rope", "none"], [0, 1], scalings=["yarn"],
+                    routings=args.routing)
+    # bidirectional: 2 positions x 2 seeds + 2 yarn rows; dual triangle: the same once per routing
+    assert len(arms) == 6 + 2 * 6
+    assert {arm.routing for arm in arms if arm.attention == "bidirectional"} == {"channel_halves"}
+    base = base_config()
+    runs = {arm.name: mlm.arm_config(base, arm, 32, tmp_path) for arm in arms}
+    assert len(runs) == 4 + 2 * 4
+    head_groups = Arm("dual_triangle", "rope", 1, seq_len=128, routing="head_groups")
+    assert head_groups.name == "dual_triangle-rope-s1-L128-head_groups"
+    assert Arm("dual_triangle", "rope", 1).name == "dual_triangle-rope-s1"  # the default routing keeps old folders
+    assert runs["dual_triangle-rope-s0-head_groups"].model.config["dual_triangle_routing"] == "head_groups"
+    assert runs["dual_triangle-rope-s0"].model.config["dual_triangle_routing"] == "channel_halves"
+    assert head_groups.key(64) != Arm("dual_triangle", "rope", 1, seq_len=128).key(64)
+    # the routing is an arm field: it does not change the setup of the sweep
+    assert mlm.config_hash(base_config(dual_triangle_routing="head_groups"), 64) == mlm.config_hash(base, 64)
+    with pytest.raises(ValueError, match="routing='groups'"):
+        mlm.grid(["dual_triangle"], ["rope"], [0], routings=["groups"])
+
+
+def test_adding_a_routing_trains_only_the_new_dual_triangle_runs(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(mlm, "train_arm", fake_train_arm(calls))
+    base = base_config()
+    assert mlm.sweep(mlm.grid(["bidirectional", "dual_triangle"], ["rope"], [0]), base, 64, tmp_path) == 2
+    both = mlm.grid(["bidirectional", "dual_triangle"], ["rope"], [0], routings=["channel_halves", "head_groups"])
+    assert mlm.sweep(both, base, 64, tmp_path) == 1
+    assert calls[-1] == Arm("dual_triangle", "rope", 0, routing="head_groups") and len(calls) == 3
+    rows = mlm.read_results(tmp_path / "mlm_runs.csv")
+    assert [(row["attention"], row["routing"]) for row in rows] == [
+        ("bidirectional", "channel_halves"), ("dual_triangle", "channel_halves"), ("dual_triangle", "head_groups")]
+
+
+def routed_row(attention, routing, seed, scaling, accuracy):
+    return {**synthetic_row(attention, "rope", seed, accuracy), "routing": routing, "train_len": 64,
+            "scaling": scaling}
+
+
+def test_routing_in_tests_tables_and_the_context_figure(tmp_path):
+    accuracy = {"bidirectional": 0.50, "channel_halves": 0.40, "head_groups": 0.60}
+    rows = [routed_row(attention, routing, seed, scaling, accuracy[routing if attention == "dual_triangle"
+                                                                    else attention] + 0.01 * seed)
+            for attention, routing in (("bidirectional", "channel_halves"), ("dual_triangle", "channel_halves"),
+                                       ("dual_triangle", "head_groups"))
+            for scaling in ("none", "yarn") for seed in range(3)]
+    mlm.write_rows(tmp_path / "mlm_runs.csv", rows)
+    mlm.write_rows(tmp_path / "mlm_curves.csv", [{**point, "train_len": 64, "routing": row["routing"]}
+                                                 for row in rows if row["scaling"] == "none"
+                                                 for point in synthetic_curve(row)])
+    assert mlm.run(parse(tmp_path, "--plots-only")) == 0
+    stats = {(e["a"], e["b"], e["length"], e["metric"]): e for e in mlm.read_results(tmp_path / "mlm_stats.csv")}
+    routing_test = stats[("dual_triangle:head_groups/rope", "dual_triangle/rope", "long", "accuracy")]
+    assert float(routing_test["difference"]) == pytest.approx(0.20) and routing_test["mark"] in ("**", "***")
+    assert ("dual_triangle:head_groups/rope", "bidirectional/rope", "short", "mcc") in stats
+    table = {(row["attention"], row["routing"]): row for row in mlm.read_results(tmp_path / "mlm_table.csv")}
+    assert set(table) == {("bidirectional", "-"), ("dual_triangle", "channel_halves"), ("dual_triangle", "head_groups")}
+    assert float(table[("dual_triangle", "head_groups")]["long_accuracy_mean"]) == pytest.approx(0.61)
+    context = mlm.read_results(tmp_path / "mlm_context_table.csv")
+    assert {(row["routing"], row["scaling"]) for row in context if row["attention"] == "dual_triangle"} == {
+        (routing, scaling) for routing in ("channel_halves", "head_groups") for scaling in ("none", "yarn")}
+    context_tests = {(e["test"], e["group"], e["a"], e["b"]) for e in mlm.read_results(
+        tmp_path / "mlm_context_stats.csv")}
+    assert ("attention", "rope, L64 yarn", "dual_triangle:head_groups", "dual_triangle") in context_tests
+    assert ("setting", "dual_triangle:head_groups/rope", "L64 yarn", "L64 none") in context_tests
+    summary = (tmp_path / "mlm_summary.md").read_text()
+    assert "| dual_triangle | head_groups | rope | 64 | yarn | 3 | 0.610 ± 0.010 | 0.610 ± 0.010 |" in summary
+    for name in ("mlm_context.png", "mlm_bars.png", "mlm_curves.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_rows_from_before_the_routing_axis_read_as_the_default_routing(tmp_path):
+    old = [synthetic_row("dual_triangle", "none", seed, 0.3 + 0.01 * seed) for seed in range(2)]
+    assert mlm.variant_of(old[0]) == "dual_triangle"
+    assert mlm.table_rows(old)[0]["routing"] == "channel_halves"
+    assert mlm.variant("bidirectional", "head_groups") == "bidirectional"  # no routing outside dual triangle
+
+
+def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
+    """The routing reaches the trained model: a copy of the tiny sweep gains a head_groups run, saved with it."""
+    source, args = tiny_sweep
+    shutil.copytree(source, tmp_path / "sweep")
+    args = argparse.Namespace(**{**vars(args), "out_dir": tmp_path / "sweep", "positions": ["rope"],
+                                 "routing": ["channel_halves", "head_groups"], "eval_scaling": ["none"]})
+    assert mlm.run(args) == 0
+    run_dir = tmp_path / "sweep" / "runs" / "dual_triangle-rope-s0-head_groups"
+    assert json.loads((run_dir / "config.json").read_text())["dual_triangle_routing"] == "head_groups"
+    rows = [row for row in mlm.read_results(tmp_path / "sweep" / "mlm_runs.csv") if row["routing"] == "head_groups"]
+    assert len(rows) == 1 and rows[0]["run_dir"] == str(run_dir) and 0 <= float(rows[0]["test_long_accuracy"]) <= 1
+    assert "| dual_triangle | head_groups | rope | 1 |" in (tmp_path / "sweep" / "mlm_summary.md").read_text()

@@ -28,7 +28,13 @@ Context-extension axes (the paper trains at one length and evaluates at 1x and 4
   model is reloaded with the scaling in its config, so training never sees it and no run is retrained. Each
   scaling is one more row (``scaling`` column) of the same run.
 
-A later axis that changes the model (e.g. the dual triangle head routing) is one more `Arm` field.
+- ``--routing channel_halves head_groups``: the dual triangle head routing (``dual_triangle_routing``: the paper's
+  equation 3, or the reference code's whole-head groups); it changes the model, so each routing is its own training
+  run (``...-head_groups`` folders). Bidirectional and causal arms have no routing and are trained once. In tables
+  and figures a head_groups run is the attention type ``dual_triangle:head_groups`` (plain ``dual_triangle`` is
+  channel_halves), so it is compared with the other attention types like one of them.
+
+A later axis that changes the model is one more `Arm` field.
 
 Each run trains through `pretrain` into ``OUT/runs/<attention>-<positions>-s<seed>``; when it finishes, one row
 with its test metrics at 1x and 4x the training length (masked-token loss, accuracy, micro-F1, MCC) goes to
@@ -72,7 +78,7 @@ from pathlib import Path
 import torch
 
 from ..configuration.base import ROPE_SCALING_TYPES
-from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
+from ..configuration.dta import ATTENTION_TYPES, DUAL_TRIANGLE_ROUTINGS, DTABertConfig
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
@@ -93,30 +99,54 @@ DEFAULT_CONFIG = DOMAINS["text"]
 SCALINGS = ("none", *ROPE_SCALING_TYPES)
 """RoPE scaling applied when evaluating a trained ``rope`` arm (never while training it)."""
 RUNS_CSV, CURVES_CSV = "mlm_runs.csv", "mlm_curves.csv"
-ARM_FIELDS = ("attention", "positions", "seed", "train_len", "scaling")
+ARM_FIELDS = ("attention", "positions", "seed", "train_len", "scaling", "routing")
 """The columns that identify a row of ``mlm_runs.csv``."""
+DEFAULT_ROUTING = DUAL_TRIANGLE_ROUTINGS[0]
+VARIANTS = (*ATTENTION_TYPES, *(f"dual_triangle:{routing}" for routing in DUAL_TRIANGLE_ROUTINGS[1:]))
+"""The attention axis of tables, tests and figures: the attention types, and dual triangle under each routing
+other than the default (plain ``dual_triangle`` is the default routing)."""
+
+
+def variant(attention, routing):
+    """The `VARIANTS` entry of a run."""
+    return f"{attention}:{routing}" if attention == "dual_triangle" and routing not in ("", DEFAULT_ROUTING) \
+        else attention
+
+
+def variant_of(row):
+    """The `VARIANTS` entry of a CSV row (rows of sweeps from before the routing axis have no routing)."""
+    return variant(row["attention"], row.get("routing") or DEFAULT_ROUTING)
+
+
+def split_variant(label):
+    """{"attention", "routing"} of a `VARIANTS` entry; routing "-" where the attention type has none."""
+    attention, _, routing = label.partition(":")
+    return {"attention": attention, "routing": routing or (DEFAULT_ROUTING if attention == "dual_triangle" else "-")}
 
 
 # ----------------------------------------------------------------------------------------------------------- arms
 
 @dataclass(frozen=True)
 class Arm:
-    """One row of the results: a trained model (attention, positions, seed, training length) evaluated with one
-    RoPE scaling. ``seq_len`` None means the base config's training length. Arms that differ only in ``scaling``
-    share one training run. An axis that changes the model (e.g. a head routing) is one more field here, set in
-    `arm_config` and named in `name`."""
+    """One row of the results: a trained model (attention, positions, seed, training length, dual triangle head
+    routing) evaluated with one RoPE scaling. ``seq_len`` None means the base config's training length. Arms that
+    differ only in ``scaling`` share one training run. An axis that changes the model is one more field here, set
+    in `arm_config` and named in `name`."""
 
     attention: str
     positions: str
     seed: int
     seq_len: int | None = None
     scaling: str = "none"
+    routing: str = DEFAULT_ROUTING
 
     @property
     def name(self):
-        """The run folder's name (of the training run, so without the evaluation-time scaling)."""
+        """The run folder's name (of the training run, so without the evaluation-time scaling); the default
+        routing adds nothing, so the runs of sweeps from before the routing axis keep their folders."""
         length = "" if self.seq_len is None else f"-L{self.seq_len}"
-        return f"{self.attention}-{self.positions}-s{self.seed}{length}"
+        routing = "" if self.routing == DEFAULT_ROUTING else f"-{self.routing}"
+        return f"{self.attention}-{self.positions}-s{self.seed}{length}{routing}"
 
     @property
     def trained(self):
@@ -124,19 +154,27 @@ class Arm:
         return dataclasses.replace(self, scaling="none")
 
     def key(self, base_seq_len):
-        return (self.attention, self.positions, str(self.seed), str(self.seq_len or base_seq_len), self.scaling)
+        return (self.attention, self.positions, str(self.seed), str(self.seq_len or base_seq_len), self.scaling,
+                self.routing)
 
 
-def grid(attentions, positions, seeds, seq_lens=(None,), scalings=("none",)):
+def grid(attentions, positions, seeds, seq_lens=(None,), scalings=("none",), routings=(DEFAULT_ROUTING,)):
     """Every combination; scalings other than ``none`` only for ``rope`` arms, the only ones that end training
     with RoPE (``none`` has no RoPE to scale, ``rope-off`` has switched it off). ``none`` is always in: it is the
-    trained run itself."""
+    trained run itself. The routings apply to dual triangle arms; the other attention types have none and are
+    trained once, with the default routing's value (which they never read)."""
     for scaling in scalings:
         if scaling not in SCALINGS:
             raise ValueError(f"scaling={scaling!r} is not an evaluation-time RoPE scaling; allowed: {SCALINGS}")
+    for routing in routings:
+        if routing not in DUAL_TRIANGLE_ROUTINGS:
+            raise ValueError(f"routing={routing!r} is not a dual triangle head routing; allowed: "
+                             f"{DUAL_TRIANGLE_ROUTINGS}")
     scalings = list(dict.fromkeys(["none", *scalings]))
-    return [Arm(a, p, s, n, k) for a in attentions for p in positions for n in seq_lens for s in seeds
-            for k in scalings if k == "none" or p == "rope"]
+    routings = list(dict.fromkeys(routings))
+    return [Arm(a, p, s, n, k, r) for a in attentions for r in (routings if a == "dual_triangle" else
+                                                                  [DEFAULT_ROUTING])
+            for p in positions for n in seq_lens for s in seeds for k in scalings if k == "none" or p == "rope"]
 
 
 def base_head_size(base: RunConfig, head_size=None):
@@ -148,9 +186,9 @@ def base_head_size(base: RunConfig, head_size=None):
 
 
 def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunConfig:
-    """The training run of `arm`: the base config with the arm's attention, positions, DroPE fraction, seed,
-    training length, heads and run folder. The arm's RoPE scaling is not in it: it is applied at evaluation only
-    (`evaluate_scaled`), and the base config must not set one."""
+    """The training run of `arm`: the base config with the arm's attention, head routing, positions, DroPE
+    fraction, seed, training length, heads and run folder. The arm's RoPE scaling is not in it: it is applied at
+    evaluation only (`evaluate_scaled`), and the base config must not set one."""
     if base.model.config.get("rope_scaling_type") is not None:
         raise ValueError(f"model.config.rope_scaling_type={base.model.config['rope_scaling_type']!r}: the MLM "
                          "comparison trains without RoPE scaling and applies it at evaluation (--eval-scaling)")
@@ -161,6 +199,7 @@ def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunC
     model_config = {
         **base.model.config,
         "attention_type": arm.attention,
+        "dual_triangle_routing": arm.routing,
         "position_embedding_type": position_type,
         "num_attention_heads": heads_for(arm.attention, hidden_size, head_size),
     }
@@ -178,6 +217,8 @@ def config_hash(base: RunConfig, head_size: int):
     rows of another setup must not be mixed into its CSV."""
     reference = arm_config(base, Arm(ATTENTION_TYPES[0], "none", 0), head_size, Path())
     setup = {**reference.to_dict(), "output_dir": None, "head_size": head_size}
+    # An arm field, like attention_type; left out so that sweeps from before the routing axis keep their setup.
+    del setup["model"]["config"]["dual_triangle_routing"]
     return hashlib.sha1(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -214,7 +255,7 @@ def trained_row(arm: Arm, run: RunConfig, setup: str):
         results, model, log_history = finished_run(run_dir)
     row = {
         "attention": arm.attention, "positions": arm.positions, "seed": arm.seed, "train_len": run.train.seq_len,
-        "scaling": arm.scaling,
+        "scaling": arm.scaling, "routing": arm.routing,
         "setup": setup,
         "heads": run.model.config["num_attention_heads"],
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -314,7 +355,7 @@ def curve_points(log_history, row):
     """One point per evaluation during training and length. `pretrain` evaluates the final model once more at
     the last step; that repeat is dropped."""
     points, tokens = {}, 0
-    arm = {name: row[name] for name in ("attention", "positions", "seed", "train_len")}
+    arm = {name: row[name] for name in ("attention", "positions", "seed", "train_len", "routing")}
     for entry in log_history:
         tokens = entry.get("num_input_tokens_seen", tokens)
         for length in LENGTHS:
@@ -334,11 +375,12 @@ def check_setup(rows, setup: str, csv_path: Path):
 
 
 def migrate_csv(path: Path, columns, train_len):
-    """Adds the `columns` (of ``train_len``, ``scaling``) that the CSV of a sweep from before the context-extension
-    axes lacks, so that new rows can be appended to it: its runs were trained at the base length, without scaling."""
+    """Adds the `columns` (of ``train_len``, ``scaling``, ``routing``) that the CSV of a sweep from before the
+    context-extension axes lacks, so that new rows can be appended to it: its runs were trained at the base length,
+    without scaling, with the default routing."""
     rows = read_results(path)
     if rows and any(name not in rows[0] for name in columns):
-        defaults = {"train_len": train_len, "scaling": "none"}
+        defaults = {"train_len": train_len, "scaling": "none", "routing": DEFAULT_ROUTING}
         write_rows(path, [{**{name: defaults[name] for name in columns}, **row} for row in rows])
 
 
@@ -365,8 +407,8 @@ def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1, facto
     as runs finish, so a crash loses only the runs in flight. Returns the number of rows added."""
     runs_csv = out_dir / RUNS_CSV
     setup = config_hash(base, head_size)
-    migrate_csv(runs_csv, ("train_len", "scaling"), base.train.seq_len)
-    migrate_csv(out_dir / CURVES_CSV, ("train_len",), base.train.seq_len)
+    migrate_csv(runs_csv, ("train_len", "scaling", "routing"), base.train.seq_len)
+    migrate_csv(out_dir / CURVES_CSV, ("train_len", "routing"), base.train.seq_len)
     rows = read_results(runs_csv)
     check_setup(rows, setup, runs_csv)
     jobs = jobs_for(arms, base, head_size, out_dir, rows, setup, factor or base.data.long_factor)
@@ -393,10 +435,10 @@ def _init_worker(threads):
 # ----------------------------------------------------------------------------------------------------- statistics
 
 def groups(rows, split="test"):
-    """{(attention, positions): {"<length>_<metric>": [value per seed]}}."""
+    """{(attention variant, positions): {"<length>_<metric>": [value per seed]}}."""
     grouped = {}
     for row in rows:
-        values = grouped.setdefault((row["attention"], row["positions"]), {})
+        values = grouped.setdefault((variant_of(row), row["positions"]), {})
         for length in LENGTHS:
             for name in METRIC_NAMES:
                 values.setdefault(f"{length}_{name}", []).append(float(row[f"{split}_{length}_{name}"]))
@@ -404,9 +446,10 @@ def groups(rows, split="test"):
 
 
 def compared_pairs(grouped):
-    """(a, b) group pairs: every two attention types within a position arm (later type in `ATTENTION_TYPES`
-    first, so dual triangle is compared against the others), and rope vs rope-off within an attention type."""
-    attentions = [a for a in reversed(ATTENTION_TYPES) if any(key[0] == a for key in grouped)]
+    """(a, b) group pairs: every two attention variants within a position arm (later one in `VARIANTS` first, so
+    dual triangle is compared against the others, and head_groups against channel_halves), and rope vs rope-off
+    within an attention variant."""
+    attentions = [a for a in reversed(VARIANTS) if any(key[0] == a for key in grouped)]
     arms = [p for p in POSITION_ARMS if any(key[1] == p for key in grouped)]
     pairs = [((a, p), (b, p)) for p in arms for a, b in combinations(attentions, 2)]
     pairs += [((a, "rope"), (a, "rope-off")) for a in attentions]
@@ -426,15 +469,15 @@ def comparisons(rows):
 
 
 def group_order(grouped):
-    return sorted(grouped, key=lambda key: (list(POSITION_ARMS).index(key[1]), ATTENTION_TYPES.index(key[0])))
+    return sorted(grouped, key=lambda key: (list(POSITION_ARMS).index(key[1]), VARIANTS.index(key[0])))
 
 
 def table_rows(rows):
-    """Mean and sd over seeds of every test metric, per (attention, positions)."""
+    """Mean and sd over seeds of every test metric, per (attention, routing, positions)."""
     grouped = groups(rows)
     table = []
     for key in group_order(grouped):
-        entry = {"attention": key[0], "positions": key[1], "seeds": len(grouped[key]["short_accuracy"])}
+        entry = {**split_variant(key[0]), "positions": key[1], "seeds": len(grouped[key]["short_accuracy"])}
         for column, values in grouped[key].items():
             entry[f"{column}_mean"], entry[f"{column}_sd"] = mean_sd(values)
         table.append(entry)
@@ -456,12 +499,13 @@ def summary_markdown(rows, stats):
         "1x = the training length, 4x = four times it. Loss: lower is better. Micro-F1 equals accuracy for "
         "single-label prediction; it is listed because the paper does.",
         "",
-        f"| attention | positions | seeds | {header} |",
-        "|---|---|---|" + "---|" * len(metric_columns),
+        f"| attention | routing | positions | seeds | {header} |",
+        "|---|---|---|---|" + "---|" * len(metric_columns),
     ]
     for entry in table_rows(rows):
         cells = [f"{entry[f'{l}_{n}_mean']:.3f} ± {entry[f'{l}_{n}_sd']:.3f}" for l, n in metric_columns]
-        lines.append(f"| {entry['attention']} | {entry['positions']} | {entry['seeds']} | {' | '.join(cells)} |")
+        lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['seeds']} | "
+                     f"{' | '.join(cells)} |")
     unigram = {length: statistics.mean(float(row[f"unigram_{length}"]) for row in rows) for length in LENGTHS}
     lines += [
         "",
@@ -488,7 +532,7 @@ def summary_markdown(rows, stats):
 # ---------------------------------------------------------------------------------------- context extension axes
 
 def row_label(row):
-    return f"{row['attention']}-{row['positions']}-s{row['seed']} (L{row['train_len']}, {row['scaling']})"
+    return f"{variant_of(row)}-{row['positions']}-s{row['seed']} (L{row['train_len']}, {row['scaling']})"
 
 
 def setting_of(row):
@@ -524,26 +568,26 @@ def welch_entries(rows_a, rows_b, **fields):
 
 
 def context_groups(rows):
-    """{(attention, positions, setting): [rows]} in display order."""
+    """{(attention variant, positions, setting): [rows]} in display order."""
     grouped = {}
     for row in rows:
-        grouped.setdefault((row["attention"], row["positions"], setting_of(row)), []).append(row)
+        grouped.setdefault((variant_of(row), row["positions"], setting_of(row)), []).append(row)
     order = settings(rows)
     return dict(sorted(grouped.items(), key=lambda item: (list(POSITION_ARMS).index(item[0][1]),
-                                                          order.index(item[0][2]), ATTENTION_TYPES.index(item[0][0]))))
+                                                          order.index(item[0][2]), VARIANTS.index(item[0][0]))))
 
 
 def context_comparisons(rows):
     """Welch's tests along the context-extension axes:
 
-    - ``attention``: within each position arm and setting, every two attention types (later in
-      `ATTENTION_TYPES` first), e.g. dual triangle + YaRN against bidirectional + YaRN;
+    - ``attention``: within each position arm and setting, every two attention variants (later in `VARIANTS`
+      first), e.g. dual triangle + YaRN against bidirectional + YaRN, or head_groups against channel_halves;
     - ``setting``: within each attention type and position arm, every other setting against the reference
       (shortest training length, no scaling), e.g. what YaRN or a longer training length does to one model.
     """
     grouped = context_groups(rows)
     reference = settings(rows)[0]
-    attentions = [a for a in reversed(ATTENTION_TYPES) if any(key[0] == a for key in grouped)]
+    attentions = [a for a in reversed(VARIANTS) if any(key[0] == a for key in grouped)]
     cells = list(dict.fromkeys((positions, setting) for _, positions, setting in grouped))
     entries = []
     for positions, setting in cells:
@@ -560,10 +604,10 @@ def context_comparisons(rows):
 
 
 def context_table(rows):
-    """Mean and sd over seeds of every test metric per (attention, positions, training length, scaling)."""
+    """Mean and sd over seeds of every test metric per (attention, routing, positions, training length, scaling)."""
     table = []
-    for (attention, positions, setting), group_rows in context_groups(rows).items():
-        entry = {"attention": attention, "positions": positions, "train_len": setting[0], "scaling": setting[1],
+    for (label, positions, setting), group_rows in context_groups(rows).items():
+        entry = {**split_variant(label), "positions": positions, "train_len": setting[0], "scaling": setting[1],
                  "seeds": len(group_rows)}
         for length in LENGTHS:
             for name in METRIC_NAMES:
@@ -584,13 +628,13 @@ def context_markdown(rows, stats):
         "L<n> = trained at n tokens (1x = n, 4x = 4n); the scaling (none, linear, ntk, yarn) is applied to the "
         "trained model at evaluation only, at both lengths. Mean ± sd over seeds.",
         "",
-        f"| attention | positions | train length | scaling | seeds | {header} |",
-        "|---|---|---|---|---|" + "---|" * len(columns),
+        f"| attention | routing | positions | train length | scaling | seeds | {header} |",
+        "|---|---|---|---|---|---|" + "---|" * len(columns),
     ]
     for entry in context_table(rows):
         cells = [f"{entry[f'{l}_{n}_mean']:.3f} ± {entry[f'{l}_{n}_sd']:.3f}" for l, n in columns]
-        lines.append(f"| {entry['attention']} | {entry['positions']} | {entry['train_len']} | {entry['scaling']} | "
-                     f"{entry['seeds']} | {' | '.join(cells)} |")
+        lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['train_len']} | "
+                     f"{entry['scaling']} | {entry['seeds']} | {' | '.join(cells)} |")
     lines += [
         "",
         "Welch's t-tests on accuracy (two-sided, over seeds): mean(a) - mean(b), p-value and mark; every metric is "
@@ -616,7 +660,8 @@ def write_csv(path, rows):
 
 # ---------------------------------------------------------------------------------------------------------- plots
 
-COLORS = {"bidirectional": "tab:blue", "causal": "tab:green", "dual_triangle": "tab:red",  # attention types
+COLORS = {"bidirectional": "tab:blue", "causal": "tab:green", "dual_triangle": "tab:red",  # attention variants
+          "dual_triangle:head_groups": "tab:brown",
           "rope": "tab:purple", "none": "tab:gray", "rope-off": "tab:orange"}  # position arms (Figure 5 bars)
 ARM_STYLES = {"rope": "-", "none": ":", "rope-off": "--"}
 
@@ -666,7 +711,7 @@ def plot_bars(rows, stats, path):
     """Figures 3c-d: test metrics at 1x (top) and 4x (bottom); clusters = position arms, bars = attention types."""
     plt = _pyplot()
     grouped = groups(rows)
-    attentions = [a for a in ATTENTION_TYPES if any(key[0] == a for key in grouped)]
+    attentions = [a for a in VARIANTS if any(key[0] == a for key in grouped)]
     arms = [p for p in POSITION_ARMS if any(key[1] == p for key in grouped)]
     attention_stats = [entry for entry in stats if entry["a"].split("/")[1] == entry["b"].split("/")[1]]
     figure, axes = plt.subplots(len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4),
@@ -689,7 +734,7 @@ def curve_groups(curves, arms=None):
     per_seed = {}
     for point in curves:
         if arms is None or point["positions"] in arms:
-            key = (point["attention"], point["positions"], point["length"])
+            key = (variant_of(point), point["positions"], point["length"])
             per_seed.setdefault(key, {}).setdefault(point["seed"], []).append(point)
     result = {}
     for key, seeds in per_seed.items():
@@ -729,7 +774,7 @@ def plot_curves(curves, rows, path):
     switch = drop_tokens(rows)
     figure, axes = plt.subplots(len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4),
                                 squeeze=False, layout="constrained")
-    order = sorted(series, key=lambda k: (ATTENTION_TYPES.index(k[0]), list(POSITION_ARMS).index(k[1])))
+    order = sorted(series, key=lambda k: (VARIANTS.index(k[0]), list(POSITION_ARMS).index(k[1])))
     for row_index, length in enumerate(LENGTHS):
         for col_index, name in enumerate(METRIC_NAMES):
             axis = axes[row_index][col_index]
@@ -752,7 +797,7 @@ def plot_drope(curves, rows, stats, path):
     (bottom)."""
     plt = _pyplot()
     grouped = groups(rows)
-    attentions = [a for a in ATTENTION_TYPES if (a, "rope") in grouped and (a, "rope-off") in grouped]
+    attentions = [a for a in VARIANTS if (a, "rope") in grouped and (a, "rope-off") in grouped]
     series = curve_groups(curves, arms=("rope", "rope-off"))
     switch = drop_tokens(rows)
     drope_stats = [entry for entry in stats if entry["a"].split("/")[0] == entry["b"].split("/")[0]]
@@ -781,7 +826,8 @@ def plot_drope(curves, rows, stats, path):
 
 def plot_context(rows, stats, path):
     """The context-extension axes in the bars layout: accuracy and loss at 1x and 4x, one panel each; clusters =
-    position arm x setting, bars = attention types, brackets = their Welch's tests."""
+    position arm x setting, bars = attention variants (dual triangle per head routing), brackets = their Welch's
+    tests."""
     plt = _pyplot()
     grouped, categories = {}, []
     for (attention, positions, setting), group_rows in context_groups(rows).items():
@@ -791,7 +837,7 @@ def plot_context(rows, stats, path):
             f"{length}_{name}": [float(row[f"test_{length}_{name}"]) for row in group_rows]
             for length in LENGTHS for name in METRIC_NAMES
         }
-    attentions = [a for a in ATTENTION_TYPES if any(key[0] == a for key in grouped)]
+    attentions = [a for a in VARIANTS if any(key[0] == a for key in grouped)]
     attention_stats = [{**entry, "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
                         "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}"}
                        for entry in stats if entry["test"] == "attention"]
@@ -805,8 +851,8 @@ def plot_context(rows, stats, path):
         axis.tick_params(axis="x", labelsize=7)
         axis.set_title(f"test {METRIC_LABELS[name]}, {LENGTHS[length]} the training length", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    figure.suptitle("MLM context extension: training length (L) x RoPE scaling at evaluation (mean ± sd; Welch)",
-                    fontsize=10)
+    figure.suptitle("MLM context extension: attention x training length (L) x RoPE scaling at evaluation\n"
+                    "(dual triangle per head routing; mean ± sd over seeds; Welch's t-test)", fontsize=10)
     figure.savefig(path, dpi=130)
     plt.close(figure)
 
@@ -873,6 +919,9 @@ def add_arguments(parser):
     parser.add_argument("--scaling-factor", type=float, default=None,
                         help="factor of the evaluation-time RoPE scaling (default: data.long_factor, i.e. 4)")
     parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=["bidirectional", "dual_triangle"])
+    parser.add_argument("--routing", nargs="+", choices=DUAL_TRIANGLE_ROUTINGS, default=[DEFAULT_ROUTING],
+                        help="dual triangle head routings, each its own training run: channel_halves (the paper's "
+                             "equation 3) and/or head_groups (the reference code); default: channel_halves")
     parser.add_argument("--positions", nargs="+", choices=list(POSITION_ARMS), default=list(POSITION_ARMS),
                         help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of "
                              "the budget")
@@ -907,7 +956,8 @@ def run(args):
         head_size = base_head_size(base, args.head_size)
         # The base length is the arm without a length suffix, so a sweep that adds lengths reuses its runs.
         seq_lens = [None if n == base.train.seq_len else n for n in args.seq_lens or [base.train.seq_len]]
-        arms = grid(args.attention, args.positions, args.seeds, list(dict.fromkeys(seq_lens)), args.eval_scaling)
+        arms = grid(args.attention, args.positions, args.seeds, list(dict.fromkeys(seq_lens)), args.eval_scaling,
+                    args.routing)
         sweep(arms, base, head_size, args.out_dir, workers=args.workers, factor=args.scaling_factor)
     for path in write_outputs(args.out_dir):
         logger.info("wrote %s", path)
