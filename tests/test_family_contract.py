@@ -5,6 +5,9 @@ family written by tests/fixtures/make_checkpoints.py with the code of that time,
 """
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,162 @@ def test_attention_maps_are_the_probabilities_used(name):
         torch.testing.assert_close(row_sums, torch.ones_like(row_sums))
         real_query_padded_key = real[:, None, :, None] & ~real[:, None, None, :]
         assert probs.masked_select(real_query_padded_key).abs().max() == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# remote code, batching, gradient checkpointing, resized embeddings, meta-device construction
+
+REMOTE_LOGITS_SCRIPT = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class HideEncoderlab(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "encoderlab" or name.startswith("encoderlab."):
+                raise ImportError("encoderlab is hidden in this test")
+            return None
+
+    sys.meta_path.insert(0, HideEncoderlab())
+    try:
+        import encoderlab  # noqa: F401
+        raise SystemExit("encoderlab should not be importable here")
+    except ImportError:
+        pass
+
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoModelForMaskedLM
+    root, inputs_path, out_path = sys.argv[1:4]
+    ids, mask = torch.load(inputs_path)
+    logits = {}
+    for folder in sorted(Path(root).iterdir()):
+        model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            logits[folder.name] = model(input_ids=ids, attention_mask=mask).logits
+    torch.save(logits, out_path)
+""")
+
+
+@pytest.fixture(scope="module")
+def remote_logits(tmp_path_factory):
+    """Every case saved, then loaded with ``trust_remote_code=True`` by one interpreter in which ``import
+    encoderlab`` fails (one subprocess for all cases: starting Python with torch costs seconds); returns
+    (local logits, remote logits), each {case: (B, L, vocab)}."""
+    work = tmp_path_factory.mktemp("remote")
+    ids, mask = padded_batch("left")
+    local = {}
+    for name in CASES:
+        folder = work / "checkpoints" / name
+        build(name).save_pretrained(folder)
+        model = AutoModelForMaskedLM.from_pretrained(folder).eval()  # loaded as the remote side loads it
+        with torch.no_grad():
+            local[name] = model(input_ids=ids, attention_mask=mask).logits
+    torch.save((ids, mask), work / "inputs.pt")
+    (work / "remote.py").write_text(REMOTE_LOGITS_SCRIPT)
+    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"), "PATH": "/usr/bin:/bin",
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-I", str(work / "remote.py"), str(work / "checkpoints"),
+                           str(work / "inputs.pt"), str(work / "logits.pt")], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return local, torch.load(work / "logits.pt")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_remote_code_loads_where_encoderlab_is_not_importable(name, remote_logits):
+    local, remote = remote_logits
+    torch.testing.assert_close(remote[name], local[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_sequence_alone_equals_the_same_sequence_in_a_padded_batch(name, side):
+    model = build(name)
+    ids, mask = padded_batch(side)
+    with torch.no_grad():
+        batch_logits = model(input_ids=ids, attention_mask=mask).logits
+        for row in range(len(ids)):
+            real = mask[row].bool()
+            alone = model(input_ids=ids[row, real][None]).logits[0]  # no padding, no mask
+            torch.testing.assert_close(batch_logits[row, real], alone, rtol=0, atol=1e-10)
+
+
+def loss_and_gradients(model, ids, mask):
+    labels = torch.where(mask.bool(), ids, -100)
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    return loss.detach(), {name: parameter.grad for name, parameter in model.named_parameters()}
+
+
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated")
+@pytest.mark.parametrize("use_reentrant", [None, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(name, use_reentrant):
+    """In training mode (dropout is 0 in CASES); ``use_reentrant=None`` is transformers' default, True what
+    peft's k-bit preparation and many scripts pass."""
+    ids, mask = padded_batch("left")
+    expected_loss, expected = loss_and_gradients(build(name).train(), ids, mask)
+    model = build(name).train()
+    kwargs = None if use_reentrant is None else {"use_reentrant": use_reentrant}
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    mlp_calls = []
+    model.base_model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))
+    loss, gradients = loss_and_gradients(model, ids, mask)
+    assert len(mlp_calls) == 2  # the forward, then its recomputation in the backward: checkpointing is on
+    torch.testing.assert_close(loss, expected_loss, rtol=0, atol=1e-12)
+    assert gradients.keys() == expected.keys()
+    for parameter_name, gradient in gradients.items():
+        assert (gradient is None) == (expected[parameter_name] is None), parameter_name
+        if gradient is not None:
+            torch.testing.assert_close(gradient, expected[parameter_name], rtol=0, atol=1e-10, msg=parameter_name)
+
+
+@pytest.mark.filterwarnings("ignore:The new (embeddings|lm_head weights) will be initialized")
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_resize_token_embeddings_keeps_old_logits_and_the_tied_decoder_follows(name, tied):
+    model = build(name, tie_word_embeddings=tied)
+    ids, mask = padded_batch("right")
+    with torch.no_grad():
+        before = model(input_ids=ids, attention_mask=mask).logits
+    new_vocab = VOCAB + 5
+    model.resize_token_embeddings(new_vocab)
+    assert model.config.vocab_size == new_vocab
+    embeddings, decoder = model.get_input_embeddings(), model.get_output_embeddings()
+    assert embeddings.weight.shape[0] == decoder.weight.shape[0] == new_vocab
+    assert (decoder.weight is embeddings.weight) == tied
+    with torch.no_grad():
+        after = model(input_ids=ids, attention_mask=mask).logits
+        assert after.shape[-1] == new_vocab
+        torch.testing.assert_close(after[..., :VOCAB], before, rtol=0, atol=1e-12)
+        new_ids = ids.masked_fill(mask.bool() & (ids > SEP), new_vocab - 1)  # a new id is looked up everywhere
+        assert torch.isfinite(model(input_ids=new_ids, attention_mask=mask).logits).all()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_meta_device_construction_then_init_weights_or_a_checkpoint(name, tmp_path):
+    model_class, config_class, settings = CASES[name]
+    with torch.device("meta"):
+        model = model_class(config_class(**settings))
+    assert all(parameter.is_meta for parameter in model.parameters())
+    model.to_empty(device="cpu")
+    with torch.no_grad():  # to_empty leaves whatever memory held: NaN marks every value init_weights must write
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tensor.fill_(float("nan"))
+    model.init_weights()
+    torch.manual_seed(0)
+    reference = model_class(config_class(**settings)).eval()
+    for (parameter_name, parameter), reference_parameter in zip(model.named_parameters(), reference.parameters()):
+        assert not parameter.isnan().any(), f"{parameter_name} was left uninitialised"
+        if (reference_parameter == reference_parameter.flatten()[0]).all():  # ones, zeros, scalars: same values
+            assert torch.equal(parameter, reference_parameter), parameter_name
+    assert model.get_input_embeddings().weight[model.config.pad_token_id].abs().max() == 0
+    ids, mask = padded_batch("right")
+    with torch.no_grad():
+        assert torch.isfinite(model.eval()(input_ids=ids, attention_mask=mask).logits).all()
+        # A meta-built model filled from a checkpoint is the checkpoint's model.
+        reference.save_pretrained(tmp_path)
+        model.load_state_dict(load_file(tmp_path / "model.safetensors"))
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                                   reference(input_ids=ids, attention_mask=mask).logits, rtol=0, atol=0)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import logging
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import AttentionMask
@@ -18,6 +19,7 @@ from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
 
+logger = logging.get_logger(__name__)
 IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss ignores them by default
 
 
@@ -240,6 +242,20 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
         super()._init_weights(module)
         if hasattr(module, "init_scalars"):
             module.init_scalars()
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        """Activation (gradient) checkpointing, always with torch's non-reentrant variant: the reentrant one sends
+        gradients back only through tensors passed to a layer positionally, and our layers also read tensors that
+        need gradients from their context (DTA's x0 and value embeddings) or a tuple state (DSTG's two streams),
+        whose gradients it would silently drop. ``gradient_checkpointing_enable`` comes here too."""
+        activation_checkpointing_kwargs = dict(activation_checkpointing_kwargs or {})
+        if activation_checkpointing_kwargs.get("use_reentrant"):
+            logger.warning_once(
+                "use_reentrant=True is not supported by encoderlab models (it would drop gradients of tensors a "
+                "layer reads from its context); checkpointing with use_reentrant=False instead"
+            )
+        activation_checkpointing_kwargs["use_reentrant"] = False
+        super().activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
 
     def set_positions_enabled(self, enabled):
         """Turns every position signal on or off without touching weights (DroPE-style dropping).
