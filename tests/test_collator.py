@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from transformers import DataCollatorForLanguageModeling
 
 from encoderlab.tokenization import esm2_tokenizer
 from encoderlab.training.collator import IGNORE_INDEX, MLMCollator, mask_tokens
@@ -245,6 +246,30 @@ def test_collator_works_as_a_data_loader_collate_fn(esm):
     batches = list(loader)
     assert sum(len(batch["input_ids"]) for batch in batches) == len(dataset)
     assert all(batch["input_ids"].shape[1] % 8 == 0 for batch in batches)
+
+
+def test_examples_may_be_id_lists_or_tensors(esm):
+    collator = MLMCollator(esm, mlm_probability=0.3, pad_to_multiple_of=4, seed=7)
+    examples = examples_of(esm, ["MKTAYIAKQRQ", "GGS"])
+    expected = collator(examples)
+    for as_ids in (lambda example: example["input_ids"], lambda example: torch.tensor(example["input_ids"])):
+        batch = collator([as_ids(example) for example in examples])
+        assert all(torch.equal(batch[key], expected[key]) for key in expected)
+
+
+def test_collator_is_a_transformers_mlm_collator_with_our_masking_rule(esm):
+    collator = MLMCollator(esm, mlm_probability=0.5, mask_replace_prob=0.0, random_replace_prob=1.0)
+    assert isinstance(collator, DataCollatorForLanguageModeling)
+    # The parent's masking hook, called as transformers' own collator calls it (no special-token mask given):
+    # specials are never selected and random replacements are never special (the parent's rule allows both).
+    ids = torch.tensor([esm("MKTAYIAKQR" * 20)["input_ids"]] * 50 + [[0] + [1] * 200 + [2]])
+    masked, labels = collator.torch_mask_tokens(ids.clone())
+    selected = labels != IGNORE_INDEX
+    specials = torch.tensor(collator.special_token_ids)
+    assert not (selected & torch.isin(ids, specials)).any() and selected.any()
+    assert not torch.isin(masked[selected], specials).any()
+    with pytest.raises(ValueError, match="torch tensors only"):
+        collator(examples_of(esm, ["MKT"]), return_tensors="np")
 
 
 def test_collator_configuration_errors(esm):

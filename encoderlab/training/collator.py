@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
+from transformers.data.data_collator import DataCollatorForLanguageModeling
 
 from ..modeling.heads import IGNORE_INDEX
 
@@ -144,7 +145,7 @@ def _example_seed(seed: int, ids: torch.Tensor) -> int:
     return int.from_bytes(digest.digest(), "big") >> 1  # manual_seed takes values below 2**63
 
 
-class MLMCollator:
+class MLMCollator(DataCollatorForLanguageModeling):
     """Pads examples into a batch and applies MLM masking; usable as a HF Trainer `data_collator`.
 
     Each example is a mapping with ``"input_ids"`` (list, tensor or array; other keys are ignored)
@@ -164,6 +165,21 @@ class MLMCollator:
     `seed` and the example's tokens, so every evaluation pass masks the same positions, whatever
     the batch composition, padding or worker. Use it for evaluation collators; for training leave
     it None so masks are redrawn every epoch from torch's (seedable) global generator.
+
+    Built on transformers' `DataCollatorForLanguageModeling`: its fields, argument checks and call
+    protocol (``collator(examples)`` -> `torch_call` -> `torch_mask_tokens`) are the parent's. Three
+    parts are ours and override it, because the parent's do something else:
+
+    - The masking rule (`torch_mask_tokens`, i.e. `mask_tokens`): random replacements are drawn
+      from the non-special ids (the parent draws from the whole vocabulary, so [PAD], [CLS], [MASK]
+      or ESM-2's ``<null_1>`` land inside sequences), on the device of the inputs, from a generator
+      the caller passes (the trainer seeds one per step, so a resumed run masks as the uninterrupted
+      one did). The parent draws on the CPU from one generator held by the collator.
+    - Fixed masks (`seed`, above). The parent's `seed` seeds that one generator at the first call,
+      so its masks change from one evaluation pass to the next and with the batch composition.
+    - Padding: one tensor fill that also gives the special-token mask. The parent's
+      ``tokenizer.pad`` took 4-5x as long on a 256 x 512 batch, and gives no attention mask when
+      the examples are plain id lists.
 
     Args:
         tokenizer: Provides the pad and mask tokens, special ids, vocabulary size, padding side.
@@ -199,18 +215,22 @@ class MLMCollator:
                 "seed fixes masks drawn by the collator, but mask_on_device=True leaves masking to the training "
                 "loop; pass a seeded generator to mask_batch instead."
             )
-        self.tokenizer = tokenizer
-        self.mlm_probability = mlm_probability
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.pad_to_multiple_of = pad_to_multiple_of
+        super().__init__(
+            tokenizer=tokenizer,
+            mlm=True,
+            mlm_probability=mlm_probability,
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
+            pad_to_multiple_of=pad_to_multiple_of,
+            return_tensors="pt",
+            seed=seed,
+        )
         self.mask_on_device = mask_on_device
-        self.seed = seed
         self.special_token_ids = special_token_ids_of(tokenizer)
         self.vocab_size = len(tokenizer)
         self._special_ids_tensor = torch.tensor(self.special_token_ids, dtype=torch.long)
 
-    def __call__(
+    def torch_call(
         self, examples: Sequence[Mapping[str, Any] | Sequence[int] | torch.Tensor]
     ) -> dict[str, torch.Tensor]:
         """Collate `examples` into a padded (and, unless ``mask_on_device``, masked) batch."""
@@ -226,10 +246,39 @@ class MLMCollator:
                 "special_tokens_mask": special_tokens_mask,
             }
         if self.seed is None:
-            masked, labels = self._mask(input_ids, ~special_tokens_mask, generator=None)
+            masked, labels = self.torch_mask_tokens(input_ids, special_tokens_mask)
         else:
-            masked, labels = self._mask_per_example(input_ids, ~special_tokens_mask, attention_mask)
+            masked, labels = self._mask_per_example(input_ids, special_tokens_mask, attention_mask)
         return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+
+    def numpy_call(self, examples):
+        raise ValueError("MLMCollator returns torch tensors only (return_tensors='pt'), got return_tensors='np'.")
+
+    def torch_mask_tokens(
+        self,
+        inputs: torch.Tensor,
+        special_tokens_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(masked_input_ids, labels)`` by our rule, `mask_tokens`, on the device of `inputs`.
+
+        `special_tokens_mask` is True where a token must never be selected (by default at the
+        tokenizer's special ids, padding included); `generator` lives on that device, None uses
+        torch's global generator.
+        """
+        if special_tokens_mask is None:
+            special_tokens_mask = torch.isin(inputs, self._special_ids_tensor.to(inputs.device))
+        return mask_tokens(
+            inputs,
+            ~special_tokens_mask.bool(),
+            mask_token_id=self.tokenizer.mask_token_id,
+            vocab_size=self.vocab_size,
+            special_token_ids=self.special_token_ids,
+            mlm_probability=self.mlm_probability,
+            mask_replace_prob=self.mask_replace_prob,
+            random_replace_prob=self.random_replace_prob,
+            generator=generator,
+        )
 
     def mask_batch(
         self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None
@@ -242,27 +291,12 @@ class MLMCollator:
             raise ValueError(
                 "mask_batch expects a batch from a collator with mask_on_device=True (no special_tokens_mask)."
             )
-        masked, labels = self._mask(batch["input_ids"], ~batch["special_tokens_mask"].bool(), generator=generator)
+        masked, labels = self.torch_mask_tokens(batch["input_ids"], batch["special_tokens_mask"], generator)
         rest = {key: value for key, value in batch.items() if key != "special_tokens_mask"}
         return {**rest, "input_ids": masked, "labels": labels}
 
-    def _mask(
-        self, input_ids: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return mask_tokens(
-            input_ids,
-            maskable,
-            mask_token_id=self.tokenizer.mask_token_id,
-            vocab_size=self.vocab_size,
-            special_token_ids=self.special_token_ids,
-            mlm_probability=self.mlm_probability,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-            generator=generator,
-        )
-
     def _mask_per_example(
-        self, input_ids: torch.Tensor, maskable: torch.Tensor, attention_mask: torch.Tensor
+        self, input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, attention_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed masks: each example masked over its real tokens with its own seeded generator."""
         masked = input_ids.clone()
@@ -271,7 +305,9 @@ class MLMCollator:
         for row in range(input_ids.shape[0]):
             real = attention_mask[row].bool()
             generator.manual_seed(_example_seed(self.seed, input_ids[row, real]))
-            masked[row, real], labels[row, real] = self._mask(input_ids[row, real], maskable[row, real], generator)
+            masked[row, real], labels[row, real] = self.torch_mask_tokens(
+                input_ids[row, real], special_tokens_mask[row, real], generator
+            )
         return masked, labels
 
     @staticmethod
