@@ -10,7 +10,7 @@ from encoderlab import DTABertConfig, DTABertForMaskedLM, DTABertForSequenceClas
 from encoderlab.cli import main as cli_main
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.convert import check_convertible, convert_routing, routing_permutation
+from encoderlab.modeling.convert import check_convertible, convert_routing, load_checkpoint, routing_permutation
 from encoderlab.modeling.dual_triangle import attend
 from encoderlab.modeling.positions import ALiBiBias
 from naive_reference import padding_mask
@@ -301,6 +301,8 @@ def test_convert_routing_command(tmp_path):
         torch.testing.assert_close(converted(input_ids).logits, model(input_ids).logits, rtol=1e-5, atol=1e-6)
     assert cli_main(["convert-routing", str(tmp_path / "source"), "--routing", "channel_halves",
                      "--out", str(tmp_path / "converted")]) == 1  # refuses to overwrite
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_checkpoint(tmp_path / "missing")
 
 
 # ------------------------------------------------------------------------------------------------------ config

@@ -24,10 +24,7 @@ or `convert_routing(model, "head_groups")` in Python.
 import copy
 from pathlib import Path
 
-import torch
-
-from ..configuration.dta import DTABertConfig, DUAL_TRIANGLE_ROUTINGS
-from .dta import DTABertAttention, DTABertModel
+from ..configuration.choices import DUAL_TRIANGLE_ROUTINGS  # torch is imported where used: `--help` stays light
 
 
 def _slot_blocks(routing, num_heads):
@@ -40,6 +37,8 @@ def _slot_blocks(routing, num_heads):
 def routing_permutation(num_heads, head_dim, source, target):
     """Channel order (hidden_size,) long: ``new = old[..., order]`` moves every triangle slot's channels from
     where `source` reads them to where `target` does."""
+    import torch
+
     half = head_dim // 2
     source_blocks, target_blocks = _slot_blocks(source, num_heads), _slot_blocks(target, num_heads)
     block_order = [0] * (2 * num_heads)
@@ -50,6 +49,8 @@ def routing_permutation(num_heads, head_dim, source, target):
 
 def check_convertible(config, target):
     """Raises a ValueError naming the field and value when converting `config` to `target` is not an equivalence."""
+    from ..configuration.dta import DTABertConfig
+
     if not isinstance(config, DTABertConfig):
         raise ValueError(f"model_type={getattr(config, 'model_type', None)!r}: the head routing is a DTA-BERT "
                          "option (dta_bert)")
@@ -68,30 +69,34 @@ def check_convertible(config, target):
         )
 
 
-@torch.no_grad()
 def convert_routing(model, target):
     """A copy of `model` (any DTA-BERT model class) that computes the same function with
     ``dual_triangle_routing=target``. Raises a ValueError where no such copy exists (`check_convertible`)."""
-    config = model.config
-    check_convertible(config, target)
-    converted = copy.deepcopy(model)
-    converted.config.dual_triangle_routing = target
-    source = config.dual_triangle_routing
-    if source == target:
+    import torch
+
+    from .dta import DTABertAttention, DTABertModel
+
+    with torch.no_grad():
+        config = model.config
+        check_convertible(config, target)
+        converted = copy.deepcopy(model)
+        converted.config.dual_triangle_routing = target
+        source = config.dual_triangle_routing
+        if source == target:
+            return converted
+        order = routing_permutation(config.num_attention_heads, config.head_dim, source, target)
+        hidden = config.hidden_size
+        qkv_order = torch.cat([order + part * hidden for part in range(3)])  # the same order within Q, K and V
+        for module in converted.modules():
+            if isinstance(module, DTABertAttention):
+                _permute(module.qkv.weight, qkv_order, dim=0)
+                if module.qkv.bias is not None:
+                    _permute(module.qkv.bias, qkv_order, dim=0)
+                _permute(module.out_proj.weight, order, dim=1)
+            elif isinstance(module, DTABertModel) and config.value_embeddings:
+                for table in module.value_embeddings:  # added to V channel by channel
+                    _permute(table.weight, order, dim=1)
         return converted
-    order = routing_permutation(config.num_attention_heads, config.head_dim, source, target)
-    hidden = config.hidden_size
-    qkv_order = torch.cat([order + part * hidden for part in range(3)])  # the same order within Q, K and V
-    for module in converted.modules():
-        if isinstance(module, DTABertAttention):
-            _permute(module.qkv.weight, qkv_order, dim=0)
-            if module.qkv.bias is not None:
-                _permute(module.qkv.bias, qkv_order, dim=0)
-            _permute(module.out_proj.weight, order, dim=1)
-        elif isinstance(module, DTABertModel) and config.value_embeddings:
-            for table in module.value_embeddings:  # added to V channel by channel
-                _permute(table.weight, order, dim=1)
-    return converted
 
 
 def _permute(parameter, order, dim):
@@ -105,16 +110,19 @@ def add_arguments(parser):
 
 
 def load_checkpoint(path):
-    """The model saved in `path`, as the class it was saved from (``config.architectures``)."""
+    """The DTA-BERT model saved in `path`, as the class it was saved from (``config.architectures``)."""
     from transformers import AutoConfig
 
+    from ..configuration.dta import DTABertConfig
     from . import dta
 
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"{path} has no config.json: give a folder written by save_pretrained")
     config = AutoConfig.from_pretrained(path)
-    check_convertible(config, config.dual_triangle_routing if isinstance(config, DTABertConfig) else None)
     architecture = (config.architectures or ["DTABertModel"])[0]
-    if architecture not in dta.__all__:
-        raise ValueError(f"architectures={config.architectures!r} in {path}: not a DTA-BERT class")
+    if not isinstance(config, DTABertConfig) or architecture not in dta.__all__:
+        raise ValueError(f"{path} holds a {config.model_type} model ({architecture}); the head routing is a "
+                         "DTA-BERT option (dta_bert)")
     return getattr(dta, architecture).from_pretrained(path)
 
 
