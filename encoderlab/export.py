@@ -8,6 +8,22 @@ imports rewritten to same-folder ones, and names the classes in ``config.auto_ma
 
 Imports inside ``try`` blocks are left alone: they are optional (the export hook itself is one) and transformers
 does not require them either.
+
+Why not transformers' own custom-code saving (``register_for_auto_class`` + ``custom_object_save``)? It copies
+the file of the class and, found by a regex, the files named by ``from .x import`` in that same folder. That does
+not fit encoderlab's layout of two subpackages:
+
+- ``modeling/dta.py`` imports ``from ..configuration.dta import DTABertConfig``; the regex reads that as a module
+  ``.configuration.dta`` beside it, and the copy fails (``FileNotFoundError: .../modeling/.configuration.dta.py``,
+  transformers 5.23).
+- Files of the two subpackages share names (``configuration/dta.py`` and ``modeling/dta.py``, both ``base.py``):
+  copied into one folder they overwrite each other, and its ``auto_map`` entries name a class by its last module
+  name (``dta.DTABertForMaskedLM``, ``dta.DTABertConfig``), which cannot tell them apart.
+
+Only a flat layout (every config and model file of a family in one folder, with distinct names, as transformers'
+own models are) would make the rewriting unnecessary. Ours flattens at save time instead, and what it writes is
+what transformers can handle: every import single-level, so a model loaded from a checkpoint's flat copy is saved
+again by transformers' own ``custom_object_save`` (`encoderlab.modeling.base.ExportMixin` defers to it there).
 """
 
 import ast
