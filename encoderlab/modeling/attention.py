@@ -14,6 +14,12 @@ from .dual_triangle import ATTENTION_IMPLEMENTATIONS, attend, check_attention_im
 logger = logging.get_logger(__name__)
 
 
+def is_tracing():
+    """Whether torch.compile or torch.export is tracing this call. A traced graph must not branch on tensor values,
+    so the mask then takes the padded path whenever a mask is given: that path is exact for unpadded rows too."""
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 class AttentionMask:
     """Which keys every query may see; built once per forward and shared by all layers.
 
@@ -27,7 +33,7 @@ class AttentionMask:
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.device = device
-        has_padding = attention_mask is not None and not bool(attention_mask.all())
+        has_padding = attention_mask is not None and (is_tracing() or not bool(attention_mask.all()))
         self.key_valid = attention_mask.to(device=device, dtype=torch.bool) if has_padding else None
         self._cache = {}
 

@@ -23,7 +23,7 @@ from ..configuration.homa import HOMAConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
-from .homa_kernel import BlockLayout, triadic_attention
+from .homa_kernel import BlockLayout, triadic_attention, view_blocks
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary
 
@@ -89,7 +89,7 @@ class MLPFusion(Fusion):
         # The in-place addmm_ is not autocast: it runs in the dtype the first addmm chose (bf16 under autocast).
         dtype = hidden.dtype
         hidden = hidden.addmm_(triadic.reshape(-1, self.head_dim).to(dtype), weight_3d.t().to(dtype)).relu_()
-        return hidden.view(*pairwise.shape[:-1], -1)
+        return view_blocks(hidden, *pairwise.shape[:-1], hidden.shape[-1])
 
     def project(self, fused):
         """(..., fusion_hidden_size) -> (..., Dh)."""
@@ -184,13 +184,15 @@ class LinformerSelfAttention(HOMAAttentionBase):
         self.value_projection = nn.Linear(self.max_length, config.linformer_k)
 
     def project_sequence(self, projection, x, mask):
-        """(B, L, d) -> (B, k, d) using the first L columns (a shorter input equals one zero-padded to max_len)."""
+        """(B, L, d) -> (B, k, d): the projection of the input zero-padded to max_len."""
         if mask.has_padding:
             order, _ = mask.row_order("lower")  # (B, L): real tokens ascending, then the padding
             real_first = mask.key_valid.gather(1, order).unsqueeze(-1).to(x.dtype)
             x = x.gather(1, order.unsqueeze(-1).expand_as(x)) * real_first
-        weight = projection.weight[:, : x.shape[1]]
-        return torch.matmul(weight, x) + projection.bias.unsqueeze(-1)
+        # Padding x rather than slicing the weight's first L columns: the same numbers, and a shape that does not
+        # depend on whether L equals max_len (which torch.export with a dynamic length would have to pin).
+        x = F.pad(x, (0, 0, 0, self.max_length - x.shape[1]))
+        return torch.matmul(projection.weight, x) + projection.bias.unsqueeze(-1)
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
         seq_len = hidden_states.shape[1]
@@ -238,7 +240,7 @@ class BlockSelfAttention(HOMAAttentionBase):
         batch, _, num_blocks, block_size, rank = coordinates.shape
         basis = self.u_projection.up.weight.view(self.num_heads, self.head_dim, rank)  # per-head rows of `up`
         u = coordinates.view(batch, 1, num_blocks * block_size, rank) @ basis.mT  # (B, H, T * l, Dh)
-        return u.view(batch, self.num_heads, num_blocks, block_size, self.head_dim)
+        return view_blocks(u, batch, self.num_heads, num_blocks, block_size, self.head_dim)
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
         batch, seq_len, _ = hidden_states.shape

@@ -4,26 +4,57 @@ Implementation notes:
 
 * The block grid is anchored on each sequence's first real token and grows until it covers the last one, so
   every real position is covered whatever the length (the grid is padded, never the data) and left- or
-  right-padding a sequence does not move its blocks.
+  right-padding a sequence does not move its blocks. Its size comes from the batch's shape alone (as many blocks
+  as a sequence filling the whole length needs; a shorter sequence's extra blocks are masked), so torch.export
+  and torch.compile trace it with a symbolic length.
 * The triadic pathway never builds a tensor with both a ``w*w`` axis and a head-channel axis, nor padded or
   w-fold copies of K, U or V: for each offset ``j`` the scores of all ``k`` come from one ``(l, Dh) @ (Dh, l)``
   product of block rows whose band is read through a strided view (see `_product_band`), and the read-out is a
-  product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). A custom autograd
-  function recomputes those products in the backward pass, so only the inputs and the ``(l, w, w)`` probabilities
-  are kept per block and head; it runs on cache-sized tiles of blocks, so its temporaries are small too.
+  product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). The kernel is a custom
+  operator (`torch.library.custom_op`: one opaque node for torch.compile and torch.export) whose backward
+  recomputes those products, so only the inputs and the ``(l, w, w)`` probabilities are kept per block and head;
+  it runs on cache-sized tiles of blocks, so its temporaries are small too.
 * Blocks are cut out with ``index_select`` and merged back with ``scatter_add``, whose backward passes keep only
   the index: the full-length Q, K, V and U projections are freed as soon as their blocks exist.
 """
 
 import functools
+import re
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 # ----------------------------------------------------------------------------------------------------------------
 # Overlapping blocks
+
+
+def grid_blocks(seq_len, block_size, stride):
+    """How many blocks the grid of a length-``seq_len`` batch has: as many as a sequence filling the whole length
+    needs, whatever the mask, so that the grid's shape comes from the batch's shape alone.
+
+    A symbolic length (torch.export or torch.compile with a dynamic length) gets ``(L - 1) // s + 2`` instead,
+    which is never fewer (``s <= l``) and lies on the same side of every bound for all lengths; the exact
+    ``1 + ceil(max(L - l, 0) / s)`` would pin the traced graph to L <= l or L > l. Extra blocks are masked.
+    """
+    if isinstance(seq_len, torch.SymInt):
+        return (seq_len - 1) // stride + 2
+    return 1 + -(-max(seq_len - block_size, 0) // stride)
+
+
+def view_blocks(x, *shape):
+    """``x.view(*shape)`` for a contiguous ``x`` whose ``shape`` may hold the symbolic block count of a traced grid.
+
+    torch's view checks divide the flat size by the new dimensions from the left and cannot divide ``c * (q + 2)``
+    by ``q + 2``, only by constants; so the static trailing dimensions are split off first, from a flat view (a
+    case torch computes without checks), and the leading ones then come out of the rows.
+    """
+    trailing = 1
+    for size in reversed(shape):
+        if not isinstance(size, int):
+            break
+        trailing *= size
+    return x.reshape(-1).view(-1, trailing).view(*shape)
 
 
 @dataclass
@@ -51,20 +82,19 @@ class BlockLayout:
         first = mask.int().argmax(dim=-1)
         last = seq_len - 1 - mask.flip(-1).int().argmax(dim=-1)
         span = torch.where(has_token, last - first + 1, 0)
-        # Blocks past the longest span would only hold padding; a batch of short sequences gets one short block.
-        size = min(block_size, max(int(span.max()), 1))
-        blocks_needed = 1 + torch.div((span - size).clamp(min=0) + stride - 1, stride, rounding_mode="floor")
-        num_blocks = int(blocks_needed.max())
+        blocks_needed = 1 + torch.div((span - block_size).clamp(min=0) + stride - 1, stride, rounding_mode="floor")
+        num_blocks = grid_blocks(seq_len, block_size, stride)
 
-        slot_offsets = torch.arange(num_blocks, device=device)[:, None] * stride + torch.arange(size, device=device)
+        slot_offsets = (torch.arange(num_blocks, device=device)[:, None] * stride
+                        + torch.arange(block_size, device=device))
         positions = first[:, None, None] + slot_offsets  # (B, T, l)
         block_in_use = torch.arange(num_blocks, device=device) < blocks_needed[:, None]  # (B, T)
         used = (positions < seq_len) & block_in_use[..., None]
         index = positions.clamp(max=seq_len - 1).flatten(1)
 
         coverage = torch.zeros(batch, seq_len, device=device).scatter_add_(1, index, used.flatten(1).float())
-        merge_weight = used / coverage.gather(1, index).clamp(min=1).view_as(used)
-        key_mask = used & mask.gather(1, index).view_as(used)
+        merge_weight = used / view_blocks(coverage.gather(1, index).clamp(min=1), *used.shape)
+        key_mask = used & view_blocks(mask.gather(1, index), *used.shape)
         return cls(index=index, key_mask=key_mask, merge_weight=merge_weight)
 
     @property
@@ -86,7 +116,7 @@ class BlockLayout:
         index for its backward, where a gather would keep x alive until then."""
         batch, heads, seq_len, head_dim = x.shape
         slots = x.reshape(-1, head_dim).index_select(0, self._rows(heads, seq_len))
-        return slots.view(batch, heads, self.num_blocks, self.block_size, head_dim)
+        return view_blocks(slots, batch, heads, self.num_blocks, self.block_size, head_dim)
 
     def merge(self, blocks, seq_len):
         """(B, H, T, l, C) -> (B, H, L, C): each position gets the mean of the blocks covering it (0 if none)."""
@@ -234,45 +264,73 @@ def _tiles(query):
     return [slice(start, start + size) for start in range(0, num_blocks, size)]
 
 
-class _TriadicAttention(torch.autograd.Function):
-    """Windowed triadic attention on (N, n, Dh) blocks, one tile of blocks at a time. The hand-written backward
-    recomputes the banded products, so the autograd graph keeps only the inputs and the (N, n, w, w)
-    probabilities."""
+# The kernel is a torch custom operator with its own autograd formula, so that torch.compile and torch.export see
+# one opaque node (no graph break, a symbolic block count is no problem: the fake implementations give the shapes)
+# and run this code as it is. The namespace comes from the module name: a checkpoint's flat copy of this file
+# (trust_remote_code) registers its own operators beside the package's.
+_OPS = re.sub(r"\W", "_", __name__)
 
-    @staticmethod
-    def forward(ctx, query, key, u, value, key_mask, window):
-        scale = query.shape[-1] ** -0.5
-        probs = query.new_empty(*query.shape[:2], window, window)
-        out = torch.empty_like(query)
+
+@torch.library.custom_op(f"{_OPS}::triadic_forward", mutates_args=())
+def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor,
+                     key_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windowed triadic attention on (N, n, Dh) blocks, one tile of blocks at a time: the output (N, n, Dh) and
+    the (N, n, w, w) probabilities that the backward reuses."""
+    scale = query.shape[-1] ** -0.5
+    probs = query.new_empty(*query.shape[:2], window, window)
+    out = torch.empty_like(query)
+    # The products write into buffers of the inputs' dtype: no autocast, one compute dtype.
+    with torch.autocast(query.device.type, enabled=False):
         for tile in _tiles(query):
             scores = _triadic_scores(query[tile], key[tile], u[tile], window).mul_(scale)
             probs[tile] = _masked_pair_softmax(scores, _window_pair_mask(key_mask[tile], window))
             _triadic_readout(probs[tile], value[tile], out[tile])
-        ctx.save_for_backward(query, key, u, value, probs)
-        ctx.scale = scale
-        return out
+    return out, probs
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        query, key, u, value, probs = ctx.saved_tensors
-        # The products below write into buffers of the inputs' dtype: no autocast, one compute dtype.
-        with torch.autocast(grad_out.device.type, enabled=False):
-            return _TriadicAttention.backward_tiles(ctx, grad_out.to(query.dtype), query, key, u, value, probs)
 
-    @staticmethod
-    def backward_tiles(ctx, grad_out, query, key, u, value, probs):
-        grad_query, grad_key, grad_u, grad_value = (torch.empty_like(t) for t in (query, key, u, value))
+@_triadic_forward.register_fake
+def _(query, key, u, value, key_mask, window):
+    return torch.empty_like(query), query.new_empty(*query.shape[:2], window, window)
+
+
+@torch.library.custom_op(f"{_OPS}::triadic_backward", mutates_args=())
+def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, u: torch.Tensor,
+                      value: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                         torch.Tensor]:
+    """Gradients for query, key, u and value; recomputes the banded products tile by tile, so the autograd graph
+    keeps only the inputs and the probabilities."""
+    scale = query.shape[-1] ** -0.5
+    grad_out = grad_out.to(query.dtype)
+    grad_query, grad_key, grad_u, grad_value = (torch.empty_like(t) for t in (query, key, u, value))
+    with torch.autocast(query.device.type, enabled=False):
         for tile in _tiles(query):
             tile_probs = probs[tile]
             grad_probs = _readout_backward(grad_out[tile], tile_probs, value[tile], grad_value[tile])
             # Softmax over the pairs; masked pairs have probability 0 and so get no gradient (whatever finite value
             # grad_probs holds there).
             inner = (tile_probs * grad_probs).sum(dim=(-2, -1), keepdim=True)
-            grad_scores = grad_probs.sub_(inner).mul_(tile_probs).mul_(ctx.scale)
+            grad_scores = grad_probs.sub_(inner).mul_(tile_probs).mul_(scale)
             _scores_backward(grad_scores, query[tile], key[tile], u[tile], grad_query[tile], grad_key[tile],
                              grad_u[tile])
-        return grad_query, grad_key, grad_u, grad_value, None, None
+    return grad_query, grad_key, grad_u, grad_value
+
+
+@_triadic_backward.register_fake
+def _(grad_out, query, key, u, value, probs):
+    return tuple(torch.empty_like(t) for t in (query, key, u, value))
+
+
+def _save_for_backward(ctx, inputs, output):
+    query, key, u, value, _, _ = inputs
+    ctx.save_for_backward(query, key, u, value, output[1])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward(ctx, grad_out, _grad_probs):
+    return (*_triadic_backward(grad_out, *ctx.saved_tensors), None, None)
+
+
+_triadic_forward.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def triadic_attention(query, key, u, value, key_mask, window):
@@ -299,6 +357,5 @@ def triadic_attention(query, key, u, value, key_mask, window):
         dtype = functools.reduce(torch.promote_types, (t.dtype for t in (key, u, value)), query.dtype)
     blocks = [t.to(dtype).reshape(-1, n, head_dim) for t in (query, key, u, value)]  # views for contiguous blocks
     key_mask = key_mask.expand(*batch_shape, n).reshape(-1, n)
-    with torch.autocast(device_type, enabled=False):
-        out = _TriadicAttention.apply(*blocks, key_mask, window)
-    return out.view(*batch_shape, n, head_dim)
+    out, _ = _triadic_forward(*blocks, key_mask, window)
+    return view_blocks(out, *batch_shape, n, head_dim)

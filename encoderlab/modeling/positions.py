@@ -42,20 +42,20 @@ def _yarn_inverse_frequencies(inv_freq, head_dim, base, factor, beta_fast, beta_
 
     low = max(math.floor(pair_index_for_rotations(beta_fast)), 0)
     high = min(math.ceil(pair_index_for_rotations(beta_slow)), head_dim // 2 - 1)
-    pair = torch.arange(head_dim // 2, dtype=torch.float64)
+    pair = torch.arange(head_dim // 2, dtype=torch.float64, device="cpu")
     ramp = ((pair - low) / max(high - low, 1e-3)).clamp(0, 1)
     keep_original = 1.0 - ramp  # 1 for fast-rotating pairs, 0 for slow ones
     return inv_freq / factor * (1 - keep_original) + inv_freq * keep_original
 
 
 def rope_inverse_frequencies(head_dim, base=10000.0, scaling=None, max_position_embeddings=None):
-    """Returns ``(inv_freq (head_dim/2,) float64, attention_factor)`` for RoPE with optional scaling.
+    """Returns ``(inv_freq (head_dim/2,) float64 on the CPU, attention_factor)`` for RoPE with optional scaling.
 
     ``scaling`` is ``None`` or ``{"type": "linear"|"ntk"|"yarn", "factor": s, ...}`` (see the config docs);
     ``max_position_embeddings`` is the training length that YaRN measures wavelengths against unless
     ``scaling["original_max_position_embeddings"]`` says otherwise.
     """
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim
     if scaling is None:
         return 1.0 / base**exponents, 1.0
     factor = float(scaling["factor"])
@@ -83,8 +83,7 @@ class RotaryEmbedding(nn.Module):
     def frequencies(self, device):
         key = str(device)
         if key not in self._frequencies:
-            with torch.device("cpu"):
-                inv_freq, attention_factor = rope_inverse_frequencies(*self.settings)
+            inv_freq, attention_factor = rope_inverse_frequencies(*self.settings)  # on the CPU, never on meta
             self._frequencies[key] = (inv_freq.to(device), attention_factor)
         return self._frequencies[key]
 
@@ -106,13 +105,14 @@ def apply_rotary(x, cos, sin):
 
 
 def alibi_slopes(num_heads):
-    """Geometric ALiBi slopes; for a head count that is not a power of two, interleave the next power's."""
+    """Geometric ALiBi slopes (float64, on the CPU); for a head count that is not a power of two, interleave the
+    next power's."""
     closest = 2 ** math.floor(math.log2(num_heads))
     slopes = [2 ** (-8 * (i + 1) / closest) for i in range(closest)]
     if closest < num_heads:
         extra = [2 ** (-4 * (2 * i + 1) / closest) for i in range(num_heads - closest)]
         slopes += extra
-    return torch.tensor(slopes, dtype=torch.float64)
+    return torch.tensor(slopes, dtype=torch.float64, device="cpu")
 
 
 class ALiBiBias(nn.Module):
@@ -126,8 +126,7 @@ class ALiBiBias(nn.Module):
 
     @property
     def slopes(self):
-        with torch.device("cpu"):  # never on the meta device that from_pretrained builds modules on
-            return alibi_slopes(self.num_heads)
+        return alibi_slopes(self.num_heads)  # on the CPU, never on the meta device from_pretrained builds on
 
     def dense(self, seq_len, device, dtype):
         """(1, H, L, L) bias."""
