@@ -107,6 +107,14 @@ def test_line_endings_and_a_missing_final_newline_change_no_document(tmp_path):
         assert list(load_documents(path)) == (["MKTAYI", "GGC"] if ".fa" in name else expected), name
 
 
+def test_file_names_with_glob_characters_read_that_file_only(tmp_path):
+    # datasets takes data files as glob patterns; "a[1] b*.txt" unescaped would match the decoy "a1 bc.txt".
+    for suffix, row in ((".txt", "{}\n\n"), (".jsonl", '{{"text": "{}"}}\n')):
+        (tmp_path / f"a1 bc{suffix}").write_text(row.format("decoy"))
+        (tmp_path / f"a[1] b*{suffix}").write_text(row.format("one") + row.format("two"))
+        assert list(load_documents(tmp_path / f"a[1] b*{suffix}")) == ["one", "two"], suffix
+
+
 @pytest.mark.parametrize(
     ("name", "record"), [("big.txt", "{}\n\n"), ("big.fasta.gz", ">header\n{}\n"), ("big.jsonl", '{{"text": "{}"}}\n')],
     ids=["txt", "fasta.gz", "jsonl"],

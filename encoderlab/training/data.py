@@ -11,6 +11,7 @@ know: what a document is in a text file (a blank-line block, or a WikiText artic
 (a record), the embedded corpus, choosing the text column with clear errors, and the split assignment.
 """
 
+import glob
 import hashlib
 import itertools
 import logging
@@ -189,13 +190,27 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
     # Keep CSV cells as written: pandas would otherwise turn e.g. the peptide "NA" into a null.
     csv_options = {"na_filter": False} if fmt == "csv" else {}
     return _dataset_documents(
-        fmt, data_files=str(path), text_field=text_field, split="train", streaming=streaming, **csv_options
+        fmt,
+        data_files=_literal_pattern(path),
+        text_field=text_field,
+        split="train",
+        streaming=streaming,
+        description=repr(str(path)),
+        **csv_options,
     )
+
+
+def _literal_pattern(path: Path) -> str:
+    """`path` as a `datasets` data-files pattern that matches only itself.
+
+    `datasets` reads data files as glob patterns: unescaped, ``a[1].txt`` would silently read ``a1.txt``.
+    """
+    return glob.escape(str(path))
 
 
 def _file_lines(path: Path) -> Iterator[str]:
     """The lines of a text file (plain or ``.gz``) without their line breaks, streamed by `datasets`' text loader."""
-    lines = datasets.load_dataset("text", data_files=str(path), split="train", streaming=True)
+    lines = datasets.load_dataset("text", data_files=_literal_pattern(path), split="train", streaming=True)
     return (row["text"] for row in lines)
 
 
@@ -277,16 +292,19 @@ def _hub_documents(name: str, text_field: str | None, split: str, streaming: boo
 
 
 def _dataset_documents(
-    path: str, *, text_field: str | None, split: str, streaming: bool, **load_kwargs
+    path: str, *, text_field: str | None, split: str, streaming: bool, description: str | None = None, **load_kwargs
 ) -> Iterator[str | None]:
-    """Values of the text column of a `datasets` dataset (Hub id, folder, or packaged builder)."""
+    """Values of the text column of a `datasets` dataset (Hub id, folder, or packaged builder).
+
+    `description` names the source in errors (default: `path` quoted).
+    """
     dataset = datasets.load_dataset(path, split=split, streaming=streaming, **load_kwargs)
     columns = dataset.column_names
     if columns is None:  # streamed CSV/JSON: the schema is only known once a row is read
         columns = list(next(iter(dataset), {}))
         if not columns:
             return iter(())
-    description = f"{load_kwargs.get('data_files', path)!r}"
+    description = description or repr(path)
     field = _resolve_text_field(columns, text_field, description)
     return _string_values(dataset.select_columns([field]), field, description)
 
