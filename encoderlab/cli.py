@@ -16,9 +16,9 @@ SUBCOMMANDS = {
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
     "convert-routing": ("encoderlab.modeling.convert", "re-route a DTA-BERT checkpoint without RoPE"),
     "experiment": {
-        "argmax": ("encoderlab.experiments.argmax", "the DTA paper's argmax position probe (experiment 1)"),
+        "argmax": ("encoderlab.experiments.argmax_cli", "the DTA paper's argmax position probe (experiment 1)"),
         "mlm": (
-            "encoderlab.experiments.mlm_comparison",
+            "encoderlab.experiments.mlm_comparison_cli",
             "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
@@ -69,9 +69,16 @@ def build_parser(argv: list[str], subcommands: dict = SUBCOMMANDS) -> argparse.A
     return parser
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return build_parser(argv).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the parsed command: its module's ``run(args)``, with one-line errors unless ``--debug``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return importlib.import_module(args.module).run(args)

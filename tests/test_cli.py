@@ -1,13 +1,17 @@
 """The `encoderlab` command: nested subcommands, options of the chosen module only, clear usage errors."""
 
+import configparser
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from encoderlab import cli
 from encoderlab.training.demo import clear_earlier_demo
+from encoderlab.training.run_config import bundled_config_names
 from encoderlab.training.run_folder import MARKER_FILE
 
 
@@ -40,7 +44,7 @@ def test_help_of_every_subcommand_renders(argv, capsys):
 def test_nested_subcommand_parses_its_own_options():
     argv = ["experiment", "argmax", "--attention", "causal", "--workers", "2", "--plots-only"]
     args = cli.build_parser(argv).parse_args(argv)
-    assert args.module == "encoderlab.experiments.argmax"
+    assert args.module == "encoderlab.experiments.argmax_cli"
     assert args.attention == ["causal"] and args.workers == 2 and args.plots_only
 
 
@@ -64,7 +68,9 @@ def test_pretrain_requires_a_config_and_names_the_bundled_ones(capsys):
     assert "the following arguments are required: --config" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["pretrain", "--help"])
-    assert "demo, dta_nl, dta_protein" in " ".join(capsys.readouterr().out.split())  # help text is wrapped
+    bundled = ", ".join(bundled_config_names())  # demo, dta_nl, dta_protein, ...
+    assert {"demo", "dta_nl", "dta_protein"} <= set(bundled_config_names())
+    assert bundled in " ".join(capsys.readouterr().out.split())  # help text is wrapped
 
 
 def test_errors_print_one_line_and_the_traceback_only_with_debug(tmp_path, capsys):
@@ -105,3 +111,74 @@ def test_importing_the_cli_adds_no_heavy_module():
     added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     for heavy in ("accelerate", "datasets", "yaml", "encoderlab.training"):
         assert heavy not in added, added
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the console script: parsing the command line loads neither torch nor transformers
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "checkpoints"
+HEAVY_MODULES = ("torch", "transformers")
+
+
+def console_script_target():
+    """(module, function) that setup.cfg installs as the ``encoderlab`` command."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    scripts = dict(
+        (part.strip() for part in line.split("=", 1))
+        for line in config["options.entry_points"]["console_scripts"].strip().splitlines()
+    )
+    module, function = scripts["encoderlab"].split(":")
+    return module, function
+
+
+def run_console_script(argv):
+    """Runs the ``encoderlab`` command's function on `argv` in a fresh interpreter, as the installed script does,
+    and then prints which of `HEAVY_MODULES` it imported; returns the finished process."""
+    module, function = console_script_target()
+    code = (
+        f"import sys\nfrom {module} import {function}\n"
+        f"try:\n    status = {function}({argv!r})\nexcept SystemExit as stop:\n    status = stop.code\n"
+        f"print('imported:', [name for name in {HEAVY_MODULES!r} if name in sys.modules])\n"
+        "sys.exit(status)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+
+
+@pytest.mark.parametrize("argv", [[]] + [argv for argv, _ in leaf_commands(cli.SUBCOMMANDS)], ids=" ".join)
+def test_help_loads_neither_torch_nor_transformers(argv):
+    result = run_console_script(argv + ["--help"])
+    assert result.returncode == 0, result.stderr
+    assert "usage: encoderlab" in result.stdout
+    assert result.stdout.splitlines()[-1] == "imported: []", result.stdout.splitlines()[-1]
+
+
+def test_help_answers_within_two_seconds():
+    start = time.perf_counter()
+    result = run_console_script(["--help"])
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 2.0, f"encoderlab --help took {elapsed:.2f} s"  # ~0.2 s; importing torch alone takes more
+
+
+def test_console_script_registers_the_families_before_the_command_runs(tmp_path):
+    # convert-routing loads the checkpoint through AutoConfig: the families must be registered by then.
+    out = tmp_path / "converted"
+    result = run_console_script(["convert-routing", str(FIXTURES / "dta_alibi_sequence_classification"),
+                                 "--routing", "head_groups", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "config.json").read_text())["dual_triangle_routing"] == "head_groups"
+
+
+def test_import_encoderlab_registers_the_auto_classes():
+    # A fresh interpreter: `import encoderlab`, then transformers' Auto classes load our checkpoints by model_type.
+    code = (
+        "import encoderlab\nfrom transformers import AutoConfig, AutoModelForMaskedLM\n"
+        f"path = {str(FIXTURES / 'dta_unet_value_embeddings_mlm')!r}\n"
+        "model = AutoModelForMaskedLM.from_pretrained(path)\n"
+        "print(type(AutoConfig.from_pretrained(path)).__module__, type(model).__module__, type(model).__name__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["encoderlab.configuration.dta", "encoderlab.modeling.dta", "DTABertForMaskedLM"]

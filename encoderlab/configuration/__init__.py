@@ -1,4 +1,1 @@
-from .base import EncoderConfig
-from .dta import DTABertConfig
-
-__all__ = ["EncoderConfig", "DTABertConfig"]
+"""Configurations of the encoderlab families (`EncoderConfig` and one module per family)."""

@@ -16,8 +16,9 @@ import math
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
+from .choices import ROPE_SCALING_TYPES
+
 POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
-ROPE_SCALING_TYPES = ("linear", "ntk", "yarn")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("swiglu", "gelu")
 CLASSIFIER_POOLING = ("cls", "mean")

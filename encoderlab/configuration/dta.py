@@ -1,9 +1,8 @@
 """Configuration of DTA-BERT, the Dual Triangle Attention encoder."""
 
 from .base import EncoderConfig, check_bool, check_choice
-
-ATTENTION_TYPES = ("bidirectional", "causal", "dual_triangle")
-DUAL_TRIANGLE_ROUTINGS = ("channel_halves", "head_groups")
+from .choices import DTA_ATTENTION_TYPES as ATTENTION_TYPES
+from .choices import DUAL_TRIANGLE_ROUTINGS
 
 
 class DTABertConfig(EncoderConfig):

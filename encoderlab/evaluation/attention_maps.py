@@ -11,8 +11,6 @@ import logging
 import math
 from pathlib import Path
 
-import torch
-
 logger = logging.getLogger(__name__)
 
 MAX_TOKEN_LABELS = 40
@@ -29,16 +27,18 @@ def load(checkpoint):
     return model.eval(), tokenizer
 
 
-@torch.no_grad()
 def attention_maps(model, tokenizer, text):
     """Tokens and a tuple with one (maps, L, L) tensor per layer for `text`."""
-    encoded = tokenizer(text, return_tensors="pt")
-    encoded.pop("token_type_ids", None)
-    outputs = model(**encoded, output_attentions=True)
-    if not outputs.attentions or outputs.attentions[0] is None:
-        raise ValueError(f"{type(model).__name__} returned no attention maps; it needs eager attention")
-    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
-    return tokens, tuple(layer[0].float() for layer in outputs.attentions)
+    import torch
+
+    with torch.no_grad():
+        encoded = tokenizer(text, return_tensors="pt")
+        encoded.pop("token_type_ids", None)
+        outputs = model(**encoded, output_attentions=True)
+        if not outputs.attentions or outputs.attentions[0] is None:
+            raise ValueError(f"{type(model).__name__} returned no attention maps; it needs eager attention")
+        tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+        return tokens, tuple(layer[0].float() for layer in outputs.attentions)
 
 
 def panel_layout(num_maps, dual_triangle):

@@ -77,31 +77,23 @@ from pathlib import Path
 
 import torch
 
-from ..configuration.base import ROPE_SCALING_TYPES
 from ..configuration.dta import ATTENTION_TYPES, DUAL_TRIANGLE_ROUTINGS, DTABertConfig
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from .argmax import heads_for
+from .mlm_comparison_cli import DEFAULT_ROUTING, DOMAINS, POSITION_ARMS, SCALINGS, add_arguments
 from .stats import mean_sd, welch_entry
 from .sweeps import append_rows, read_results, run_jobs, write_rows
 
 logger = logging.getLogger(__name__)
 
-DROPE_FRACTION = 0.7
-POSITION_ARMS = {"rope": ("rope", None), "none": ("none", None), "rope-off": ("rope", DROPE_FRACTION)}
-"""Position arm -> (position_embedding_type, train.drope_fraction)."""
 LENGTHS = {"short": "1x", "long": "4x"}
 METRIC_LABELS = {"mlm_loss": "loss", "accuracy": "accuracy", "micro_f1": "micro-F1", "mcc": "MCC"}
-DOMAINS = {"text": "mlm_comparison", "protein": "mlm_protein"}
-"""--domain -> the bundled CPU-sized base config."""
 DEFAULT_CONFIG = DOMAINS["text"]
-SCALINGS = ("none", *ROPE_SCALING_TYPES)
-"""RoPE scaling applied when evaluating a trained ``rope`` arm (never while training it)."""
 RUNS_CSV, CURVES_CSV = "mlm_runs.csv", "mlm_curves.csv"
 ARM_FIELDS = ("attention", "positions", "seed", "train_len", "scaling", "routing")
 """The columns that identify a row of ``mlm_runs.csv``."""
-DEFAULT_ROUTING = DUAL_TRIANGLE_ROUTINGS[0]
 VARIANTS = (*ATTENTION_TYPES, *(f"dual_triangle:{routing}" for routing in DUAL_TRIANGLE_ROUTINGS[1:]))
 """The attention axis of tables, tests and figures: the attention types, and dual triangle under each routing
 other than the default (plain ``dual_triangle`` is the default routing)."""
@@ -896,45 +888,6 @@ def write_outputs(out_dir: Path):
 
 
 # ------------------------------------------------------------------------------------------------------------ CLI
-
-def add_arguments(parser):
-    parser.add_argument("--domain", choices=list(DOMAINS), default="text",
-                        help="the corpus of the CPU-sized default config: text (embedded English reference text, "
-                             f"{DOMAINS['text']!r}) or protein (UniProt FASTA + ESM-2 tokenizer, "
-                             f"{DOMAINS['protein']!r})")
-    parser.add_argument("--config", default=None,
-                        help="base run config: a YAML/JSON file or a bundled name (default: the --domain's "
-                             "CPU-sized config; 'dta_nl' / 'dta_protein' are the paper's GPU setups)")
-    parser.add_argument("--data", default=None, metavar="PATH",
-                        help="corpus of every arm (a FASTA/text/JSONL/CSV/Parquet file or a Hub dataset); "
-                             "the same as --set data.source=PATH")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the base config for every arm, e.g. --set train.token_budget=2e6")
-    parser.add_argument("--seq-lens", nargs="+", type=int, default=None, metavar="N",
-                        help="context-extension axis: training lengths (each evaluated at 1x and 4x itself); "
-                             "default: the base config's train.seq_len only")
-    parser.add_argument("--eval-scaling", nargs="+", choices=SCALINGS, default=list(SCALINGS),
-                        help="context-extension axis: RoPE scalings applied to the trained rope arms at evaluation "
-                             "only (no retraining, so cheap); default: all")
-    parser.add_argument("--scaling-factor", type=float, default=None,
-                        help="factor of the evaluation-time RoPE scaling (default: data.long_factor, i.e. 4)")
-    parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=["bidirectional", "dual_triangle"])
-    parser.add_argument("--routing", nargs="+", choices=DUAL_TRIANGLE_ROUTINGS, default=[DEFAULT_ROUTING],
-                        help="dual triangle head routings, each its own training run: channel_halves (the paper's "
-                             "equation 3) and/or head_groups (the reference code); default: channel_halves")
-    parser.add_argument("--positions", nargs="+", choices=list(POSITION_ARMS), default=list(POSITION_ARMS),
-                        help=f"rope-off trains with RoPE and switches it off at {DROPE_FRACTION * 100:.0f}%% of "
-                             "the budget")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--head-size", type=int, default=None,
-                        help="channels per bidirectional/causal head (dual triangle heads get twice this); "
-                             "default: the base config's head width")
-    parser.add_argument("--out-dir", type=Path, default=Path("runs/mlm_comparison"),
-                        help="run folders, CSVs, summary and figures go here")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="runs trained in parallel processes (each gets an equal share of the CPU threads)")
-    parser.add_argument("--plots-only", action="store_true", help="redraw summary and figures from the CSVs")
-
 
 def base_config(args) -> RunConfig:
     """The run config every arm starts from: --config, else the --domain's, with --data and --set applied."""

@@ -5,8 +5,6 @@ import csv
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-import torch
-
 
 def read_results(path):
     """The rows of a results CSV as dicts of strings; [] when it does not exist yet."""
@@ -53,13 +51,16 @@ def runs_in_this_process(workers, num_jobs):
     return workers == 1 or num_jobs <= 1
 
 
-def run_jobs(fn, jobs, workers, worker_setup=torch.set_num_threads):
+def run_jobs(fn, jobs, workers, worker_setup=None):
     """Yields ``fn(*job)`` for every job: here when `runs_in_this_process`, else in ``workers`` spawned processes
-    (in completion order), each first calling ``worker_setup(threads)`` with an equal share of this process's
-    threads."""
+    (in completion order), each first calling ``worker_setup(threads)`` (default: `torch.set_num_threads`) with an
+    equal share of this process's threads."""
     if runs_in_this_process(workers, len(jobs)):
         yield from (fn(*job) for job in jobs)
         return
+    import torch  # here, not at the top: the experiments' command-line options import this module
+
+    worker_setup = worker_setup or torch.set_num_threads
     threads = max(1, torch.get_num_threads() // workers)
     context = multiprocessing.get_context("spawn")  # fork would copy this process's OpenMP thread pool state
     with ProcessPoolExecutor(workers, mp_context=context, initializer=worker_setup, initargs=(threads,)) as pool:

@@ -13,8 +13,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .card import build_model_card, validate_model_card
-
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +28,8 @@ UPLOAD_FOLDERS = ("adapter",)
 
 def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     """Write the folder to upload into `out_dir` (created; must not exist or be empty) and return it."""
+    from .card import build_model_card, validate_model_card  # huggingface_hub: imported here, `--help` stays light
+
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{str(run_dir)!r} holds no saved model (config.json); is it a finished run?")
@@ -65,6 +65,8 @@ def publish(
 ) -> str:
     """Create (if needed) the model repo and upload the staged run; returns the commit URL."""
     from huggingface_hub import HfApi
+
+    from .card import validate_model_card
 
     _check_repo_id(repo_id)
     api = HfApi()

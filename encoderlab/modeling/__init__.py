@@ -1,17 +1,1 @@
-from .dta import (
-    DTABertForMaskedLM,
-    DTABertForQuestionAnswering,
-    DTABertForSequenceClassification,
-    DTABertForTokenClassification,
-    DTABertModel,
-    DTABertPreTrainedModel,
-)
-
-__all__ = [
-    "DTABertModel",
-    "DTABertPreTrainedModel",
-    "DTABertForMaskedLM",
-    "DTABertForSequenceClassification",
-    "DTABertForTokenClassification",
-    "DTABertForQuestionAnswering",
-]
+"""The encoderlab model families, their shared layers, attention kernels and task heads."""

@@ -15,43 +15,11 @@ constant, linear cooldown; the paper's 10/80/10) and ``"cosine"`` (linear warmup
 """
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-
-OPTIMIZERS = ("adamw", "muon")
-SCHEDULES = ("wsd", "cosine")
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """Hyper-parameters of `build_optimizer` (defaults: the DTA paper)."""
-
-    name: str = "muon"
-    lr: float = 1e-3
-    """AdamW learning rate (for ``"muon"``: of the embeddings, head, norms, biases and scalars)."""
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    muon_lr: float = 0.01
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.0
-
-    def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.name!r} is not supported; allowed values: {list(OPTIMIZERS)}")
-        for field in ("lr", "muon_lr"):
-            if not getattr(self, field) > 0:
-                raise ValueError(f"{field}={getattr(self, field)!r} must be > 0")
-        for field in ("weight_decay", "muon_weight_decay"):
-            if getattr(self, field) < 0:
-                raise ValueError(f"{field}={getattr(self, field)!r} must be >= 0")
-        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
-            raise ValueError(f"betas={self.betas!r} must be two numbers in [0, 1)")
-        if not 0 <= self.muon_momentum < 1:
-            raise ValueError(f"muon_momentum={self.muon_momentum!r} must be in [0, 1)")
+from .run_config import SCHEDULES, OptimizerSettings  # the settings are a run-config section, without torch
 
 
 def muon_parameter_split(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .tokens import as_words, encode_words
 
@@ -42,18 +41,20 @@ def load_classifier(path: str, task: str = "classify", trust_remote_code: bool =
     return model.eval(), tokenizer
 
 
-@torch.no_grad()
 def logits_of(model, tokenizer, encodings: list[dict], batch_size: int) -> list[np.ndarray]:
     """Logits of each encoded input (``input_ids``, ``attention_mask``), unpadded."""
-    outputs = []
-    for start in range(0, len(encodings), batch_size):
-        chunk = [{"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}
-                 for e in encodings[start:start + batch_size]]
-        batch = tokenizer.pad(chunk, return_tensors="pt").to(model.device)
-        logits = model(**batch).logits.float().cpu().numpy()
-        outputs += [logits[i] if logits.ndim == 2 else logits[i, : len(chunk[i]["input_ids"])]
-                    for i in range(len(chunk))]
-    return outputs
+    import torch
+
+    with torch.no_grad():
+        outputs = []
+        for start in range(0, len(encodings), batch_size):
+            chunk = [{"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}
+                     for e in encodings[start:start + batch_size]]
+            batch = tokenizer.pad(chunk, return_tensors="pt").to(model.device)
+            logits = model(**batch).logits.float().cpu().numpy()
+            outputs += [logits[i] if logits.ndim == 2 else logits[i, : len(chunk[i]["input_ids"])]
+                        for i in range(len(chunk))]
+        return outputs
 
 
 def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 32):

@@ -24,8 +24,6 @@ import math
 import sys
 from pathlib import Path
 
-import torch
-
 from .squad import check_fast_tokenizer, check_window_settings, postprocess, prepare_features, read_squad_json
 
 NULL_THRESHOLD_ATTRIBUTE = "qa_null_threshold"
@@ -106,24 +104,26 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int |
     return answers
 
 
-@torch.no_grad()
 def window_logits(model, tokenizer, windows: dict, batch_size: int) -> tuple[list, list]:
     """Start and end logits (float64 numpy rows, each the window's own length) of every window."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    model.eval()
-    device = next(model.parameters()).device
-    starts, ends = [], []
-    for first in range(0, len(windows["input_ids"]), batch_size):
-        chunk = slice(first, first + batch_size)
-        columns = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in windows]
-        rows = [dict(zip(columns, values)) for values in zip(*(windows[key][chunk] for key in columns))]
-        batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
-        output = model(**batch)
-        for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
-            starts.append(output.start_logits[row, :length].double().cpu().numpy())
-            ends.append(output.end_logits[row, :length].double().cpu().numpy())
-    return starts, ends
+    import torch
+
+    with torch.no_grad():
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        model.eval()
+        device = next(model.parameters()).device
+        starts, ends = [], []
+        for first in range(0, len(windows["input_ids"]), batch_size):
+            chunk = slice(first, first + batch_size)
+            columns = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in windows]
+            rows = [dict(zip(columns, values)) for values in zip(*(windows[key][chunk] for key in columns))]
+            batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
+            output = model(**batch)
+            for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+                starts.append(output.start_logits[row, :length].double().cpu().numpy())
+                ends.append(output.end_logits[row, :length].double().cpu().numpy())
+        return starts, ends
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,6 @@ unresolved residue).
 
 import numpy as np
 
-from encoderlab.modeling.heads import IGNORE_INDEX
-
 from .data import check_columns, layout_columns
 from .sequence import load_splits
 
@@ -118,6 +116,8 @@ class TokenKind:
     def preprocess(self, raw_split, tokenizer, task, settings):
         import datasets
 
+        from encoderlab.modeling.heads import IGNORE_INDEX
+
         names = list(task.label_names)
         features = {"input_ids": [], "attention_mask": [], "labels": []}
         for number, (words, tags) in enumerate(zip(raw_split["tokens"], raw_split["tags"]), start=1):
@@ -137,6 +137,8 @@ class TokenKind:
 
     def collator(self, tokenizer):
         from transformers import DataCollatorForTokenClassification
+
+        from encoderlab.modeling.heads import IGNORE_INDEX
 
         return DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORE_INDEX)
 
