@@ -1,8 +1,13 @@
 """The ``encoderlab`` command: one subcommand per module.
 
 Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``, imported only when it is
-used, so ``encoderlab --help`` stays fast and adding a subcommand is one line in `SUBCOMMANDS`. A failing command
-prints one line, ``encoderlab: error: ...``, and exits with 1; ``--debug`` shows the traceback instead.
+used, so adding a subcommand is one line in `SUBCOMMANDS`. A failing command prints one line, ``encoderlab: error:
+...``, and exits with 1; ``--debug`` shows the traceback instead.
+
+The installed command is `encoderlab_cli.main`: it builds the parser without running the encoderlab package's
+``__init__``, so ``--help`` and usage errors never load torch or transformers. A subcommand module must therefore
+import them inside functions (tests/test_cli.py checks every one); a module whose body needs torch at import keeps
+its options in a light companion module (``experiments/argmax_cli.py`` for ``experiments/argmax.py``).
 """
 
 import argparse
@@ -22,9 +27,16 @@ SUBCOMMANDS = {
             "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
+        "dstg": ("encoderlab.experiments.dstg", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
+    },
+    "analyze": {
+        "dstg-probes": ("encoderlab.evaluation.dstg.probes", "per-layer structural probes (DSTG paper, Tables 2-4)"),
+        "dstg-heads": ("encoderlab.evaluation.dstg.heads", "head taxonomy by component ablation (DSTG paper, Fig. 2)"),
+        "dstg-geometry": ("encoderlab.evaluation.dstg.geometry", "PCA / DCT of a learned position table, AP states"),
+        "dstg-components": ("encoderlab.evaluation.dstg.components", "per-head attention maps of each DSTG component"),
     },
     "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {
