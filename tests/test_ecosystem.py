@@ -30,6 +30,7 @@ from encoderlab import (
 )
 from encoderlab.modeling.base import masked_mean
 
+MLM, SEQUENCE, TOKEN = range(3)  # index of the task model in FAMILIES
 SIZES = dict(num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
 FAMILIES = {
     "dta": (DTABertConfig, dict(SIZES, hidden_size=16, position_embedding_type="rope", unet=True,
@@ -64,7 +65,7 @@ def tokenizer():
 
 
 def build(family, task, tokenizer, **overrides):
-    """A family model for ``task`` (0 masked LM, 1 sequence, 2 token classification) sized to ``tokenizer``,
+    """A family model for ``task`` (MLM, SEQUENCE or TOKEN) sized to ``tokenizer``,
     with weights drawn wider than the default init so outputs are far from uniform."""
     config_class, settings, model_classes = FAMILIES[family]
     token_ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
@@ -84,8 +85,8 @@ def checkpoints(tmp_path_factory, tokenizer):
     root = tmp_path_factory.mktemp("checkpoints")
     folders = {}
     for family in FAMILIES:
-        tasks = {"mlm": (0, {}), "sequence": (1, dict(id2label=SEQUENCE_LABELS)),
-                 "token": (2, dict(id2label=TOKEN_LABELS))}
+        tasks = {"mlm": (MLM, {}), "sequence": (SEQUENCE, dict(id2label=SEQUENCE_LABELS)),
+                 "token": (TOKEN, dict(id2label=TOKEN_LABELS))}
         folders[family] = {}
         for task, (index, overrides) in tasks.items():
             folder = root / f"{family}-{task}"
@@ -103,18 +104,18 @@ def encode(tokenizer, texts=SENTENCES):
 # PEFT LoRA
 
 
-HEAD_MODULES = {1: ["head"], 2: ["classifier"]}  # the task head of sequence / token classification, trained in full
+HEAD_MODULES = {SEQUENCE: ["head"], TOKEN: ["classifier"]}  # the task head of sequence / token classification, trained in full
 
 
 def labels_for(task, batch):
-    if task == 1:
+    if task == SEQUENCE:
         return torch.tensor([0, 2, 1])
     return torch.where(batch["attention_mask"].bool(), torch.arange(batch["input_ids"].numel()).view_as(
         batch["input_ids"]) % 3, -100)
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated")  # peft asks the old name
-@pytest.mark.parametrize("task,task_type", [(1, None), (2, None), (2, "TOKEN_CLS")],
+@pytest.mark.parametrize("task,task_type", [(SEQUENCE, None), (TOKEN, None), (TOKEN, "TOKEN_CLS")],
                          ids=["sequence", "token", "token-TOKEN_CLS"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family, task, task_type, checkpoints,
@@ -173,15 +174,15 @@ def test_gradient_checkpointing_with_lora_gives_the_same_loss_and_gradients(fami
     from peft import LoraConfig, get_peft_model
 
     batch = encode(tokenizer)
-    labels = labels_for(1, batch)
+    labels = labels_for(SEQUENCE, batch)
     results = []
     for checkpointing in (False, True):
         torch.manual_seed(1)
-        model = FAMILIES[family][2][1].from_pretrained(checkpoints[family]["mlm"], num_labels=3)
+        model = FAMILIES[family][2][SEQUENCE].from_pretrained(checkpoints[family]["mlm"], num_labels=3)
         if checkpointing:
             model.gradient_checkpointing_enable()
         model = get_peft_model(model, LoraConfig(r=4, target_modules=LORA_TARGETS[family], init_lora_weights=False,
-                                                 modules_to_save=list(HEAD_MODULES[1]))).train()
+                                                 modules_to_save=list(HEAD_MODULES[SEQUENCE]))).train()
         mlp_calls = []
         model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))
         loss = model(**batch, labels=labels).loss
@@ -286,10 +287,10 @@ def test_sentence_transformers_loads_the_checkpoint_code_without_encoderlab(fami
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(family, tokenizer):
     """Every parameter trained (tests/test_family_contract.py covers every preset's masked LM)."""
     batch = encode(tokenizer)
-    labels = labels_for(1, batch)
+    labels = labels_for(SEQUENCE, batch)
     results = []
     for checkpointing in (False, True):
-        model = build(family, 1, tokenizer, num_labels=3).train()
+        model = build(family, SEQUENCE, tokenizer, num_labels=3).train()
         if checkpointing:
             model.gradient_checkpointing_enable()
         loss = model(**batch, labels=labels).loss
@@ -337,7 +338,7 @@ def test_feature_extraction_pipeline_returns_the_last_hidden_state(family, check
 def test_text_classification_pipeline_names_labels_from_id2label(family, checkpoints, tokenizer):
     folder = checkpoints[family]["sequence"]
     results = pipeline("text-classification", model=str(folder), top_k=None)(SENTENCES)
-    model = FAMILIES[family][2][1].from_pretrained(folder).eval()
+    model = FAMILIES[family][2][SEQUENCE].from_pretrained(folder).eval()
     with torch.no_grad():
         probabilities = model(**encode(tokenizer)).logits.softmax(-1)
     for scores, expected in zip(results, probabilities):
@@ -352,7 +353,7 @@ def test_token_classification_pipeline_tags_every_token_with_id2label_names(fami
     folder = checkpoints[family]["token"]
     text = SENTENCES[2]
     entities = pipeline("token-classification", model=str(folder), ignore_labels=[])(text)
-    model = FAMILIES[family][2][2].from_pretrained(folder).eval()
+    model = FAMILIES[family][2][TOKEN].from_pretrained(folder).eval()
     batch = tokenizer(text, return_tensors="pt")
     with torch.no_grad():
         probabilities = model(**batch).logits[0].softmax(-1)
