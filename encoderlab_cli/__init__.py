@@ -23,14 +23,6 @@ def enter_package_without_init(name="encoderlab"):
     return lambda: spec.loader.exec_module(package)
 
 
-def build_parser(argv):
-    """The parser for ``argv``, built with the package entered but not initialised (for tests and tools)."""
-    enter_package_without_init()
-    from encoderlab import cli
-
-    return cli.build_parser(argv)
-
-
 def main(argv=None):
     run_package_init = enter_package_without_init()
     from encoderlab import cli
