@@ -5,6 +5,7 @@ from .base import EncoderConfig, check_bool, check_choice, check_positive_int
 ATTENTION_TYPES = ("pairwise", "blockwise", "linformer", "homa", "triadic")
 BLOCK_ATTENTION_TYPES = ("blockwise", "homa", "triadic")
 FUSION_TYPES = ("mlp", "add", "gated")
+INITIALIZERS = ("normal", "reference")
 HOMA_POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope")
 
 
@@ -33,6 +34,11 @@ class HOMAConfig(EncoderConfig):
         linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
             not be longer than ``max_position_embeddings``, the width of its sequence projections.
         attention_bias (`bool`, defaults to `True`): bias in the Q, K, V and output projections.
+        initializer (`str`, defaults to `"normal"`): how fresh weights are drawn. ``"normal"``: every linear and
+            embedding weight from N(0, ``initializer_range``), biases 0 (the transformers convention).
+            ``"reference"``: PyTorch's own defaults, which the paper's reference code trains with: linear weights
+            and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), embeddings N(0, 1). Both zero the padding row and set
+            norms to 1/0.
 
     Defaults follow the paper's secondary-structure model: TAPE IUPAC vocabulary (30 tokens, pad 0), 12 layers
     of width 512 with 8 heads, MLP width 1024, learned absolute positions, masked-mean pooling.
@@ -59,6 +65,7 @@ class HOMAConfig(EncoderConfig):
         fusion_hidden_size=128,
         linformer_k=50,
         attention_bias=True,
+        initializer="normal",
         vocab_size=30,
         hidden_size=512,
         num_hidden_layers=12,
@@ -78,6 +85,7 @@ class HOMAConfig(EncoderConfig):
         self.fusion_hidden_size = fusion_hidden_size
         self.linformer_k = linformer_k
         self.attention_bias = attention_bias
+        self.initializer = initializer
         super().__init__(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -98,6 +106,7 @@ class HOMAConfig(EncoderConfig):
         super().validate_fields()
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         check_choice("fusion", self.fusion, FUSION_TYPES)
+        check_choice("initializer", self.initializer, INITIALIZERS)
         check_choice("position_embedding_type", self.position_embedding_type, HOMA_POSITION_EMBEDDING_TYPES)
         for field in ("block_size", "block_stride", "triadic_window", "fusion_hidden_size", "linformer_k"):
             check_positive_int(field, getattr(self, field))
@@ -131,4 +140,4 @@ class HOMAConfig(EncoderConfig):
         check_bool("attention_bias", self.attention_bias)
 
 
-__all__ = ["HOMAConfig", "ATTENTION_TYPES", "BLOCK_ATTENTION_TYPES", "FUSION_TYPES"]
+__all__ = ["HOMAConfig", "ATTENTION_TYPES", "BLOCK_ATTENTION_TYPES", "FUSION_TYPES", "INITIALIZERS"]

@@ -12,6 +12,8 @@ output projection follows. The baselines of the paper are here too: global pairw
 The block grid and the triadic kernel live in `homa_kernel`.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -308,6 +310,23 @@ PAIRWISE_ATTENTION_WEIGHTS = ("query", "key", "value", "output")
 class HOMAPreTrainedModel(EncoderPreTrainedModel):
     config_class = HOMAConfig
     _no_split_modules = ["HOMALayer"]
+
+    def _init_weights(self, module):
+        """``config.initializer="normal"``: the shared N(0, initializer_range) scheme. ``"reference"``: PyTorch's
+        own ``reset_parameters`` rules for linear and embedding layers (what the paper's reference code trains
+        with), written with `transformers.initialization` so weights loaded from a checkpoint are left alone."""
+        if self.config.initializer != "reference" or not isinstance(module, (nn.Linear, nn.Embedding)):
+            return super()._init_weights(module)
+        if isinstance(module, nn.Linear):
+            # nn.Linear: kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bias has the same bound.
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+            if module.bias is not None:
+                bound = 1 / math.sqrt(module.in_features)
+                init.uniform_(module.bias, -bound, bound)
+            return
+        init.normal_(module.weight)  # nn.Embedding: N(0, 1), padding row zero
+        if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+            init.zeros_(module.weight[module.padding_idx])
 
     @classmethod
     def from_pairwise(cls, source, freeze_transferred=False, **config_overrides):
