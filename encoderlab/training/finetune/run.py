@@ -60,6 +60,9 @@ class FinetuneModelSection:
     """The checkpoint to fine-tune: a folder or a Hub model id (``--model``)."""
     trust_remote_code: bool = False
     """For Hub encoders whose code is not in transformers; encoderlab checkpoints load without it."""
+    freeze: list[str] = field(default_factory=list)
+    """Parameters kept fixed during training: `fnmatch` patterns of their names (``model.layers.*.attention.query.*``);
+    a pattern that matches no parameter is an error."""
 
 
 @dataclass
@@ -325,7 +328,22 @@ def load_model(run: FinetuneRunConfig, task, kind):
     initialised = sorted(info["missing_keys"])
     if initialised:
         logger.info("Initialised fresh (not in the checkpoint): %s", ", ".join(initialised))
+    freeze_parameters(model, run.model.freeze)
     return model, initialised
+
+
+def freeze_parameters(model, patterns) -> None:
+    """``requires_grad=False`` for the parameters whose names match one of `patterns` (model.freeze)."""
+    from fnmatch import fnmatchcase
+
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatchcase(name, pattern) for name in names):
+            raise ValueError(f"model.freeze pattern {pattern!r} matches no parameter of the model; its names look "
+                             f"like {names[:3]}")
+    for name, parameter in model.named_parameters():
+        if any(fnmatchcase(name, pattern) for pattern in patterns):
+            parameter.requires_grad_(False)
 
 
 def head_module_names(model) -> list[str]:
