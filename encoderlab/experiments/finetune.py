@@ -364,9 +364,9 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
 
 # --------------------------------------------------------------------------------------------------------- figure
 
-def plot_bars(scores, models, tasks, stats, baselines, path: Path) -> None:
+def plot_bars(scores, models, tasks, stats, baselines, path: Path, title=None, ylabel="score") -> None:
     """One panel per task: a bar per model (mean, sd as error bar), its seeds as dots, and the Welch mark against
-    the first baseline above each bar."""
+    the first baseline above each bar. `title` replaces the figure's default title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -400,9 +400,9 @@ def plot_bars(scores, models, tasks, stats, baselines, path: Path) -> None:
     for index in range(len(tasks), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     for row in axes:
-        row[0].set_ylabel("score")
+        row[0].set_ylabel(ylabel)
     against = f"; marks: Welch's t-test against {baselines[0]}" if baselines else ""
-    figure.suptitle(f"Fine-tuning scores (mean ± sd over seeds, dots: seeds{against})", fontsize=10)
+    figure.suptitle(title or f"Fine-tuning scores (mean ± sd over seeds, dots: seeds{against})", fontsize=10)
     figure.savefig(path, dpi=130)
     plt.close(figure)
 
