@@ -27,6 +27,7 @@ SUBCOMMANDS = {
             "the DTA paper's MLM comparison on text (2a/2b) or proteins (3), with context-extension axes",
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
+        "homa": ("encoderlab.experiments.homa", "the HOMA paper's Table 2 and ablations on TAPE through finetune"),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
