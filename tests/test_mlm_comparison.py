@@ -473,3 +473,10 @@ def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
     rows = [row for row in mlm.read_results(tmp_path / "sweep" / "mlm_runs.csv") if row["routing"] == "head_groups"]
     assert len(rows) == 1 and rows[0]["run_dir"] == str(run_dir) and 0 <= float(rows[0]["test_long_accuracy"]) <= 1
     assert "| dual_triangle | head_groups | rope | 1 |" in (tmp_path / "sweep" / "mlm_summary.md").read_text()
+
+
+def test_legend_names_the_default_routing_only_beside_another():
+    assert mlm.legend_label("dual_triangle", ["bidirectional", "dual_triangle"]) == "dual_triangle"
+    assert mlm.legend_label("dual_triangle", ["dual_triangle", "dual_triangle:head_groups"]) == \
+        "dual_triangle:channel_halves"
+    assert mlm.legend_label("bidirectional", ["bidirectional", "dual_triangle:head_groups"]) == "bidirectional"

@@ -672,6 +672,13 @@ def draw_bracket(axis, x1, x2, y, leg, text):
     axis.text((x1 + x2) / 2, y, text, ha="center", va="bottom", fontsize=7)
 
 
+def legend_label(name, series):
+    """`name`, naming the default routing of plain dual triangle when another routing is drawn beside it."""
+    if name == "dual_triangle" and any(other.startswith("dual_triangle:") for other in series):
+        return f"dual_triangle:{DEFAULT_ROUTING}"
+    return name
+
+
 def bar_panel(axis, grouped, stats, categories, series, key_of, column):
     """Bars of mean +- sd: one cluster per category, one bar per series; brackets for the tested pairs."""
     width = 0.8 / len(series)
@@ -681,7 +688,7 @@ def bar_panel(axis, grouped, stats, categories, series, key_of, column):
         bars = [(c - 0.4 + width * (index + 0.5), key, *mean_sd(grouped[key][column])) for c, key in bars
                 if key in grouped]
         axis.bar([x for x, *_ in bars], [m for _, _, m, _ in bars], width, yerr=[s for *_, s in bars], capsize=2,
-                 label=name, color=COLORS[name], edgecolor="black", linewidth=0.4)
+                 label=legend_label(name, series), color=COLORS[name], edgecolor="black", linewidth=0.4)
         for x, key, mean, sd in bars:
             bar_x[key], tops[key] = x, mean + sd
     span = max(tops.values(), default=1.0) or 1.0
