@@ -67,6 +67,18 @@ def test_dynamic_shape_export_matches_eager_on_other_paddings_lengths_and_batch_
         assert_same_logits(program, model, *random_batch(lengths, seq_len, side, seed=seq_len))
 
 
+def test_dynamic_length_export_spans_the_lengths_where_eager_splits_causal_attention():
+    """Eager splits a causal sdpa call of 256..512 tokens on CPU; the exported program must not pin the length to
+    either side of that range, and gives the same outputs inside it."""
+    model = float_model("dta-dual_triangle-none")
+    ids, mask = padded_batch("left")
+    length = torch.export.Dim("length", min=2, max=1024)
+    with torch.no_grad():
+        program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask},
+                                      dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}})
+    assert_same_logits(program.module(), model, *random_batch([300, 180, 41], 300, "left", seed=300))
+
+
 @pytest.mark.parametrize("name", ["dta-unet-value-embeddings", "homa-homa-mlp", "dstg-dstg"])
 def test_static_length_export_matches_eager_and_refuses_other_lengths(name):
     model = float_model(name)
@@ -132,6 +144,16 @@ def test_fullgraph_compile_has_no_graph_break_and_matches_eager(name):
     for side in ("left", "right"):
         ids, mask = padded_batch(side)
         assert_same_logits(compiled, model, ids, mask)
+
+
+@pytest.mark.parametrize("name", ["dta-dual_triangle-none", "homa-homa-mlp"])
+def test_fullgraph_compile_with_a_dynamic_length_matches_eager(name):
+    """A symbolic length reaches the causal sdpa split and HOMA's grid size, which must not break the graph."""
+    torch._dynamo.reset()
+    model = float_model(name)
+    compiled = torch.compile(model, fullgraph=True, backend="eager", dynamic=True)
+    for seq_len, lengths in [(10, [10, 7, 4]), (17, [17, 3, 9])]:
+        assert_same_logits(compiled, model, *random_batch(lengths, seq_len, "left", seed=seq_len))
 
 
 def test_compiled_training_step_gives_the_eager_loss_and_gradients():

@@ -96,10 +96,11 @@ def causal_sdpa(query, key, value, dropout_p, scale):
     """``scaled_dot_product_attention(is_causal=True)`` on (B, H, L, D), split in two query halves where that is
     cheaper on CPU (see _SPLIT_CAUSAL_LENGTHS)."""
     seq_len = query.shape[2]
-    # A symbolic length (torch.export / compile with a dynamic length) takes the plain call: testing it against
-    # the split range would pin the traced graph to one side of that range.
-    dynamic_length = isinstance(seq_len, torch.SymInt)
-    if query.device.type != "cpu" or dynamic_length or seq_len not in _SPLIT_CAUSAL_LENGTHS:
+    # torch.export with a dynamic length (a SymInt here) takes the plain call: testing the length against the split
+    # range would pin the exported program to one side of it. torch.compile with a dynamic length compares (not
+    # `in`, which dynamo cannot evaluate on a symbolic length) and recompiles if a later length crosses the range.
+    if (query.device.type != "cpu" or isinstance(seq_len, torch.SymInt)
+            or not _SPLIT_CAUSAL_LENGTHS.start <= seq_len < _SPLIT_CAUSAL_LENGTHS.stop):
         return F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout_p, scale=scale)
     half = seq_len // 2
     head = F.scaled_dot_product_attention(query[:, :, :half], key[:, :, :half], value[:, :, :half], is_causal=True,
