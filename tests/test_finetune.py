@@ -213,7 +213,8 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     assert results["label_names"] == ["negative", "positive"]
     assert results["examples"] == {"train": 64, "validation": 32}
     assert results["steps"] == 8 and results["best_step"] in (4, 8)
-    assert any("head" in name for name in results["initialised_weights"])  # the new head is listed
+    # the new head is listed, under its current names
+    assert {"classifier.dense.weight", "classifier.out_proj.weight"} <= set(results["initialised_weights"])
     assert 0 <= results["metrics"]["validation"]["accuracy"] <= 1
 
     card = ModelCard.load(run_dir / "README.md")
@@ -466,3 +467,27 @@ def test_own_jsonl_multi_label_and_token_classification(tiny_dta, tmp_path):
         quick_run("text-classification", tiny_dta, tmp_path / "bad", *files, "data.text_columns=[text]",
                   "data.label_column=words", "data.problem_type=multi_label_classification",
                   "data.label_names=x")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_squad_card_model_index_lists_the_scores_only(version):
+    """Counts (total, HasAns_total) and no-answer thresholds are not results; EM / F1 (v2: per split and at the best
+    threshold) are, each once per split."""
+    from encoderlab.hub_cards.card import _finetune_eval_results
+
+    answers = {"text": ["William"], "answer_start": [0]}
+    none = {"text": [], "answer_start": []}
+    references = [{"id": "q1", "answers": answers}, {"id": "q2", "answers": none if version == "v2" else answers}]
+    predictions = [{"id": "q1", "prediction_text": "William", "no_answer_score": -1.0},
+                   {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0}]
+    if version == "v1":
+        predictions = [{key: p[key] for key in ("id", "prediction_text")} for p in predictions]
+    metrics = load_metric("squad", version).compute(predictions=predictions, references=references)
+    results = {"hub_dataset": f"rajpurkar/squad{'_v2' if version == 'v2' else ''}", "dataset": "squad.json",
+               "pipeline_tag": "question-answering", "task": f"squad_{version}", "hub_config": None,
+               "metrics": {"validation": {**metrics, "loss": 1.0, "runtime": 0.1}}}
+    listed = {entry.metric_type: entry.metric_value for entry in _finetune_eval_results(results)}
+    expected = {"exact", "f1"} | ({"HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1"}
+                                  if version == "v2" else set())
+    assert set(listed) == expected
+    assert all(listed[key] == pytest.approx(metrics[key], abs=1e-4) for key in expected)

@@ -277,12 +277,20 @@ def _task_metrics(metrics: dict) -> dict:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in NOT_METRICS}
 
 
+def _is_score(metric: str) -> bool:
+    """Whether a task metric is a score the model-index should list: not a count of examples (SQuAD's ``total``,
+    ``HasAns_total``) nor a no-answer threshold (``best_f1_thresh``), which the card's Results table still shows."""
+    return not (metric == "total" or metric.endswith(("_total", "_thresh")))
+
+
 def _finetune_eval_results(results: dict) -> list[EvalResult]:
-    """One model-index entry per evaluation split and metric, with the Hub dataset id where the task has one."""
+    """One model-index entry per evaluation split and score, with the Hub dataset id where the task has one."""
     dataset_type = results["hub_dataset"] or str(results["dataset"])
     entries = []
     for split, metrics in results["metrics"].items():
         for metric, value in _task_metrics(metrics).items():
+            if not _is_score(metric):
+                continue
             entries.append(EvalResult(
                 task_type=results["pipeline_tag"], task_name=results["task"], dataset_type=dataset_type,
                 dataset_name=f"{results['task']} ({dataset_type})", dataset_config=results["hub_config"],
