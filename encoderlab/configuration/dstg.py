@@ -62,6 +62,10 @@ class DSTGNeoBERTConfig(EncoderConfig):
             not available for ``rp``/``rope``.
         classifier_activation (`str`, defaults to `"tanh"`): activation of the dense layer of the sequence
             classification head (NeoBERT's GLUE head).
+        mlm_on_full_hidden (`bool`, defaults to `False`): ``dstg`` only. The paper's ablation (appendix B.2): the
+            MLM decoder reads the whole final hidden state ``[AP | semantic]`` instead of the semantic slice, so
+            the last layer's AP stream is trained to help predict tokens. Needs untied word embeddings (the
+            decoder is ``hidden_size`` wide, the embeddings ``semantic_size``).
 
     ``hidden_size`` defaults to 768 for ``dstg`` and 720 for the baselines, ``intermediate_size`` to
     ``4 * hidden_size``; the SwiGLU width is ``2/3`` of it rounded up to a multiple of 8 (for ``dstg``, split
@@ -89,6 +93,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
         sep_token_id=BERT_SEP_TOKEN_ID,
         position_shift=None,
         classifier_activation="tanh",
+        mlm_on_full_hidden=False,
         vocab_size=BERT_VOCAB_SIZE,
         hidden_size=None,
         num_hidden_layers=6,
@@ -111,6 +116,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
         self.special_token_ids = list(special_token_ids) if isinstance(special_token_ids, tuple) else special_token_ids
         self.position_shift = (preset == "dstg") if position_shift is None else position_shift
         self.classifier_activation = classifier_activation
+        self.mlm_on_full_hidden = mlm_on_full_hidden
         if hidden_size is None:
             hidden_size = DSTG_HIDDEN_SIZE if preset == "dstg" else BASELINE_HIDDEN_SIZE
         expected_position_type = PRESET_POSITION_EMBEDDING_TYPES[preset]
@@ -190,6 +196,22 @@ class DSTGNeoBERTConfig(EncoderConfig):
             self.validate_stream_sizes()
         elif self.ap_size is not None:
             raise ValueError(f"ap_size={self.ap_size} only applies to preset='dstg', not preset={self.preset!r}")
+        self.validate_mlm_on_full_hidden()
+
+    def validate_mlm_on_full_hidden(self):
+        check_bool("mlm_on_full_hidden", self.mlm_on_full_hidden)
+        if not self.mlm_on_full_hidden:
+            return
+        if not self.is_disentangled:
+            raise ValueError(
+                f"mlm_on_full_hidden=True only applies to preset='dstg' (a baseline's MLM head always reads its "
+                f"whole hidden state), not preset={self.preset!r}"
+            )
+        if self.tie_word_embeddings:
+            raise ValueError(
+                f"mlm_on_full_hidden=True needs tie_word_embeddings=False: the decoder reads hidden_size="
+                f"{self.hidden_size} channels, the word embeddings have semantic_size={self.semantic_size}"
+            )
 
     def validate_special_token_ids(self):
         # The base config lets a *_token_id be None; DSTG's special-token defaults need both of these.

@@ -248,16 +248,45 @@ class DSTGAttention(nn.Module):
         query, key, value = projection(x).split([inner, inner, value_size], dim=-1)
         return split_heads(query, self.num_heads), split_heads(key, self.num_heads), split_heads(value, self.num_heads)
 
+    def stream_projections(self, ap, semantic, special_tokens):
+        """Per-stream queries, keys (B, H, L, head_dim) and values of the normed streams, as
+        ``{"semantic": (q, k, v), "ap": (q, k, v)}``. The AP query and key rows of special tokens are zeroed: their
+        AP logit term vanishes whether the special token is the query or the key (eq. 2)."""
+        semantic_query, semantic_key, semantic_value = self.project(self.semantic_qkv, semantic, self.semantic_size)
+        ap_query, ap_key, ap_value = self.project(self.ap_qkv, ap, self.ap_size)
+        keep_ap = (~special_tokens)[:, None, :, None].to(ap_query.dtype)  # (B, 1, L, 1)
+        return {"semantic": (semantic_query, semantic_key, semantic_value),
+                "ap": (ap_query * keep_ap, ap_key * keep_ap, ap_value)}
+
+    def component_logits(self, ap, semantic, context):
+        """The three additive terms of the attention logits, for analysis (head taxonomy, component maps):
+        ``{"semantic", "ap", "rp"}`` -> (B, H, L, L) float tensors whose sum is what `forward` passes to the
+        softmax (before the padding mask, which the caller applies). ``rp`` is zeros when the bias is off
+        (``use_positions=False``). Takes the normed streams, as `forward` does; computes the dense (L x L)
+        products, so it is meant for analysis lengths, not training."""
+        positions = context.positions
+        projections = self.stream_projections(ap, semantic, positions.special_tokens)
+        logits = {
+            stream: projections[stream][0] @ projections[stream][1].transpose(-1, -2) * self.head_dim**-0.5
+            for stream in ("semantic", "ap")
+        }
+        batch_size, _, seq_len, _ = logits["semantic"].shape
+        if positions.use_relative_bias:
+            bias = self.relative_bias.for_batch(positions).dense(seq_len, ap.device, logits["semantic"].dtype)
+            logits["rp"] = bias.expand(batch_size, -1, -1, -1)
+        else:
+            logits["rp"] = torch.zeros_like(logits["semantic"])
+        return logits
+
     def forward(self, ap, semantic, context, output_attentions=False):
         """ap (B, L, ap_size), semantic (B, L, semantic_size) -> their attention outputs (same shapes), probs."""
         positions = context.positions
-        semantic_query, semantic_key, semantic_value = self.project(self.semantic_qkv, semantic, self.semantic_size)
-        ap_query, ap_key, ap_value = self.project(self.ap_qkv, ap, self.ap_size)
-        # Zero AP query rows and key rows of special tokens: their AP logit term vanishes whether the special
-        # token is the query or the key (eq. 2), the semantic term is untouched.
-        keep_ap = (~positions.special_tokens)[:, None, :, None].to(ap_query.dtype)  # (B, 1, L, 1)
-        query = torch.cat([semantic_query, ap_query * keep_ap], dim=-1)  # (B, H, L, 2 * head_dim)
-        key = torch.cat([semantic_key, ap_key * keep_ap], dim=-1)
+        projections = self.stream_projections(ap, semantic, positions.special_tokens)
+        (semantic_query, semantic_key, semantic_value), (ap_query, ap_key, ap_value) = (
+            projections["semantic"], projections["ap"]
+        )
+        query = torch.cat([semantic_query, ap_query], dim=-1)  # (B, H, L, 2 * head_dim)
+        key = torch.cat([semantic_key, ap_key], dim=-1)
         value = torch.cat([semantic_value, ap_value], dim=-1)  # (B, H, L, (semantic_size + ap_size) / H)
         bias = self.relative_bias.for_batch(positions) if positions.use_relative_bias else None
         output, probs = attention_function(self.config, output_attentions)(
@@ -512,11 +541,13 @@ DSTGNeoBERTModel = DSTGNeoBERT
 
 
 class DSTGNeoBERTLMHead(nn.Module):
-    """NeoBERT's MLM decoder: one biased linear map from the semantic width to the vocabulary."""
+    """NeoBERT's MLM decoder: one biased linear map from the semantic width (the whole hidden width with
+    ``config.mlm_on_full_hidden``) to the vocabulary."""
 
     def __init__(self, config):
         super().__init__()
-        self.decoder = nn.Linear(config.semantic_size, config.vocab_size)
+        width = config.hidden_size if config.mlm_on_full_hidden else config.semantic_size
+        self.decoder = nn.Linear(width, config.vocab_size)
 
     def forward(self, semantic_states):
         return self.decoder(semantic_states)
@@ -524,7 +555,8 @@ class DSTGNeoBERTLMHead(nn.Module):
 
 class DSTGNeoBERTForMaskedLM(EncoderForMaskedLM, DSTGNeoBERTPreTrainedModel):
     """DSTG-NeoBERT with NeoBERT's MLM decoder. For ``dstg`` it reads only the semantic slice of the final hidden
-    state, so the AP stream is never pushed to predict tokens. Labels are token ids at masked positions, -100
+    state, so the AP stream is never pushed to predict tokens, unless ``config.mlm_on_full_hidden`` (the paper's
+    ablation) gives it the whole ``[AP | semantic]`` state. Labels are token ids at masked positions, -100
     elsewhere."""
 
     base_model_class = DSTGNeoBERT
@@ -532,6 +564,8 @@ class DSTGNeoBERTForMaskedLM(EncoderForMaskedLM, DSTGNeoBERTPreTrainedModel):
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
     def sequence_features(self, outputs):
+        if self.config.mlm_on_full_hidden:
+            return outputs.last_hidden_state
         return outputs.last_hidden_state[..., self.config.hidden_size - self.config.semantic_size:]
 
 
