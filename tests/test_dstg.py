@@ -401,7 +401,7 @@ def test_task_heads_and_auto_classes():
     config = tiny_config(num_labels=3)
     ids, mask, _ = mlm_batch(config, seed=0)
     model = DSTGNeoBERTForSequenceClassification(config)
-    assert model.head.activation(torch.tensor(2.0)) == torch.tanh(torch.tensor(2.0))  # NeoBERT's dense+tanh head
+    assert model.classifier.activation(torch.tensor(2.0)) == torch.tanh(torch.tensor(2.0))  # NeoBERT's dense+tanh head
     out = model(ids, attention_mask=mask, labels=torch.tensor([0, 1, 2, 1]))
     out.loss.backward()
     assert out.logits.shape == (4, 3)

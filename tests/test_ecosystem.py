@@ -104,7 +104,7 @@ def encode(tokenizer, texts=SENTENCES):
 # PEFT LoRA
 
 
-HEAD_MODULES = {SEQUENCE: ["head"], TOKEN: ["classifier"]}  # the task head of sequence / token classification, trained in full
+HEAD = ("classifier",)  # the task head of sequence (dense + out_proj inside) and token classification
 
 
 def labels_for(task, batch):
@@ -115,14 +115,19 @@ def labels_for(task, batch):
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated")  # peft asks the old name
-@pytest.mark.parametrize("task,task_type", [(SEQUENCE, None), (TOKEN, None), (TOKEN, "TOKEN_CLS")],
-                         ids=["sequence", "token", "token-TOKEN_CLS"])
+@pytest.mark.parametrize("task,task_type,modules_to_save", [
+    (SEQUENCE, "SEQ_CLS", None),  # peft's standard recipe: it adds modules_to_save=["classifier", "score"] itself
+    (SEQUENCE, None, HEAD),
+    (SEQUENCE, "SEQ_CLS", HEAD),
+    (TOKEN, None, HEAD),
+    (TOKEN, "TOKEN_CLS", HEAD),
+], ids=["sequence-SEQ_CLS", "sequence", "sequence-SEQ_CLS-classifier", "token", "token-TOKEN_CLS"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family, task, task_type, checkpoints,
-                                                                        tokenizer, tmp_path):
-    """The task head is named in ``modules_to_save``: ``head`` (dense + classifier) for sequence classification,
-    ``classifier`` for token classification. Not ``task_type="SEQ_CLS"`` (README "Works with"): peft then also
-    wraps ``head.classifier`` inside the wrapped ``head``, and that adapter fails to reload."""
+def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family, task, task_type, modules_to_save,
+                                                                        checkpoints, tokenizer, tmp_path):
+    """The whole task head lives under ``classifier``, the name peft's ``SEQ_CLS`` / ``TOKEN_CLS`` recipes train
+    and save in full: every head weight trains, and the saved adapter restores it onto a base whose fresh head was
+    drawn from another seed."""
     from peft import LoraConfig, PeftModel, get_peft_model
     from peft.tuners.lora import LoraLayer
 
@@ -131,11 +136,14 @@ def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family
     torch.manual_seed(1)
     model = model_class.from_pretrained(base_folder, num_labels=3)
     encoder_linears = [name for name, module in model.model.named_modules() if isinstance(module, torch.nn.Linear)]
+    head_weights = {name for name, _ in model.classifier.named_parameters()}
+    head_modules = None if modules_to_save is None else list(modules_to_save)  # a copy: peft extends it in place
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS[family],
-                                             modules_to_save=list(HEAD_MODULES[task]), task_type=task_type))
+                                             modules_to_save=head_modules, task_type=task_type))
     adapted = [name for name, module in model.base_model.model.model.named_modules() if isinstance(module, LoraLayer)]
     assert adapted == [name for name in encoder_linears if name.split(".")[-1] in LORA_TARGETS[family]]
     assert {name.split(".")[-1] for name in adapted} == set(LORA_TARGETS[family])  # every name is in the family
+    assert not any(isinstance(module, LoraLayer) for module in model.base_model.model.classifier.modules())
 
     batch = encode(tokenizer)
     labels = labels_for(task, batch)
@@ -150,6 +158,8 @@ def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family
     assert all("lora_" in name or "modules_to_save" in name for name in trainable)
     # B starts at zero, so the first step moves every B (A's gradient is still zero) and the whole head.
     assert {name for name in trainable if "lora_B" in name or "modules_to_save" in name} <= changed
+    trained_head = {name.split(".modules_to_save.default.")[1] for name in trainable if "modules_to_save" in name}
+    assert trained_head == head_weights  # dense and out_proj for sequence classification, not out_proj alone
 
     model.eval()
     with torch.no_grad():
@@ -182,7 +192,7 @@ def test_gradient_checkpointing_with_lora_gives_the_same_loss_and_gradients(fami
         if checkpointing:
             model.gradient_checkpointing_enable()
         model = get_peft_model(model, LoraConfig(r=4, target_modules=LORA_TARGETS[family], init_lora_weights=False,
-                                                 modules_to_save=list(HEAD_MODULES[SEQUENCE]))).train()
+                                                 modules_to_save=list(HEAD))).train()
         mlp_calls = []
         model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))
         loss = model(**batch, labels=labels).loss

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers.activations import ACT2FN
+from transformers.core_model_loading import WeightRenaming
 from transformers.modeling_outputs import (
     MaskedLMOutput,
     QuestionAnsweringModelOutput,
@@ -56,17 +57,23 @@ def sequence_classification_loss(config, logits, labels):
 
 
 class SequenceClassificationHead(nn.Module):
-    """Pooled vector -> dense -> activation -> dropout -> classifier."""
+    """Pooled vector -> dense -> activation -> dropout -> out_proj. The task model holds it as ``classifier``
+    (RoBERTa's layout): peft's ``task_type="SEQ_CLS"`` trains and saves the modules named ``classifier`` in full, so
+    the whole head goes with the adapter, not its last layer alone."""
 
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.activation = ACT2FN[getattr(config, "classifier_activation", "gelu")]
         self.dropout = nn.Dropout(classifier_dropout(config))
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, pooled):
-        return self.classifier(self.dropout(self.activation(self.dense(pooled))))
+        return self.out_proj(self.dropout(self.activation(self.dense(pooled))))
+
+
+# Checkpoint keys of the sequence head before it moved under `classifier`; from_pretrained renames them.
+EARLIER_SEQUENCE_HEAD_KEYS = {r"^head\.dense\.": "classifier.dense.", r"^head\.classifier\.": "classifier.out_proj."}
 
 
 class EncoderTaskModel:
@@ -138,8 +145,24 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = self.base_model_class(config)
-        self.head = SequenceClassificationHead(config)
+        self.classifier = SequenceClassificationHead(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, key_mapping=None, **kwargs):
+        """transformers' ``from_pretrained``; checkpoints with the earlier head names (``head.dense``,
+        ``head.classifier``) load through its ``key_mapping`` renaming. Whatever was loaded is saved again under the
+        current names: transformers would write a renamed checkpoint back in its own layout, but Trainer's
+        ``load_best_model_at_end`` and ``resume_from_checkpoint`` read saved weights with a plain
+        ``load_state_dict``, which finds no head there."""
+        key_mapping = {**(key_mapping or {}), **EARLIER_SEQUENCE_HEAD_KEYS}
+        loaded = super().from_pretrained(*args, key_mapping=key_mapping, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) with output_loading_info
+        conversions = getattr(model, "_weight_conversions", None)  # those used at load, reversed at save
+        if conversions:
+            model._weight_conversions = [conversion for conversion in conversions if not (
+                isinstance(conversion, WeightRenaming) and conversion.source_patterns[0] in EARLIER_SEQUENCE_HEAD_KEYS)]
+        return loaded
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                 output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
@@ -150,7 +173,7 @@ class EncoderForSequenceClassification(EncoderTaskModel):
             pooled = masked_mean(hidden, attention_mask)
         else:
             pooled = hidden[:, 0]
-        logits = self.head(pooled)
+        logits = self.classifier(pooled)
         loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                           attentions=outputs.attentions)

@@ -347,7 +347,8 @@ def freeze_parameters(model, patterns) -> None:
 
 
 def head_module_names(model) -> list[str]:
-    """The model's top-level modules outside its encoder (the task head), e.g. ``["head"]``, ``["classifier"]``."""
+    """The model's top-level modules outside its encoder (the task head): ``["classifier"]`` for sequence and token
+    classification (a sequence classifier's dense layer lives inside it), ``["qa_outputs"]`` for question answering."""
     return [name for name, module in model.named_children()
             if name != model.base_model_prefix and any(True for _ in module.parameters())]
 
