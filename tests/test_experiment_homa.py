@@ -305,3 +305,20 @@ def test_finetune_freeze_patterns_fix_exactly_the_matching_parameters():
                             for kind in ("weight", "bias"))
     with pytest.raises(ValueError, match=r"model.freeze pattern 'model.layers.\*.attention.gate' matches no parameter"):
         freeze_parameters(model, ["model.layers.*.attention.gate"])
+
+
+def test_command_line_axes_and_set_override_the_bundled_config(tape_dir):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    experiment.add_arguments(parser)
+    args = parser.parse_args(["--windows", "3", "7", "--ablation-windows", "7", "--ss3-lengths", "128", "64",
+                              "--set", "finetune.train.max_steps=20", "--set", "model.hidden_size=32",
+                              "--data-path", str(tape_dir)])
+    settings = experiment.settings_from_args(args)
+    assert settings.windows == [3, 7] and settings.lengths["ss3"] == [128, 64] and settings.lengths["stability"] == [64]
+    assert settings.model["hidden_size"] == 32 and settings.model["num_hidden_layers"] == 2  # the rest of homa_cpu
+    assert "train.max_steps=20" in experiment.task_overrides(settings, "ss3")
+    assert "train.max_steps=400" in experiment.task_overrides(settings, "stability")  # task_finetune wins
+    with pytest.raises(ValueError, match="lengths.ss3=.*integers >= 8"):
+        experiment.settings_from_args(parser.parse_args(["--ss3-lengths", "4"]))

@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import math
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -93,9 +94,9 @@ class HomaSweepConfig:
     task_model: dict = field(default_factory=dict)
     """Task -> HOMAConfig fields over ``model``."""
     finetune: dict = field(default_factory=dict)
-    """finetune run-config keys of every run (``train.max_steps: 300``)."""
+    """finetune run-config sections of every run (``train: {max_steps: 300}``)."""
     task_finetune: dict = field(default_factory=dict)
-    """Task -> finetune keys over ``finetune``."""
+    """Task -> finetune sections over ``finetune``."""
 
     def __post_init__(self):
         from ..configuration.homa import FUSION_TYPES, INITIALIZERS
@@ -139,15 +140,19 @@ def check_values(name, values, allowed=None):
             raise ValueError(f"{name}={values}: {unknown} not allowed; allowed: {list(allowed)}")
 
 
-def load_sweep_config(config="homa_cpu", overrides=None) -> HomaSweepConfig:
-    """The YAML file (or bundled name) with `overrides` ({field: value}, e.g. from the command line) on top."""
+def load_sweep_config(config="homa_cpu", overrides=None, set_overrides=()) -> HomaSweepConfig:
+    """The YAML file (or bundled name), then ``--set`` strings (``finetune.train.max_steps=20``), then `overrides`
+    ({field: value}: the command line's axes)."""
     import yaml
 
-    from ..training.run_config import config_from_dict, resolve_config_path
+    from ..training.run_config import apply_overrides, config_from_dict, resolve_config_path
 
     raw = {}
     if config is not None:
         raw = yaml.safe_load(resolve_config_path(config).read_text(encoding="utf-8")) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"--config {config!r} must hold a mapping of fields")
+    raw = apply_overrides(raw, list(set_overrides))
     raw.update({key: value for key, value in (overrides or {}).items() if value is not None})
     if "lengths" in raw:
         raw["lengths"] = {**HomaSweepConfig().lengths, **raw["lengths"]}
@@ -254,9 +259,20 @@ def model_options(settings: HomaSweepConfig, arm: Arm) -> dict:
     return options
 
 
+def flat_keys(sections: dict, prefix="") -> dict:
+    """``{"train": {"lr": 1e-3}}`` -> ``{"train.lr": 1e-3}`` (keys already dotted stay as they are)."""
+    flat = {}
+    for key, value in sections.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def task_overrides(settings: HomaSweepConfig, task: str) -> list[str]:
-    """``--set`` strings of the task's runs, before the per-arm ones."""
-    values = {**settings.finetune, **settings.task_finetune.get(task, {})}
+    """finetune ``--set`` strings of the task's runs, before the per-arm ones."""
+    values = {**flat_keys(settings.finetune), **flat_keys(settings.task_finetune.get(task, {}))}
     values["data.path"] = str(Path(settings.data_path) / TASKS[task])
     if task == "ss3":
         values.setdefault("data.eval_splits", list(SS3_TEST_SPLITS))
@@ -318,8 +334,11 @@ def warm_checkpoint(settings: HomaSweepConfig, arm: Arm, seed: int, source_dir: 
     torch.manual_seed(seed)  # the triadic U projection and the fusion start from this seed
     model = model_class.from_pairwise(source_dir, attention_type="homa", triadic_window=arm.window,
                                       fusion=arm.fusion)
-    model.save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(source_dir).save_pretrained(folder)
+    partial = folder.with_name(folder.name + ".partial")  # renamed when complete: a crash never leaves half a folder
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    transformers.AutoTokenizer.from_pretrained(source_dir).save_pretrained(partial)
+    partial.rename(folder)
     return folder
 
 
@@ -746,6 +765,9 @@ def add_arguments(parser):
     parser.add_argument("--ss3-lengths", nargs="+", type=int,
                         help="ss3 data.max_length values; the first is Table 2's, the others length ablations")
     parser.add_argument("--data-path", help="the TAPE folder (default ../shared/data/tape)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD.KEY=VALUE",
+                        help="override a sweep-config value, e.g. --set finetune.train.max_steps=20, "
+                             "--set task_finetune.ss3.data.eval_limit=100, --set model.hidden_size=32")
     parser.add_argument("--out-dir", type=Path, default=Path("runs/experiment_homa"))
     parser.add_argument("--workers", type=int, default=1,
                         help="runs trained in parallel processes (each gets an equal share of the CPU threads)")
@@ -758,10 +780,10 @@ def add_arguments(parser):
 def settings_from_args(args) -> HomaSweepConfig:
     overrides = {axis: getattr(args, axis) for axis in AXES}
     overrides["data_path"] = args.data_path
-    settings = load_sweep_config(args.config, overrides)
+    settings = load_sweep_config(args.config, overrides, args.overrides)
     if args.ss3_lengths:
-        settings = load_sweep_config(args.config, {**overrides,
-                                                   "lengths": {**settings.lengths, "ss3": args.ss3_lengths}})
+        lengths = {**settings.lengths, "ss3": args.ss3_lengths}
+        settings = load_sweep_config(args.config, {**overrides, "lengths": lengths}, args.overrides)
     return settings
 
 
