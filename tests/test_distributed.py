@@ -1,5 +1,6 @@
 """Two-process pretraining on CPU (gloo), through torchrun and through accelerate: it completes, the Trainer sees a
-world of 2, and the ranks end with identical weights."""
+world of 2, and the ranks end with identical weights. Two-process fine-tuning through torchrun: both ranks train and
+the run folder is complete."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import textwrap
 import pytest
 import torch
 
+from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
 from test_pretrain import ENV, TINY
 
 
@@ -64,3 +66,31 @@ def test_accelerate_multi_gpu_launcher_runs_two_cpu_processes(tmp_path):
     launcher = [os.path.join(BIN, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"]  # fmt: skip
     launch_two_ranks(launcher, tmp_path, env={**ENV, "CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "torchrun")), reason="torchrun is not installed")
+def test_finetune_under_torchrun_trains_on_two_ranks(shared_data, tiny_dta, tmp_path):  # noqa: F811
+    """`torchrun ... -m encoderlab.cli finetune`: one epoch of 64 examples at 4 per rank is 8 steps on two ranks (16 on
+    one), every training token is counted once over both ranks, and the main process writes a complete run folder."""
+    from transformers import AutoTokenizer
+
+    from test_finetune import RUN_FILES, run_files
+
+    run_dir = tmp_path / "run"
+    overrides = [f"data.path={shared_data / 'glue'}", "data.train_limit=64", "data.eval_limit=16",
+                 "train.max_steps=null", "train.epochs=1", "train.batch_size=4", "train.eval_steps=4",
+                 "train.logging_steps=2", f"output_dir={run_dir}"]  # fmt: skip
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    command = [os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "--master_port", "29519", "-m", "encoderlab.cli",
+               "finetune", "--task", "sst2", "--model", str(tiny_dta), *sets]
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["steps"] == 8, results["steps"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dta)
+    rows = (shared_data / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:65]
+    tokens = sum(len(ids) for ids in tokenizer([row.split("\t")[0] for row in rows])["input_ids"])
+    assert results["tokens_seen"] == tokens
+    assert RUN_FILES <= run_files(run_dir)
+    assert not any(run_dir.glob("grid/*/checkpoint-*")), "checkpoints are removed once the point is finished"
+    assert "Saved to" in done.stdout
