@@ -67,6 +67,16 @@ def test_dynamic_shape_export_matches_eager_on_other_paddings_lengths_and_batch_
         assert_same_logits(program, model, *random_batch(lengths, seq_len, side, seed=seq_len))
 
 
+@pytest.mark.parametrize("name", ["dta-dual_triangle-alibi", "dstg-dstg"])
+def test_eager_attention_implementation_exports_too(name):
+    """The materialised-scores path (dense masks and biases) under a dynamic length."""
+    model = float_model(name)
+    model.set_attn_implementation("eager")
+    ids, mask = padded_batch("left")
+    program = export(model, ids, mask, dynamic=True).module()
+    assert_same_logits(program, model, *random_batch([17, 9, 5], 17, "right", seed=1))
+
+
 def test_dynamic_length_export_spans_the_lengths_where_eager_splits_causal_attention():
     """Eager splits a causal sdpa call of 256..512 tokens on CPU; the exported program must not pin the length to
     either side of that range, and gives the same outputs inside it."""
