@@ -28,9 +28,16 @@ SUBCOMMANDS = {
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
         "homa": ("encoderlab.experiments.homa", "the HOMA paper's Table 2 and ablations on TAPE through finetune"),
+        "dstg": ("encoderlab.experiments.dstg", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
+    },
+    "analyze": {
+        "dstg-probes": ("encoderlab.evaluation.dstg.probes", "per-layer structural probes (DSTG paper, Tables 2-4)"),
+        "dstg-heads": ("encoderlab.evaluation.dstg.heads", "head taxonomy by component ablation (DSTG paper, Fig. 2)"),
+        "dstg-geometry": ("encoderlab.evaluation.dstg.geometry", "PCA / DCT of a learned position table, AP states"),
+        "dstg-components": ("encoderlab.evaluation.dstg.components", "per-head attention maps of each DSTG component"),
     },
     "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {
