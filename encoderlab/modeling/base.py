@@ -14,7 +14,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 from transformers.utils.output_capturing import capture_outputs
 
-from .attention import AttentionMask
+from .attention import AttentionMask, is_tracing
 from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
@@ -26,7 +26,7 @@ IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss 
 def values_checkable():
     """Whether checks may read tensor values (``.min()``, ``.any()``): not while torch.compile or torch.export
     traces the model, where a read would break the graph; there the shape checks alone run."""
-    return not (torch.compiler.is_compiling() or torch.compiler.is_exporting())
+    return not is_tracing()
 
 
 def _check_shape(field, tensor, allowed_shapes, meaning):
