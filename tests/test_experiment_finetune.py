@@ -43,6 +43,11 @@ def test_model_and_override_syntax():
         experiment.split_overrides(["rte:train.lr=1"], ["cola"])
 
 
+
+def test_glue_stands_for_every_local_glue_task_with_train_and_dev(shared_data):
+    found = experiment.expand_tasks(["glue", "rte", "squad_v1"], [f"data.path={shared_data / 'glue'}"], None)
+    assert found == ["cola", "sst2", "mrpc", "stsb", "rte", "squad_v1"]  # WNLI's folder has no dev.tsv here
+
 def test_untrained_arm_has_the_config_and_tokenizer_but_fresh_weights(tiny_dta, tmp_path):  # noqa: F811
     from transformers import AutoConfig, AutoTokenizer
 

@@ -204,10 +204,10 @@ def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
             load_finetune_config(task, arm.path, config, task_overrides[task])
     done = {(row["model"], row["task"], int(row["seed"])): row for row in read_results(out_dir / RUNS_CSV)}
     jobs = []
-    for arm in arms:
+    for seed in seeds:  # seed-major: a sweep cut short has whole seeds of every model, not some models only
         for task in tasks:
             setup = setup_hash(config, task_overrides[task])
-            for seed in seeds:
+            for arm in arms:
                 row = done.get((arm.name, task, seed))
                 if row is not None:
                     if (row["checkpoint"], row["setup"]) != (arm.label, setup):
