@@ -108,7 +108,7 @@ def test_planted_position_gives_r2_near_one_and_shuffled_targets_near_zero():
         assert probes.probe_r2(states, position, train, test) > 0.97
         shuffled = np.random.default_rng(1).permutation(position.reshape(-1)).reshape(position.shape)
         assert abs(probes.probe_r2(states, shuffled, train, test)) < 0.05
-    rows = probes.run_probes({"ap": states[None]}, {"position": position}, seeds=(0, 1), disentangled=True)
+    rows = probes.run_probes({"ap": states[None]}, {"position": position}, seeds=(0, 1), flag_last_ap=True)
     assert [row["unconstrained"] for row in rows] == [1, 1]  # the last (only) AP layer of a DSTG model
     assert probes.split_sizes(500) == (400, 100) and probes.split_sizes(50) == (40, 10)
     with pytest.raises(ValueError, match="at least 5 documents"):

@@ -67,9 +67,10 @@ def target_arrays(documents, length):
     return {name: np.stack([targets[name] for targets in per_document]) for name in TARGETS}
 
 
-def run_probes(states, targets, seeds=SEEDS, alpha=1.0, disentangled=False):
+def run_probes(states, targets, seeds=SEEDS, alpha=1.0, flag_last_ap=False):
     """Rows {space, layer, target, seed, r2, unconstrained} for every space of `states` ({space: (layers, docs,
-    tokens, width)}), layer, target of `targets` ({name: (docs, tokens)}) and seed."""
+    tokens, width)}), layer, target of `targets` ({name: (docs, tokens)}) and seed; with `flag_last_ap` the last
+    layer of the ``ap`` space is marked unconstrained."""
     from tqdm.auto import tqdm
 
     num_documents = next(iter(targets.values())).shape[0]
@@ -83,7 +84,7 @@ def run_probes(states, targets, seeds=SEEDS, alpha=1.0, disentangled=False):
                 rows.append({
                     "space": space, "layer": layer, "target": name, "seed": seed,
                     "r2": probe_r2(states[space][layer], target, train_index, test_index, alpha),
-                    "unconstrained": int(disentangled and last and space == "ap"),
+                    "unconstrained": int(flag_last_ap and last and space == "ap"),
                 })
     return rows
 
@@ -97,7 +98,9 @@ def probe_checkpoint(model, tokenizer, texts, num_documents=TRAIN_DOCUMENTS + TE
     length = length or model_length(model)
     documents = build_probe_documents(texts, tokenizer, length, num_documents)
     states = layer_states(model, documents, batch_size)
-    rows = run_probes(states, target_arrays(documents, length), seeds, alpha, is_disentangled(model))
+    # with mlm_on_full_hidden the last AP slice feeds the MLM head: trained, so not flagged
+    flag_last_ap = is_disentangled(model) and not getattr(model.config, "mlm_on_full_hidden", False)
+    rows = run_probes(states, target_arrays(documents, length), seeds, alpha, flag_last_ap)
     return [{**row, "documents": len(documents), "length": length} for row in rows]
 
 
