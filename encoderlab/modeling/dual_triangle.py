@@ -36,7 +36,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ..configuration.dta import DUAL_TRIANGLE_ROUTINGS
+from ..configuration.choices import DUAL_TRIANGLE_ROUTINGS
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 
