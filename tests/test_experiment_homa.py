@@ -144,7 +144,9 @@ def test_sweep_trains_every_arm_once_and_resume_skips_them(warm_sweep):
     for row in rows:
         assert row["tokens_per_second"] > 0 and row["steps"] == 4
         assert len(json.loads(row["val_loss_curve"])) == 2  # evaluations at steps 2 and 4
-        assert set(json.loads(row["metrics"])) == {"validation", "test"}
+        metrics = json.loads(row["metrics"])
+        assert set(metrics) == {"validation", "test"}
+        assert set(metrics["test"]) == {"spearmanr", "pearson", "mse"}, metrics["test"]
     assert experiment.sweep(settings, out_dir, isolate=False) == []
     assert len(experiment.read_results(out_dir / experiment.RUNS_CSV)) == 4
     changed = tiny_settings(settings.data_path, warm_starts=settings.warm_starts,

@@ -65,7 +65,6 @@ COLUMNS = {  # task -> the Table-2 columns: (split, metric, header)
 }  # fmt: skip
 FROZEN_PATTERNS = [f"model.layers.*.attention.{name}.*" for name in ("query", "key", "value", "output")]
 """model.freeze of the ``frozen`` warm start: the pairwise projections `from_pairwise` transfers."""
-NOT_REPORTED = ("loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "model_preparation_time")
 
 
 # ---------------------------------------------------------------------------------------------------- settings
@@ -378,7 +377,7 @@ def train_arm(settings_dict: dict, arm_dict: dict, seed: int, out_dir: str, sour
 
     import encoderlab  # noqa: F401  (registers the families)
 
-    from .finetune import ModelArm, run_one, untrained_checkpoint
+    from .finetune import NOT_REPORTED, ModelArm, run_one, untrained_checkpoint
 
     settings, arm, out_dir = HomaSweepConfig(**settings_dict), Arm(**arm_dict), Path(out_dir)
     if source_dir is not None:
