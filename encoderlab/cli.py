@@ -28,7 +28,7 @@ SUBCOMMANDS = {
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
         "homa": ("encoderlab.experiments.homa", "the HOMA paper's Table 2 and ablations on TAPE through finetune"),
-        "dstg": ("encoderlab.experiments.dstg", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
+        "dstg": ("encoderlab.experiments.dstg_cli", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
     },
     "plot": {
         "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),

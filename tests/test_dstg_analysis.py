@@ -335,6 +335,10 @@ def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ experiment
 
 def test_arms_share_the_run_and_baselines_get_the_semantic_width():
+    from encoderlab.configuration.dstg import PRESETS
+    from encoderlab.experiments.dstg_cli import PRESETS as CLI_PRESETS
+
+    assert CLI_PRESETS == PRESETS  # the CLI module keeps its own copy to stay free of transformers
     base = load_run_config("dstg_cpu")
     runs = {name: experiment.arm_config(base, experiment.Arm(name, 3), Path("out")) for name in experiment.ARMS}
     dstg_config = runs["dstg"].model.config

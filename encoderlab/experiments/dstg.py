@@ -33,17 +33,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..configuration.dstg import PRESETS
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
+from .dstg_cli import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
 from .sweeps import run_jobs, write_rows
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_CONFIG = "dstg_cpu"
-ABLATION = "dstg-fullmlm"
-"""The appendix B.2 arm: preset dstg with ``mlm_on_full_hidden``."""
-ARMS = (*PRESETS, ABLATION)
 WIKITEXT = Path("../shared/data/text/wikitext2_test.txt")
 
 
@@ -449,28 +444,6 @@ def write_figures(out_dir: Path, collected):
 
 
 # ------------------------------------------------------------------------------------------------------------ CLI
-
-def add_arguments(parser):
-    parser.add_argument("--config", default=DEFAULT_CONFIG,
-                        help="base run config: a YAML/JSON file or a bundled name (default: the CPU-sized "
-                             f"{DEFAULT_CONFIG!r}; 'dstg_paper' is the paper's recipe, for GPUs)")
-    parser.add_argument("--data", default=None, metavar="PATH",
-                        help="corpus of every arm; the same as --set data.source=PATH")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the base config for every arm, e.g. --set train.token_budget=2e6")
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
-                        help=f"presets to train and analyse; {ABLATION!r} is DSTG with the MLM head on the full "
-                             "hidden state (appendix B.2)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--documents", type=int, default=500,
-                        help="probe / head-taxonomy documents per run (the paper: 500), from the run's held-out texts")
-    parser.add_argument("--out-dir", type=Path, default=Path("runs/dstg"),
-                        help="run folders, analyses, CSVs, summary and figures go here")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="runs trained in parallel processes (each gets an equal share of the CPU threads)")
-    parser.add_argument("--summary-only", action="store_true",
-                        help="no training or analysis: rewrite the summary and figures from what is there")
-
 
 def run(args):
     from .sweeps import read_results

@@ -11,7 +11,6 @@ Run as ``encoderlab analyze dstg-components --model PATH``.
 import logging
 
 import numpy as np
-import torch
 
 from .heads import COMPONENT_LABELS, COMPONENTS
 
@@ -20,10 +19,11 @@ logger = logging.getLogger(__name__)
 MAPS = (*COMPONENTS, "combined")
 
 
-@torch.no_grad()
 def component_maps(model, input_ids, layer):
     """{map: (H, L, L) attention probabilities} of `layer` (negative counts from the end) for one input: the
     softmax of each component's logits alone and of their sum."""
+    import torch
+
     from .heads import layer_components
     from .states import require_dstg
 

@@ -13,7 +13,6 @@ Run as ``encoderlab analyze dstg-geometry --model PATH``.
 import logging
 
 import numpy as np
-import torch
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +24,8 @@ SHOWN_COMPONENTS = 3
 def position_table(model):
     """(positions, channels) float64 array of the model's learned absolute position table: DSTG's AP table, or
     the ``nn.Embedding`` named ``position_embeddings`` (BERT, RoBERTa, ELECTRA, the ``ap`` baseline, ...)."""
+    import torch
+
     if getattr(model.config, "is_disentangled", False):
         return model.embeddings.ap_embeddings.weight.detach().double().numpy()
     tables = [module for name, module in model.named_modules()
@@ -75,15 +76,17 @@ def geometry_rows(table):
             for k in range(len(summary["variance_ratio"]))]
 
 
-@torch.no_grad()
 def ap_state_projections(model, document):
     """Per layer output (embeddings first), the 2-D PCA of the AP hidden states of one document's content tokens
     and the variance share of those two components: [(points (n, 2), share)]."""
     from .states import require_dstg
 
+    import torch
+
     require_dstg(model, "AP hidden-state geometry")
     input_ids = torch.tensor([document.input_ids])
-    outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_hidden_states=True)
+    with torch.no_grad():
+        outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_hidden_states=True)
     projections = []
     for state in outputs.ap_hidden_states:
         ratios, projected = pca(state[0, 1:-1].double().numpy())

@@ -12,7 +12,6 @@ Run as ``encoderlab analyze dstg-heads --model PATH``.
 import logging
 
 import numpy as np
-import torch
 
 from .documents import build_probe_documents, load_texts
 
@@ -24,12 +23,16 @@ COMPONENT_LABELS = {"semantic": "semantic", "ap": "AP", "rp": "RP"}
 
 def masked_log_softmax(logits, key_mask):
     """log-softmax over keys (last dim) with padding keys (``key_mask`` False, (B, L)) excluded."""
+    import torch
+
     return torch.log_softmax(logits.masked_fill(~key_mask[:, None, None, :], float("-inf")), dim=-1)
 
 
 def ablation_kl(logits, key_mask):
     """{component: (B, H, L) KL(A || A without it)} per query, from {component: (B, H, L, L) logits}; padding
     keys are masked out of both distributions (padding queries give values to ignore)."""
+    import torch
+
     total = sum(logits.values())
     log_full = masked_log_softmax(total, key_mask)
     full = log_full.exp()
@@ -42,10 +45,16 @@ def ablation_kl(logits, key_mask):
     return kl
 
 
-@torch.no_grad()
 def layer_components(model, input_ids, attention_mask):
     """Per layer, the {component: (B, H, L, L)} logits of a DSTG model on one batch: each layer's input streams
     (``output_hidden_states``) through its pre-attention norms into `DSTGAttention.component_logits`."""
+    import torch
+
+    with torch.no_grad():
+        return _layer_components(model, input_ids, attention_mask)
+
+
+def _layer_components(model, input_ids, attention_mask):
     outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
     batch_size, seq_len = input_ids.shape
     position_ids = model.default_positions(attention_mask, batch_size, seq_len, input_ids.device)
@@ -60,7 +69,6 @@ def layer_components(model, input_ids, attention_mask):
     return per_layer
 
 
-@torch.no_grad()
 def head_scores(model, documents, batch_size=8):
     """(layers, heads, 3) mean KL of removing each of `COMPONENTS`, averaged over the real query tokens of all
     documents (unnormalised)."""

@@ -2,7 +2,6 @@
 probe documents, for the DSTG analyses."""
 
 import numpy as np
-import torch
 
 
 def load_checkpoint(path):
@@ -40,12 +39,13 @@ def model_length(model):
 
 
 def batches(documents, batch_size):
+    import torch
+
     for start in range(0, len(documents), batch_size):
         chunk = documents[start:start + batch_size]
         yield torch.tensor([document.input_ids for document in chunk])
 
 
-@torch.no_grad()
 def layer_states(model, documents, batch_size=16):
     """{space: (layers, documents, content tokens, width) float32 array} of the content tokens (special tokens
     dropped), one entry per layer output (the embedding output is not included: layer l is the output of block
@@ -54,9 +54,12 @@ def layer_states(model, documents, batch_size=16):
     lengths = {len(document.input_ids) for document in documents}
     if len(lengths) != 1:
         raise ValueError(f"probe documents must have one length, got {sorted(lengths)}")
+    import torch
+
     collected = {}
     for input_ids in batches(documents, batch_size):
-        outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_hidden_states=True)
+        with torch.no_grad():
+            outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_hidden_states=True)
         spaces = {"full": outputs.hidden_states}
         if is_disentangled(model):
             spaces.update(ap=outputs.ap_hidden_states, semantic=outputs.semantic_hidden_states)
