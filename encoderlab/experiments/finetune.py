@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import sys
@@ -267,9 +268,10 @@ def scores_by(rows) -> dict:
     return scores
 
 
-def columns_of(rows, scores):
-    models = in_order(row["model"] for row in rows)
-    tasks = in_order(row["task"] for row in rows)
+def columns_of(rows, scores, model_order=(), task_order=()):
+    """Models and tasks in the given order (the command line's), then any others in the CSV's order."""
+    models = in_order([*(m for m in model_order if any(r["model"] == m for r in rows)), *(r["model"] for r in rows)])
+    tasks = in_order([*(t for t in task_order if any(r["task"] == t for r in rows)), *(r["task"] for r in rows)])
     if any(task == GLUE_AVERAGE for _, task in scores):
         tasks.append(GLUE_AVERAGE)
     return models, tasks
@@ -314,7 +316,8 @@ def metric_table(rows, scores, models, tasks) -> list[dict]:
 # --------------------------------------------------------------------------------------------------------- summary
 
 def markdown_table(header, body) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(row) + " |" for row in body)]
+    rows = ["| " + " | ".join(row) + " |" for row in body]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows]
 
 
 def in_glue_average(task) -> bool:
@@ -340,11 +343,13 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
     lines += markdown_table(["model", *tasks], body)
     if stats:
         lines += ["", f"Welch's two-sided t-test of each model against {', '.join(baselines)} on the score "
-                  "(* p<0.05, ** p<0.01, *** p<0.001, n.s. otherwise):", ""]
+                  "(* p<0.05, ** p<0.01, *** p<0.001, n.s. otherwise; n/a: a model with one seed, or no variance in "
+                  "either):", ""]
         lines += markdown_table(
             ["task", "model", "baseline", "model mean", "baseline mean", "difference", "p", ""],
             [[e["task"], e["model"], e["baseline"], f"{e['mean_a']:.2f}", f"{e['mean_b']:.2f}",
-              f"{e['difference']:+.2f}", f"{e['p_value']:.3g}", e["mark"]] for e in stats])
+              f"{e['difference']:+.2f}", "n/a" if math.isnan(e["p_value"]) else f"{e['p_value']:.3g}", e["mark"]]
+             for e in stats])
     lines += ["", "Every validation metric (mean ± sd over seeds):"]
     for task in (task for task in tasks if task != GLUE_AVERAGE):
         metrics = in_order(key for row in rows if row["task"] == task for key in json.loads(row["metrics"]))
@@ -407,14 +412,15 @@ def plot_bars(scores, models, tasks, stats, baselines, path: Path, title=None, y
     plt.close(figure)
 
 
-def write_outputs(out_dir: Path, baselines=()) -> list[Path]:
-    """Summary, tables and figure from the CSV (so they can be redrawn without training)."""
+def write_outputs(out_dir: Path, baselines=(), model_order=(), task_order=()) -> list[Path]:
+    """Summary, tables and figure from the CSV (so they can be redrawn without training); models and tasks in
+    `model_order` / `task_order` first."""
     rows = read_results(out_dir / RUNS_CSV)
     if not rows:
         logger.warning("no runs in %s; nothing to summarise", out_dir / RUNS_CSV)
         return []
     scores = scores_by(rows)
-    models, tasks = columns_of(rows, scores)
+    models, tasks = columns_of(rows, scores, model_order, task_order)
     unknown = [name for name in baselines if name not in models]
     if unknown:
         raise ValueError(f"--baseline {unknown} is not a model of {out_dir / RUNS_CSV}; its models: {models}")
@@ -467,7 +473,10 @@ def run(args):
             raise ValueError(f"--tasks {args.tasks} found no task (glue: no GLUE folder with train and dev files "
                              "in data.path)")
         sweep(arms, tasks, args.seeds, args.out_dir, args.config, args.overrides, args.workers)
-    for path in write_outputs(args.out_dir, args.baselines):
+        order = (names, tasks)
+    else:
+        order = ([parse_model(text).name for text in args.models], args.tasks)
+    for path in write_outputs(args.out_dir, args.baselines, *order):
         logger.info("wrote %s", path)
     return 0
 
