@@ -71,21 +71,28 @@ def run_probes(states, targets, seeds=SEEDS, alpha=1.0, flag_last_ap=False):
     """Rows {space, layer, target, seed, r2, unconstrained} for every space of `states` ({space: (layers, docs,
     tokens, width)}), layer, target of `targets` ({name: (docs, tokens)}) and seed; with `flag_last_ap` the last
     layer of the ``ap`` space is marked unconstrained."""
+    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     num_documents = next(iter(targets.values())).shape[0]
     splits = document_splits(num_documents, seeds)
     rows = []
     jobs = [(space, layer) for space, layers in states.items() for layer in range(layers.shape[0])]
-    for space, layer in tqdm(jobs, desc="probes (space x layer)"):
-        last = layer == states[space].shape[0] - 1
-        for name, target in targets.items():
-            for seed, (train_index, test_index) in zip(seeds, splits):
-                rows.append({
-                    "space": space, "layer": layer, "target": name, "seed": seed,
-                    "r2": probe_r2(states[space][layer], target, train_index, test_index, alpha),
-                    "unconstrained": int(flag_last_ap and last and space == "ap"),
-                })
+    with threadpool_limits(limits=1):  # narrow ridge fits: a second BLAS thread on a busy machine only waits
+        for space, layer in tqdm(jobs, desc="probes (space x layer)"):
+            rows += probe_rows(states[space][layer], targets, splits, seeds, alpha,
+                               flag_last_ap and space == "ap" and layer == states[space].shape[0] - 1, space, layer)
+    return rows
+
+
+def probe_rows(features, targets, splits, seeds, alpha, unconstrained, space, layer):
+    """The rows of one space and layer (features (docs, tokens, width)): every target and seed."""
+    rows = []
+    for name, target in targets.items():
+        for seed, (train_index, test_index) in zip(seeds, splits):
+            rows.append({"space": space, "layer": layer, "target": name, "seed": seed,
+                         "r2": probe_r2(features, target, train_index, test_index, alpha),
+                         "unconstrained": int(unconstrained)})
     return rows
 
 
