@@ -8,7 +8,6 @@ HOMA with fused pairwise + triadic attention, DSTG-NeoBERT with its two streams.
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -29,6 +28,7 @@ from encoderlab import (
     HOMAForTokenClassification,
 )
 from encoderlab.modeling.base import masked_mean
+from remote_code import without_encoderlab
 
 MLM, SEQUENCE, TOKEN = range(3)  # index of the task model in FAMILIES
 SIZES = dict(num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
@@ -233,21 +233,9 @@ def test_sentence_transformers_mean_pools_the_last_hidden_state(family, checkpoi
     torch.testing.assert_close(embeddings, reference_embeddings(folder, tokenizer), rtol=0, atol=1e-5)
 
 
-REMOTE_SENTENCE_TRANSFORMERS = textwrap.dedent("""
-    import importlib.abc, json, sys
-
-    class HideEncoderlab(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "encoderlab" or name.startswith("encoderlab."):
-                raise ImportError("encoderlab is hidden in this test")
-            return None
-
-    sys.meta_path.insert(0, HideEncoderlab())
-    try:
-        import encoderlab  # noqa: F401
-        raise SystemExit("encoderlab should not be importable here")
-    except ImportError:
-        pass
+REMOTE_SENTENCE_TRANSFORMERS = without_encoderlab("""
+    import json
+    import sys
 
     import torch
     from sentence_transformers import SentenceTransformer

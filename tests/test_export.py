@@ -4,7 +4,6 @@ import ast
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -25,6 +24,7 @@ from encoderlab import (
     DTABertForTokenClassification,
     DTABertModel,
 )
+from remote_code import without_encoderlab
 
 AUTO_CLASSES = [
     (AutoModel, DTABertModel),
@@ -82,21 +82,8 @@ def test_checkpoint_carries_flat_self_contained_code(tmp_path):
                     assert not node.module.startswith("encoderlab"), (path.name, node.module)
 
 
-REMOTE_SCRIPT = textwrap.dedent("""
-    import importlib.abc, sys
-
-    class HideEncoderlab(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "encoderlab" or name.startswith("encoderlab."):
-                raise ImportError("encoderlab is hidden in this test")
-            return None
-
-    sys.meta_path.insert(0, HideEncoderlab())
-    try:
-        import encoderlab  # noqa: F401
-        raise SystemExit("encoderlab should not be importable here")
-    except ImportError:
-        pass
+REMOTE_SCRIPT = without_encoderlab("""
+    import sys
 
     import torch
     from transformers import AutoModelForMaskedLM

@@ -7,7 +7,6 @@ family written by tests/fixtures/make_checkpoints.py with the code of that time,
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from encoderlab import (
     HOMAConfig,
     HOMAForMaskedLM,
 )
+from remote_code import without_encoderlab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 AUTO_CLASS_BY_ARCHITECTURE_SUFFIX = {
@@ -178,21 +178,8 @@ def test_attention_maps_are_the_probabilities_used(name):
 # ----------------------------------------------------------------------------------------------------------------
 # remote code, batching, gradient checkpointing, resized embeddings, meta-device construction
 
-REMOTE_LOGITS_SCRIPT = textwrap.dedent("""
-    import importlib.abc, sys
-
-    class HideEncoderlab(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "encoderlab" or name.startswith("encoderlab."):
-                raise ImportError("encoderlab is hidden in this test")
-            return None
-
-    sys.meta_path.insert(0, HideEncoderlab())
-    try:
-        import encoderlab  # noqa: F401
-        raise SystemExit("encoderlab should not be importable here")
-    except ImportError:
-        pass
+REMOTE_LOGITS_SCRIPT = without_encoderlab("""
+    import sys
 
     from pathlib import Path
 

@@ -6,7 +6,6 @@ import csv
 import json
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from encoderlab.cli import main
 from encoderlab.metrics import load_metric
 from encoderlab.training.finetune.run import finetune, glue_table, load_finetune_config, task_list
 from encoderlab.training.finetune.tokens import encode_words, word_windows
+from remote_code import without_encoderlab
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,15 +185,9 @@ RUN_FILES = {"config.json", "model.safetensors", "tokenizer.json", "results.json
 # ---------------------------------------------------------------------------------------------
 
 
-REMOTE_PIPELINE = textwrap.dedent("""
-    import importlib.abc, json, sys
-
-    class HideEncoderlab(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "encoderlab" or name.startswith("encoderlab."):
-                raise ImportError("encoderlab is hidden in this test")
-
-    sys.meta_path.insert(0, HideEncoderlab())
+REMOTE_PIPELINE = without_encoderlab("""
+    import json
+    import sys
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
     folder, text = sys.argv[1:3]
     model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)

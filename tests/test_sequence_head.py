@@ -8,13 +8,13 @@ tests/test_ecosystem.py trains peft's ``task_type="SEQ_CLS"`` recipe on every fa
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from encoderlab import DTABertConfig, DTABertForSequenceClassification
+from remote_code import without_encoderlab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 OLD_LAYOUT = FIXTURES / "dta_alibi_sequence_classification"  # written with head.dense / head.classifier
@@ -63,16 +63,8 @@ def test_a_new_checkpoint_keeps_the_current_names_and_reloads(tmp_path):
         assert torch.equal(reloaded.eval()(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
-REMOTE_SCRIPT = textwrap.dedent("""
-    import importlib.abc, sys
-
-    class HideEncoderlab(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "encoderlab" or name.startswith("encoderlab."):
-                raise ImportError("encoderlab is hidden in this test")
-            return None
-
-    sys.meta_path.insert(0, HideEncoderlab())
+REMOTE_SCRIPT = without_encoderlab("""
+    import sys
     from pathlib import Path
 
     import torch

@@ -14,7 +14,6 @@ resumable), a Figure-1-style heatmap grid and a Figure-2a-style no-position line
 Run as ``encoderlab experiment argmax`` or ``python -m encoderlab.experiments.argmax``.
 """
 
-import argparse
 import logging
 import math
 import sys
@@ -27,7 +26,7 @@ from tqdm.auto import tqdm
 
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..modeling.dta import DTABertModel
-from .argmax_cli import POSITION_SCHEMES, add_arguments
+from .argmax_cli import POSITION_SCHEMES, add_arguments  # noqa: F401
 from .sweeps import append_rows, read_results, run_jobs, runs_in_this_process
 
 logger = logging.getLogger(__name__)
@@ -458,12 +457,7 @@ def run(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.argmax", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # python -m encoderlab.experiments.argmax ... runs encoderlab experiment argmax ...
+    from ..cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["experiment", "argmax", *sys.argv[1:]]))

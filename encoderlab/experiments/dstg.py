@@ -25,7 +25,6 @@ Usage::
     encoderlab experiment dstg --summary-only --out-dir runs/dstg           # redraw from the CSVs
 """
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -471,12 +470,7 @@ def run(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.dstg", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # python -m encoderlab.experiments.dstg ... runs encoderlab experiment dstg ...
+    from ..cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["experiment", "dstg", *sys.argv[1:]]))

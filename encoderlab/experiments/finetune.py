@@ -34,7 +34,6 @@ Usage::
     encoderlab experiment finetune --plots-only --out-dir runs/ft_glue --baseline untrained
 """
 
-import argparse
 import hashlib
 import json
 import logging
@@ -481,13 +480,7 @@ def run(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.finetune",
-                                     description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # python -m encoderlab.experiments.finetune ... runs encoderlab experiment finetune ...
+    from ..cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["experiment", "finetune", *sys.argv[1:]]))

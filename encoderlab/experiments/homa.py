@@ -35,7 +35,6 @@ Usage::
     encoderlab experiment homa --config homa_paper --out-dir runs/homa_paper     # the paper's sizes (GPU)
 """
 
-import argparse
 import hashlib
 import json
 import logging
@@ -801,12 +800,7 @@ def run(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.homa", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # python -m encoderlab.experiments.homa ... runs encoderlab experiment homa ...
+    from ..cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["experiment", "homa", *sys.argv[1:]]))

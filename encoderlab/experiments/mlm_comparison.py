@@ -62,7 +62,6 @@ Usage (the default config is the CPU-sized ``mlm_comparison``; see the README)::
 or ``python -m encoderlab.experiments.mlm_comparison``.
 """
 
-import argparse
 import csv
 import dataclasses
 import hashlib
@@ -82,7 +81,7 @@ from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from .argmax import heads_for
-from .mlm_comparison_cli import DEFAULT_ROUTING, DOMAINS, POSITION_ARMS, SCALINGS, add_arguments
+from .mlm_comparison_cli import DEFAULT_ROUTING, DOMAINS, POSITION_ARMS, SCALINGS, add_arguments  # noqa: F401
 from .stats import mean_sd, welch_entry
 from .sweeps import append_rows, read_results, run_jobs, write_rows
 
@@ -924,13 +923,7 @@ def run(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m encoderlab.experiments.mlm_comparison",
-                                     description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":  # python -m encoderlab.experiments.mlm_comparison ... runs encoderlab experiment mlm ...
+    from ..cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["experiment", "mlm", *sys.argv[1:]]))
