@@ -1,10 +1,6 @@
-"""HOMA models: config validation, the HF contract (Auto classes, save/load, remote code, hidden states,
-gradient checkpointing), padding invariance and warm starting from a pairwise/blockwise model."""
-
-import os
-import subprocess
-import sys
-import textwrap
+"""HOMA models: config validation, Auto classes, hidden states, padding invariance and warm starting from a
+pairwise/blockwise model (save/load, remote code and gradient checkpointing of every attention type:
+tests/test_family_contract.py)."""
 
 import pytest
 import torch
@@ -12,7 +8,6 @@ import torch
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.homa import (
     HOMA_AUTO_CLASSES,
-    HOMAForMaskedLM,
     HOMAForSequenceClassification,
     HOMAForTokenClassification,
     HOMAModel,
@@ -85,69 +80,10 @@ def test_every_attention_type_runs_and_returns_hidden_states(attention_type):
     assert torch.isfinite(out.last_hidden_state).all()
 
 
-def test_save_load_round_trip_through_auto_classes(tmp_path):
-    from transformers import AutoModelForTokenClassification
-
-    model = HOMAForTokenClassification(tiny_config(num_labels=3, fusion="gated")).eval()
-    input_ids, attention_mask = batch([14, 8], 14)
-    expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    model.save_pretrained(tmp_path)
-    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
-    assert type(loaded) is HOMAForTokenClassification
-    torch.testing.assert_close(loaded(input_ids=input_ids, attention_mask=attention_mask).logits, expected)
 
 
-def test_remote_code_export_loads_without_encoderlab(tmp_path):
-    model = HOMAForSequenceClassification(tiny_config(num_labels=1)).eval()
-    input_ids, attention_mask = batch([12, 7], 12)
-    model.save_pretrained(tmp_path / "ckpt")
-    torch.save({"input_ids": input_ids, "attention_mask": attention_mask,
-                "logits": model(input_ids=input_ids, attention_mask=attention_mask).logits}, tmp_path / "io.pt")
-    script = textwrap.dedent(f"""
-        import sys, torch
-
-        class HideEncoderlab:  # simulate a machine without the package
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "encoderlab":
-                    raise ImportError("encoderlab is hidden")
-
-        sys.meta_path.insert(0, HideEncoderlab())
-        from transformers import AutoModelForSequenceClassification
-        model = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / 'ckpt')!r},
-                                                                   trust_remote_code=True).eval()
-        io = torch.load({str(tmp_path / 'io.pt')!r})
-        logits = model(input_ids=io["input_ids"], attention_mask=io["attention_mask"]).logits
-        torch.testing.assert_close(logits, io["logits"])
-        assert not any(name.startswith("encoderlab") for name in sys.modules)
-        print("remote ok", type(model).__module__)
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HOME"] = str(tmp_path / "hf_home")
-    env["HF_HUB_OFFLINE"] = "1"
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "remote ok" in result.stdout
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
-    torch.manual_seed(0)
-    model = HOMAForMaskedLM(tiny_config()).train()
-    input_ids, attention_mask = batch([12, 9], 12)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-
-    def gradients():
-        model.zero_grad()
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
-        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    plain = gradients()
-    model.activation_checkpointing_enable()
-    checkpointed = gradients()
-    assert model.model.gradient_checkpointing
-    assert plain.keys() == checkpointed.keys()
-    for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], msg=name)
 
 
 @pytest.mark.parametrize("attention_type", ["pairwise", "blockwise", "homa", "triadic"])
