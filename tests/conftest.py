@@ -58,3 +58,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "bad inputs tried per family (property-based tests)")
         for family, count in sorted(totals.items()):
             terminalreporter.write_line(f"{family}: {count}")
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: tiny models gain nothing from a second one, and on a shared 2-core machine
+    each parallel kernel can wait a scheduler tick (~16 ms) for it."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

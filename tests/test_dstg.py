@@ -36,14 +36,7 @@ PAD, CLS, SEP = 0, 1, 2
 PRESETS = ("dstg", "ap", "rp", "rope")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models gain nothing from a second thread, and on a shared 2-core machine each parallel kernel can wait
-    # a scheduler tick (~16 ms) for it.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_config(preset="dstg", **overrides):

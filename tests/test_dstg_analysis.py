@@ -22,12 +22,7 @@ from encoderlab.experiments import dstg as experiment
 from encoderlab.training.pretrain import load_run_config
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------ probe targets

@@ -475,6 +475,11 @@ def table_rows(rows):
     return table
 
 
+def mean_sd_cells(entry, columns):
+    """``"0.512 ± 0.004"`` table cells of an aggregated entry, one per (length, metric) column."""
+    return [f"{entry[f'{length}_{name}_mean']:.3f} ± {entry[f'{length}_{name}_sd']:.3f}" for length, name in columns]
+
+
 def summary_markdown(rows, stats):
     metric_columns = [(length, name) for length in LENGTHS for name in METRIC_NAMES]
     header = " | ".join(f"{METRIC_LABELS[name]} {LENGTHS[length]}" for length, name in metric_columns)
@@ -494,7 +499,7 @@ def summary_markdown(rows, stats):
         "|---|---|---|---|" + "---|" * len(metric_columns),
     ]
     for entry in table_rows(rows):
-        cells = [f"{entry[f'{l}_{n}_mean']:.3f} ± {entry[f'{l}_{n}_sd']:.3f}" for l, n in metric_columns]
+        cells = mean_sd_cells(entry, metric_columns)
         lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['seeds']} | "
                      f"{' | '.join(cells)} |")
     unigram = {length: statistics.mean(float(row[f"unigram_{length}"]) for row in rows) for length in LENGTHS}
@@ -623,7 +628,7 @@ def context_markdown(rows, stats):
         "|---|---|---|---|---|---|" + "---|" * len(columns),
     ]
     for entry in context_table(rows):
-        cells = [f"{entry[f'{l}_{n}_mean']:.3f} ± {entry[f'{l}_{n}_sd']:.3f}" for l, n in columns]
+        cells = mean_sd_cells(entry, columns)
         lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['train_len']} | "
                      f"{entry['scaling']} | {entry['seeds']} | {' | '.join(cells)} |")
     lines += [
