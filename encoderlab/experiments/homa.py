@@ -44,6 +44,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..training.run_folder import flatten_keys
 from .stats import mean_sd, mean_sd_cell, welch_entry
 from .sweeps import append_rows, read_results, write_rows
 
@@ -257,20 +258,9 @@ def model_options(settings: HomaSweepConfig, arm: Arm) -> dict:
     return options
 
 
-def flat_keys(sections: dict, prefix="") -> dict:
-    """``{"train": {"lr": 1e-3}}`` -> ``{"train.lr": 1e-3}`` (keys already dotted stay as they are)."""
-    flat = {}
-    for key, value in sections.items():
-        if isinstance(value, dict) and value:
-            flat.update(flat_keys(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def task_overrides(settings: HomaSweepConfig, task: str) -> list[str]:
     """finetune ``--set`` strings of the task's runs, before the per-arm ones."""
-    values = {**flat_keys(settings.finetune), **flat_keys(settings.task_finetune.get(task, {}))}
+    values = {**flatten_keys(settings.finetune), **flatten_keys(settings.task_finetune.get(task, {}))}
     values["data.path"] = str(Path(settings.data_path) / TASKS[task])
     if task == "ss3":
         values.setdefault("data.eval_splits", list(SS3_TEST_SPLITS))

@@ -104,7 +104,7 @@ def load_saved_run_config(run_dir: Path) -> dict:
 
 def changed_keys(saved: dict, current: dict) -> list[str]:
     """``"key (saved A, now B)"`` for every dotted key whose value differs, except `RESUMABLE_KEYS`."""
-    saved, current = _flatten(_plain(saved)), _flatten(_plain(current))
+    saved, current = flatten_keys(_plain(saved)), flatten_keys(_plain(current))
     return [
         f"{key} (saved {saved.get(key, '<unset>')!r}, now {current.get(key, '<unset>')!r})"
         for key in sorted(set(saved) | set(current))
@@ -116,11 +116,12 @@ def _plain(data: dict) -> dict:
     return json.loads(json.dumps(data))  # tuples -> lists, as YAML reads them back
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
+def flatten_keys(data: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 1e-3}}`` -> ``{"train.lr": 1e-3}`` (keys already dotted stay as they are)."""
     flat = {}
     for key, value in data.items():
         if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
