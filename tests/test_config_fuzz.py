@@ -107,6 +107,7 @@ FAMILIES = {
                   max_position_embeddings=32),
         fields=dict(
             attention_type=choices(["bidirectional", "causal", "dual_triangle"]),
+            dual_triangle_routing=choices(["channel_halves", "head_groups"]),
             unet=flags(), value_embeddings=flags(), attention_bias=flags(), lm_head_bias=flags(), lm_head_norm=flags(),
         ),
     ),
