@@ -1,0 +1,94 @@
+"""A bag-of-words reference for the CPU GLUE table: what word counts alone score on each local task.
+
+The fine-tuned models of bench/EXPERIMENTS.md ("Fine-tuning") are small and briefly pretrained, so their GLUE
+scores need a yardstick besides the majority class. This one has no attention and no pretraining: TF-IDF of word
+uni- and bigrams (fitted on the training sentences) and a linear model, logistic regression for the classification
+tasks and ridge regression for STS-B. A sentence pair is represented by both sentences' vectors, their absolute
+difference and their elementwise product, so overlap between the two sentences is visible to a linear model.
+
+The rows come from the same reader and task registry as `encoderlab finetune` (the same files, columns and label
+ids); the metrics are the packaged `evaluate` modules and the score is the experiment's (100 x the leaderboard
+metric), on the same first `--eval-limit` dev examples. Training uses every training example.
+
+Usage: PYTHONPATH=. python bench/glue_bow_baseline.py [--glue ../shared/data/glue] [--out bench/figures/finetune/glue_bow.csv]
+"""
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sparse
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression, Ridge
+
+from encoderlab.experiments.finetune import task_score
+from encoderlab.metrics import load_metric
+from encoderlab.training.finetune.data import label_id, read_table, split_file
+from encoderlab.training.finetune.tasks import get_task
+
+TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
+GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+
+
+class GlueData:
+    """The `data` section fields `split_file` reads, pointing at a local GLUE folder."""
+
+    def __init__(self, path):
+        self.path, self.train, self.validation, self.test = str(path), None, None, []
+
+
+def texts_and_labels(task, path: Path, limit=None):
+    rows = read_table(path, task.local.columns, limit)
+    columns = task.local.text_columns
+    texts = [[row[column] for row in rows] for column in columns]  # one list per text column
+    raw = [row[task.local.label_column] for row in rows]
+    if task.problem_type == "regression":
+        return texts, np.array([float(value) for value in raw])
+    return texts, np.array([label_id(value, list(task.label_names), str(path), i) for i, value in enumerate(raw)])
+
+
+def features(vectorizer, texts):
+    """[a, b, |a - b|, a * b] for a pair of sentences, the TF-IDF vector alone for one."""
+    if len(texts) == 1:
+        return vectorizer.transform(texts[0])
+    a, b = (vectorizer.transform(column) for column in texts)
+    return sparse.hstack([a, b, abs(a - b), a.multiply(b)]).tocsr()
+
+
+def score_task(name: str, glue: Path, eval_limit: int) -> dict:
+    task = get_task(name)
+    data = GlueData(glue)
+    train_texts, train_labels = texts_and_labels(task, split_file(task, data, "train"))
+    dev_texts, dev_labels = texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    vectorizer.fit([sentence for column in train_texts for sentence in column])
+    model = Ridge(alpha=1.0) if task.problem_type == "regression" else LogisticRegression(C=1.0, max_iter=2000)
+    model.fit(features(vectorizer, train_texts), train_labels)
+    predictions = model.predict(features(vectorizer, dev_texts))
+    metrics = load_metric(task.metric, task.metric_config).compute(predictions=predictions, references=dev_labels)
+    return {"task": name, "score": task_score(task, metrics), "train_examples": len(train_labels),
+            "dev_examples": len(dev_labels), **metrics}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--glue", type=Path, default=GLUE, help="a GLUE folder (CoLA/train.tsv ...)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
+    parser.add_argument("--eval-limit", type=int, default=1000, help="dev examples scored (the CPU default's)")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows to this CSV")
+    args = parser.parse_args()
+    rows = [score_task(name, args.glue, args.eval_limit) for name in args.tasks]
+    for row in rows:
+        print(f"{row['task']:5s} score {row['score']:6.2f}  ({row['train_examples']} train, {row['dev_examples']} dev)")
+    print(f"GLUE average of these tasks: {np.mean([row['score'] for row in rows]):.2f}")
+    if args.out:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        with open(args.out, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
