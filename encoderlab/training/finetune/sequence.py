@@ -39,7 +39,7 @@ def load_splits(task, data, read_row):
 
 def tokenize_pairs(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, split_name: str) -> dict:
     """Tokenised texts (and pairs), truncated to `max_length` tokens; how many were cut is logged, never silent."""
-    full = tokenizer(texts, pairs, add_special_tokens=True)
+    full = tokenizer(texts, pairs, add_special_tokens=True, verbose=False)  # our warning below replaces the tokenizer's
     too_long = sum(len(ids) > max_length for ids in full["input_ids"])
     if not too_long:
         return full

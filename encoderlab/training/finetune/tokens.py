@@ -56,7 +56,9 @@ def first_token_words(encoded, offset: int = 0) -> list[int | None]:
 def encode_words(tokenizer, words: list[str], max_length: int) -> list[dict]:
     """One dict per window: ``input_ids``, ``attention_mask``, ``word_ids`` (the word each token starts, None for
     special and continuation tokens) and ``owned`` (the window's owned word range)."""
-    encoded = tokenizer(words, is_split_into_words=True, add_special_tokens=True)
+    # Measured whole, then windowed: verbose=False keeps the tokenizer from warning of "indexing errors" for a chain
+    # longer than model_max_length, which never reaches the model in one piece.
+    encoded = tokenizer(words, is_split_into_words=True, add_special_tokens=True, verbose=False)
     if len(encoded["input_ids"]) <= max_length:
         return [{"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
                  "word_ids": first_token_words(encoded), "owned": (0, len(words))}]
