@@ -61,9 +61,9 @@ def test_arm_config_sets_the_arm_fields(tmp_path):
     for positions, position_type in (("rope", "rope"), ("none", "none")):
         arm = mlm.arm_config(base, Arm("bidirectional", positions, 0), head_size=32, out_dir=tmp_path)
         assert arm.model.config["position_embedding_type"] == position_type
-        assert arm.train.drope_fraction is None  # the pipeline's default 0.7 must not leak into these arms
+        assert arm.train.drope_fraction is None
         assert arm.model.config["num_attention_heads"] == 4
-    assert base.train.drope_fraction == 0.7 and "attention_type" not in base.model.config  # base untouched
+    assert base.train.drope_fraction is None and "attention_type" not in base.model.config  # base untouched
     with pytest.raises(ValueError, match="family"):
         mlm.arm_config(RunConfig.from_dict({"model": {"family": "dstg_bert"}}), Arm("causal", "none", 0), 32, tmp_path)
 

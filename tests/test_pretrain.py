@@ -263,7 +263,8 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     # Sparse prediction on: evaluation gets packed logits, and the saved model still fills masks densely.
     model_config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                     "position_embedding_type": "absolute", "sparse_prediction": True}
-    result = pretrain(tiny_run(run_dir, model={"config": model_config}))
+    assert tiny_run(run_dir).train.drope_fraction is None  # DroPE is opt-in: positions are kept by default
+    result = pretrain(tiny_run(run_dir, model={"config": model_config}, train={"drope_fraction": 0.7}))
     results = result.results
     plan = results["plan"]
     assert results["steps"] == plan["max_steps"]
@@ -283,11 +284,11 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     assert model(**batch).logits.shape[-1] == len(tokenizer)
     with pytest.raises(ValueError, match="is not empty; pass --resume"):
         pretrain(tiny_run(run_dir))
-    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}}, train={"token_budget": 2400})
+    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}}, train={"token_budget": 2400, "drope_fraction": 0.7})
     message = r"differs from the one saved .* at model.config.hidden_size \(saved 32, now 64\); train.token_budget"
     with pytest.raises(ValueError, match=message):
         pretrain(changed, resume=True)
-    same = tiny_run(run_dir, model={"config": model_config}, train={"logging_steps": 5})  # a resumable change
+    same = tiny_run(run_dir, model={"config": model_config}, train={"logging_steps": 5, "drope_fraction": 0.7})  # a resumable change
     with pytest.raises(RunFinished, match=f"is finished \\({results['steps']} steps"):
         pretrain(same, resume=True)
     assert json.loads((run_dir / "results.json").read_text())["steps"] == results["steps"]  # nothing retrained
@@ -299,7 +300,8 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
 
 def test_drope_drops_the_relative_bias_of_dstg_rp_and_dstg_uses_the_tokenizer_ids(tmp_path):
     model_config = {"preset": "rp", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
-    result = pretrain(tiny_run(tmp_path / "run", model={"family": "dstg_neobert", "config": model_config}))
+    result = pretrain(tiny_run(tmp_path / "run", model={"family": "dstg_neobert", "config": model_config},
+                               train={"drope_fraction": 0.7}))
     assert result.results["drope_step"] == drope_step(0.7, result.results["plan"]["max_steps"])
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")

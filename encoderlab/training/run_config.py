@@ -168,8 +168,10 @@ class TrainSection:
     schedule: str = "wsd"
     warmup_fraction: float = 0.1
     cooldown_fraction: float = 0.1
-    drope_fraction: float | None = 0.7
-    """Fraction of the budget after which positions are switched off (models with positions only); null: never."""
+    drope_fraction: float | None = None
+    """Fraction of the budget after which positions are switched off (DroPE; models with positions only); None, the
+    default: never. Opt-in, because a model that needs its positions (bidirectional attention) becomes a bag of words
+    when they go; the DTA paper's recipes (``dta_nl``, ``dta_protein``) set 0.7."""
     evaluations: int = 4
     """Evaluations during training (evenly spaced; the last at the end)."""
     save_steps: int | None = None
