@@ -324,3 +324,17 @@ def test_command_line_axes_and_set_override_the_bundled_config(tape_dir):
     assert "train.max_steps=400" in experiment.task_overrides(settings, "stability")  # task_finetune wins
     with pytest.raises(ValueError, match="lengths.ss3=.*integers >= 8"):
         experiment.settings_from_args(parser.parse_args(["--ss3-lengths", "4"]))
+
+
+def test_throughput_reads_the_closing_train_runtime_not_a_running_one():
+    # transformers 5 log shape: every loss log carries the running train_runtime, the closing entry the total
+    log = [{"loss": 1.0, "train_runtime": 1.5, "step": 10},
+           {"eval_loss": 0.9, "eval_runtime": 4.0, "step": 10},
+           {"loss": 0.8, "train_runtime": 8.0, "step": 20},
+           {"eval_loss": 0.7, "eval_runtime": 4.0, "step": 20},
+           {"train_runtime": 13.0, "train_loss": 0.9, "step": 20},
+           {"validation_runtime": 3.0, "step": 20}]
+    seconds, tokens_per_second = experiment.training_throughput(log, 1000)
+    assert seconds == pytest.approx(5.0)  # 13 s of train() less the two 4 s validation passes inside it
+    assert tokens_per_second == pytest.approx(200.0)
+    assert all(math.isnan(value) for value in experiment.training_throughput(log[:-2], 1000))

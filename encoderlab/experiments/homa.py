@@ -347,7 +347,9 @@ def peak_resident_mb() -> float:
 
 def training_throughput(log_history: list, tokens_seen) -> tuple[float, float]:
     """(seconds of training without the validation passes inside it, non-padding tokens per such second)."""
-    end = next((i for i, entry in enumerate(log_history) if "train_runtime" in entry), None)
+    # transformers 5 puts a running ``train_runtime`` into every loss log too; the run's total is in the closing
+    # entry, the one with ``train_loss``.
+    end = next((i for i, entry in enumerate(log_history) if "train_loss" in entry), None)
     if end is None or not tokens_seen:
         return float("nan"), float("nan")
     evaluating = sum(entry.get("eval_runtime", 0.0) for entry in log_history[:end])
