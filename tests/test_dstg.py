@@ -148,6 +148,9 @@ def naive_dstg(model, ids):
     special = [int(t) in config.special_token_ids for t in ids]
     ap = model.embeddings.ap_embeddings.weight[: len(ids)]
     semantic = model.embeddings.word_embeddings.weight[ids]
+    if config.embedding_norm:  # each stream normalised on its own
+        ap = naive_rms(ap, model.embeddings.ap_norm.weight, eps)
+        semantic = naive_rms(semantic, model.embeddings.semantic_norm.weight, eps)
     for layer in model.layers:
         ap_update, semantic_update = naive_attention(
             layer.attention, config, naive_rms(ap, layer.ap_attention_norm.weight, eps),
@@ -244,6 +247,26 @@ def test_left_right_and_no_padding_agree(preset):
             hidden = model(ids, attention_mask=mask).last_hidden_state
             for b, expected in enumerate(alone):
                 assert (hidden[b][mask[b].bool()] - expected).abs().max() < 1e-10
+
+
+def test_embedding_norm_and_lm_head_transform_match_the_naive_equations():
+    config = tiny_config(embedding_norm=True, lm_head_transform=True, tie_word_embeddings=True)
+    model = randomised(DSTGNeoBERTForMaskedLM(config)).eval()
+    assert model.lm_head.decoder.weight is model.model.embeddings.word_embeddings.weight  # still tied
+    transform = model.lm_head.transform
+    for row in sequences():
+        with torch.no_grad():
+            hidden = naive_dstg(model.model, row)
+            semantic = hidden[:, config.ap_size:]
+            features = naive_rms(F.gelu(semantic @ transform[0].weight.T + transform[0].bias), transform[2].weight,
+                                 config.norm_eps)
+            expected = features @ model.lm_head.decoder.weight.T + model.lm_head.decoder.bias
+            logits = model(row[None]).logits[0]
+        torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-5)
+    # Off by default (the paper's NeoBERT): the decoder reads the final semantic state directly.
+    plain = DSTGNeoBERTForMaskedLM(tiny_config())
+    assert isinstance(plain.lm_head.transform, torch.nn.Identity)
+    assert isinstance(plain.model.embeddings.ap_norm, torch.nn.Identity)
 
 
 def test_mlm_loss_sends_no_gradient_into_the_final_ap_stream():
@@ -398,6 +421,7 @@ def test_paper_defaults():
         (dict(special_token_ids=[101, 40000]), "special_token_ids=\\[101, 40000\\] must be a list of token ids"),
         (dict(special_token_ids=[0, 101]), "contains pad_token_id=0"),
         (dict(mlp_type="gelu"), "mlp_type='gelu' is not supported"),
+        (dict(lm_head_transform="yes"), "lm_head_transform='yes' must be"),
     ],
 )
 def test_bad_configs_raise_clear_errors(fields, message):

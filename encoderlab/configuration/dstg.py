@@ -66,6 +66,10 @@ class DSTGNeoBERTConfig(EncoderConfig):
             MLM decoder reads the whole final hidden state ``[AP | semantic]`` instead of the semantic slice, so
             the last layer's AP stream is trained to help predict tokens. Needs untied word embeddings (the
             decoder is ``hidden_size`` wide, the embeddings ``semantic_size``).
+        lm_head_transform (`bool`, defaults to `False`): put BERT's MLM transform (dense -> GELU -> norm, as wide
+            as the decoder's input) before NeoBERT's decoder. Off in the paper; small models trained on a CPU
+            budget need it (with ``embedding_norm``) to leave the unigram plateau. With ``embedding_norm`` a
+            ``dstg`` model normalises each stream's embedding output by itself.
 
     ``hidden_size`` defaults to 768 for ``dstg`` and 720 for the baselines, ``intermediate_size`` to
     ``4 * hidden_size``; the SwiGLU width is ``2/3`` of it rounded up to a multiple of 8 (for ``dstg``, split
@@ -94,6 +98,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
         position_shift=None,
         classifier_activation="tanh",
         mlm_on_full_hidden=False,
+        lm_head_transform=False,
         vocab_size=BERT_VOCAB_SIZE,
         hidden_size=None,
         num_hidden_layers=6,
@@ -117,6 +122,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
         self.position_shift = (preset == "dstg") if position_shift is None else position_shift
         self.classifier_activation = classifier_activation
         self.mlm_on_full_hidden = mlm_on_full_hidden
+        self.lm_head_transform = lm_head_transform
         if hidden_size is None:
             hidden_size = DSTG_HIDDEN_SIZE if preset == "dstg" else BASELINE_HIDDEN_SIZE
         expected_position_type = PRESET_POSITION_EMBEDDING_TYPES[preset]
@@ -197,6 +203,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
         elif self.ap_size is not None:
             raise ValueError(f"ap_size={self.ap_size} only applies to preset='dstg', not preset={self.preset!r}")
         self.validate_mlm_on_full_hidden()
+        check_bool("lm_head_transform", self.lm_head_transform)
 
     def validate_mlm_on_full_hidden(self):
         check_bool("mlm_on_full_hidden", self.mlm_on_full_hidden)

@@ -372,13 +372,16 @@ class DSTGLayer(GradientCheckpointingLayer):
 
 class DSTGEmbeddings(nn.Module):
     """The two streams' inputs: the semantic stream starts from the token embeddings alone and the AP
-    stream from the positions alone (zeros when ``config.use_positions`` is off)."""
+    stream from the positions alone (zeros when ``config.use_positions`` is off); with ``config.embedding_norm``
+    each stream is normalised on its own, so neither sets the other's scale."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.word_embeddings = nn.Embedding(config.vocab_size, config.semantic_size, padding_idx=config.pad_token_id)
         self.ap_embeddings = nn.Embedding(config.max_position_embeddings, config.ap_size)
+        self.ap_norm = build_norm(config, config.ap_size) if config.embedding_norm else nn.Identity()
+        self.semantic_norm = build_norm(config, config.semantic_size) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, position_ids):
@@ -388,7 +391,7 @@ class DSTGEmbeddings(nn.Module):
             ap = self.ap_embeddings(position_ids).expand(semantic.shape[0], -1, -1)
         else:
             ap = semantic.new_zeros(*semantic.shape[:2], self.config.ap_size)
-        return self.dropout(ap), self.dropout(semantic)
+        return self.dropout(self.ap_norm(ap)), self.dropout(self.semantic_norm(semantic))
 
 
 class DSTGFinalNorm(nn.Module):
@@ -542,15 +545,20 @@ DSTGNeoBERTModel = DSTGNeoBERT
 
 class DSTGNeoBERTLMHead(nn.Module):
     """NeoBERT's MLM decoder: one biased linear map from the semantic width (the whole hidden width with
-    ``config.mlm_on_full_hidden``) to the vocabulary."""
+    ``config.mlm_on_full_hidden``) to the vocabulary; with ``config.lm_head_transform``, BERT's dense -> GELU ->
+    norm in front of it."""
 
     def __init__(self, config):
         super().__init__()
         width = config.hidden_size if config.mlm_on_full_hidden else config.semantic_size
+        if config.lm_head_transform:
+            self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), build_norm(config, width))
+        else:
+            self.transform = nn.Identity()
         self.decoder = nn.Linear(width, config.vocab_size)
 
     def forward(self, semantic_states):
-        return self.decoder(semantic_states)
+        return self.decoder(self.transform(semantic_states))
 
 
 class DSTGNeoBERTForMaskedLM(EncoderForMaskedLM, DSTGNeoBERTPreTrainedModel):
