@@ -338,3 +338,11 @@ def test_throughput_reads_the_closing_train_runtime_not_a_running_one():
     assert seconds == pytest.approx(5.0)  # 13 s of train() less the two 4 s validation passes inside it
     assert tokens_per_second == pytest.approx(200.0)
     assert all(math.isnan(value) for value in experiment.training_throughput(log[:-2], 1000))
+    # Resumed from the step-10 checkpoint: the clock restarts there, so only the stretch after it is timed, with the
+    # tokens trained in it
+    log[0]["num_input_tokens_seen"] = log[1]["num_input_tokens_seen"] = 400
+    resumed = log[:2] + [{"loss": 0.8, "train_runtime": 1.0, "step": 20},
+                         {"eval_loss": 0.7, "eval_runtime": 1.0, "step": 20},
+                         {"train_runtime": 4.0, "train_loss": 0.9, "step": 20}]
+    seconds, tokens_per_second = experiment.training_throughput(resumed, 1000)
+    assert seconds == pytest.approx(3.0) and tokens_per_second == pytest.approx(200.0)

@@ -346,15 +346,26 @@ def peak_resident_mb() -> float:
 
 
 def training_throughput(log_history: list, tokens_seen) -> tuple[float, float]:
-    """(seconds of training without the validation passes inside it, non-padding tokens per such second)."""
-    # transformers 5 puts a running ``train_runtime`` into every loss log too; the run's total is in the closing
-    # entry, the one with ``train_loss``.
+    """(seconds of training without the validation passes inside it, non-padding tokens per such second), over
+    the run's last uninterrupted stretch: a run resumed from a checkpoint restarts ``train_runtime`` there."""
+    # transformers 5 puts a running ``train_runtime`` into every loss log too; the closing entry, the one with
+    # ``train_loss``, holds the total of this process.
     end = next((i for i, entry in enumerate(log_history) if "train_loss" in entry), None)
     if end is None or not tokens_seen:
         return float("nan"), float("nan")
-    evaluating = sum(entry.get("eval_runtime", 0.0) for entry in log_history[:end])
+    start, previous = 0, -math.inf
+    for index, entry in enumerate(log_history[: end + 1]):
+        runtime = entry.get("train_runtime")
+        if runtime is not None:
+            if runtime < previous:  # the clock restarted: resumed here
+                start = index
+            previous = runtime
+    tokens_before = next((entry["num_input_tokens_seen"] for entry in reversed(log_history[:start])
+                          if "num_input_tokens_seen" in entry), 0)
+    evaluating = sum(entry.get("eval_runtime", 0.0) for entry in log_history[start:end])
     seconds = log_history[end]["train_runtime"] - evaluating
-    return seconds, tokens_seen / seconds if seconds > 0 else float("nan")
+    tokens = tokens_seen - tokens_before
+    return seconds, tokens / seconds if seconds > 0 else float("nan")
 
 
 def validation_curve(log_history: list) -> list:
