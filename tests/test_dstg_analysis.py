@@ -364,3 +364,23 @@ def test_summary_tables_have_the_paper_layout():
     assert "0.55 ± 0.07 (0.99)" in dstg_row
     sem_row = next(line for line in lines if "sem. only" in line)
     assert sem_row.endswith("0.55 ± 0.07 (0.18) |")
+
+
+def test_collect_keeps_the_training_seed_apart_from_the_probe_seed(tmp_path):
+    runs_rows = [{"arm": "dstg", "seed": training_seed} for training_seed in (0, 1)]
+    for training_seed in (0, 1):
+        folder = tmp_path / "analysis" / f"dstg-s{training_seed}"
+        folder.mkdir(parents=True)
+        (folder / "probes.csv").write_text(
+            "space,layer,target,seed,r2\n" + "".join(f"ap,0,position,{probe},{training_seed + probe / 10}\n"
+                                                   for probe in (0, 1, 2)))
+        (folder / "ap_table.csv").write_text(
+            "component,variance_ratio,cumulative_variance,low_frequency_share\n"
+            f"1,0.4,0.4,{0.9 - training_seed / 10}\n2,0.2,{0.6 + training_seed / 10},0.5\n3,0.1,0.8,0.1\n")
+    collected = experiment.collect(tmp_path, runs_rows)
+    probes = read_csv(tmp_path / "dstg_probes.csv")
+    assert [(row["seed"], row["probe_seed"]) for row in probes] == [
+        (str(training), str(probe)) for training in (0, 1) for probe in (0, 1, 2)]
+    assert [float(row["r2"]) for row in probes if row["seed"] == "1"] == [1.0, 1.1, 1.2]
+    two, low = experiment.geometry_summary(collected["geometry"])["dstg"]
+    assert two == pytest.approx(0.65) and low == pytest.approx([0.85, 0.5, 0.1])  # means over training seeds

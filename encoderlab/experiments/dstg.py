@@ -196,7 +196,8 @@ def analyse_arm(arm: Arm, run: RunConfig, out_dir: Path, num_documents=500):
 
 
 def collect(out_dir: Path, runs_rows):
-    """The per-arm CSVs of every trained run joined into ``dstg_<analysis>.csv`` with arm, preset and seed."""
+    """The per-arm CSVs of every trained run joined into ``dstg_<analysis>.csv`` with arm and training seed; a
+    per-arm CSV's own ``seed`` (the probes' fitting seed) becomes ``probe_seed``."""
     from .sweeps import read_results
 
     collected = {}
@@ -204,6 +205,7 @@ def collect(out_dir: Path, runs_rows):
         folder = out_dir / "analysis" / f"{row['arm']}-s{row['seed']}"
         for name, file in ANALYSIS_FILES.items():
             for entry in read_results(folder / file):
+                entry = {("probe_seed" if key == "seed" else key): value for key, value in entry.items()}
                 collected.setdefault(name, []).append({"arm": row["arm"], "seed": row["seed"], **entry})
     for name, rows in collected.items():
         write_rows(out_dir / f"dstg_{name}.csv", rows)
@@ -314,15 +316,17 @@ def ablation_table(means, target):
 
 
 def geometry_summary(geometry_rows):
-    """{arm: (share of the first two PCs, [low-band share of PC1..3])} (first seed of each arm)."""
-    summary = {}
+    """{arm: (share of the first two PCs, [low-band share of PC1..3])}, each the mean over the arm's training
+    seeds (rows come in component order per seed)."""
+    per_seed = {}
     for row in geometry_rows:
-        entry = summary.setdefault(row["arm"], {"seed": row["seed"], "rows": []})
-        if row["seed"] == entry["seed"]:
-            entry["rows"].append(row)
-    return {arm: (float(entry["rows"][min(1, len(entry["rows"]) - 1)]["cumulative_variance"]),
-                  [float(row["low_frequency_share"]) for row in entry["rows"][:3]])
-            for arm, entry in summary.items()}
+        per_seed.setdefault(row["arm"], {}).setdefault(row["seed"], []).append(row)
+    summary = {}
+    for arm, seeds in per_seed.items():
+        two = [float(rows[min(1, len(rows) - 1)]["cumulative_variance"]) for rows in seeds.values()]
+        low = [[float(row["low_frequency_share"]) for row in rows[:3]] for rows in seeds.values()]
+        summary[arm] = (sum(two) / len(two), [sum(column) / len(column) for column in zip(*low)])
+    return summary
 
 
 def summary_markdown(runs_rows, collected):
@@ -361,6 +365,7 @@ def summary_markdown(runs_rows, collected):
     geometry = geometry_summary(collected.get("geometry", []))
     if geometry:
         lines += ["", "## Learned position table (appendix B.1)", "",
+                  "Means over the arm's training seeds.", "",
                   "| run | variance in 2 PCs | power in DCT bins 0-3: PC1, PC2, PC3 | paper |", "|---|---|---|---|"]
         for arm, (two, low) in geometry.items():
             paper = PAPER_GEOMETRY.get("dstg" if arm == "dstg" else arm)
