@@ -264,7 +264,8 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     model_config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                     "position_embedding_type": "absolute", "sparse_prediction": True}
     assert tiny_run(run_dir).train.drope_fraction is None  # DroPE is opt-in: positions are kept by default
-    result = pretrain(tiny_run(run_dir, model={"config": model_config}, train={"drope_fraction": 0.7}))
+    drope = {"drope_fraction": 0.7}
+    result = pretrain(tiny_run(run_dir, model={"config": model_config}, train=drope))
     results = result.results
     plan = results["plan"]
     assert results["steps"] == plan["max_steps"]
@@ -284,11 +285,12 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     assert model(**batch).logits.shape[-1] == len(tokenizer)
     with pytest.raises(ValueError, match="is not empty; pass --resume"):
         pretrain(tiny_run(run_dir))
-    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}}, train={"token_budget": 2400, "drope_fraction": 0.7})
+    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}},
+                       train={**drope, "token_budget": 2400})
     message = r"differs from the one saved .* at model.config.hidden_size \(saved 32, now 64\); train.token_budget"
     with pytest.raises(ValueError, match=message):
         pretrain(changed, resume=True)
-    same = tiny_run(run_dir, model={"config": model_config}, train={"logging_steps": 5, "drope_fraction": 0.7})  # a resumable change
+    same = tiny_run(run_dir, model={"config": model_config}, train={**drope, "logging_steps": 5})  # a resumable change
     with pytest.raises(RunFinished, match=f"is finished \\({results['steps']} steps"):
         pretrain(same, resume=True)
     assert json.loads((run_dir / "results.json").read_text())["steps"] == results["steps"]  # nothing retrained
