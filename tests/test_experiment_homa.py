@@ -231,6 +231,11 @@ def test_summary_numbers_equal_scipy_on_the_csv(tape_dir, tmp_path):
         b = values(arms[entry["reference"] + task], split, metric)
         assert math.isclose(float(entry["p_value"]), ttest_ind(a, b, equal_var=False).pvalue, rel_tol=1e-9)
         assert math.isclose(float(entry["mean_a"]), sum(a) / 3, rel_tol=1e-12)
+        assert (int(entry["n_arm"]), int(entry["n_reference"])) == (len(a), len(b)) == (3, 3)
+        interval = ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        low, high = float(entry["ci95_low"]), float(entry["ci95_high"])
+        assert math.isclose(low, interval.low, rel_tol=1e-9) and math.isclose(high, interval.high, rel_tol=1e-9)
+        assert low < float(entry["difference"]) < high
     assert {entry["reference"] for entry in table2} == {"Blockwise-2D"}
     assert "HOMA (w = 5), fusion gated" in {entry["arm"] for entry in stats}
     assert "Linear-2D, init reference" in {entry["arm"] for entry in stats}

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..training.run_folder import flatten_keys
-from .stats import mean_sd, mean_sd_cell, welch_entry
+from .stats import mean_sd, mean_sd_cell, welch_entry, welch_interval
 from .sweeps import append_rows, read_results, write_rows
 
 logger = logging.getLogger(__name__)
@@ -565,10 +565,11 @@ def summary_tables(settings: HomaSweepConfig, rows) -> dict:
                     continue
                 a, b = column_values(rows, arm, split, metric), column_values(rows, reference, split, metric)
                 if a and b:
+                    low, high = welch_interval(list(a.values()), list(b.values()))
                     stats.append(welch_entry(list(a.values()), list(b.values()), task=task, column=header,
                                              arm=arm_label(settings, arm), reference=arm_label(settings, reference),
                                              kind="table2" if is_main else "ablation", n_arm=len(a),
-                                             n_reference=len(b)))
+                                             n_reference=len(b), ci95_low=low, ci95_high=high))
     return {"rows": rows, "grid": grid, "main": main, "cells": cells, "stats": stats}
 
 
@@ -624,9 +625,9 @@ def summary_markdown(settings: HomaSweepConfig, tables: dict) -> str:
 
 def stats_table(entries) -> list[str]:
     return markdown_table(
-        ["column", "model", "against", "mean", "reference mean", "difference", "p", ""],
-        [[e["column"], e["arm"], e["reference"], f"{e['mean_a']:.4f}", f"{e['mean_b']:.4f}",
-          f"{e['difference']:+.4f}", f"{e['p_value']:.3g}", e["mark"]] for e in entries])
+        ["column", "model", "against", "n", "mean", "reference mean", "difference", "p", ""],
+        [[e["column"], e["arm"], e["reference"], f"{e['n_arm']} / {e['n_reference']}", f"{e['mean_a']:.4f}",
+          f"{e['mean_b']:.4f}", f"{e['difference']:+.4f}", f"{e['p_value']:.3g}", e["mark"]] for e in entries])
 
 
 def memory_note(rows) -> str:
@@ -717,6 +718,47 @@ def plot_columns(settings, tables, arms, baseline_kind, path: Path, title: str) 
     plot_bars(scores, models, columns, marks, ["reference"], path, title=title, ylabel="test metric")
 
 
+def plot_ablation_effects(tables, path: Path) -> None:
+    """A forest plot per test column: each ablation arm's mean minus its Table-2 arm's, with Welch's 95% interval
+    and mark. Differences rather than bars keep a 1-point effect visible next to a 7-point one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [entry for entry in tables["stats"] if entry["kind"] == "ablation"]
+    columns = list(dict.fromkeys(entry["column"] for entry in entries))
+    labels = list(dict.fromkeys(entry["arm"] for entry in entries))
+    n_cols = min(3, len(columns))
+    n_rows = math.ceil(len(columns) / n_cols)
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(2.2 + 3.0 * n_cols, n_rows * (0.9 + 0.28 * len(labels))),
+                                sharey=True, squeeze=False, layout="constrained")
+    for axis, column in zip(axes.flat, columns):
+        for entry in (entry for entry in entries if entry["column"] == column):
+            y, difference = labels.index(entry["arm"]), entry["difference"]
+            low, high = entry["ci95_low"], entry["ci95_high"]
+            color = "black" if entry["mark"] not in ("", "n.s.") else "0.55"
+            if not math.isnan(low):
+                axis.plot([low, high], [y, y], color=color, linewidth=1.2)
+            axis.plot([difference], [y], "o", color=color, markersize=4)
+            axis.annotate(entry["mark"], (difference, y), xytext=(0, 4), textcoords="offset points", ha="center",
+                          fontsize=7, color=color)
+        axis.axvline(0, color="tab:red", linewidth=0.8)
+        axis.set_title(column, fontsize=9)
+        axis.grid(axis="x", alpha=0.3)
+        axis.tick_params(labelsize=7)
+    for axis in axes.flat[len(columns):]:
+        axis.set_visible(False)
+    for axis in axes[-1]:
+        axis.set_xlabel("minus the Table-2 arm", fontsize=8)
+    axes[0][0].set_yticks(range(len(labels)), labels)
+    axes[0][0].invert_yaxis()
+    figure.suptitle("Ablations: test metric minus the Table-2 arm of the same window (mean over seeds, Welch's 95% "
+                    "interval; black: p < 0.05)", fontsize=9)
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
 def write_outputs(settings: HomaSweepConfig, out_dir: Path) -> list[Path]:
     """Summary, tables and figures from the CSV (so they can be redrawn without training)."""
     tables = summary_tables(settings, read_results(out_dir / RUNS_CSV))
@@ -733,11 +775,8 @@ def write_outputs(settings: HomaSweepConfig, out_dir: Path) -> list[Path]:
         del paths["stats.csv"]
     plot_columns(settings, tables, tables["main"], "table2", paths["table2.png"],
                  "Table 2 (mean ± sd over seeds, dots: seeds; marks: Welch's t-test of HOMA against Blockwise-2D)")
-    ablation_arms = [arm for arm in tables["grid"] if arm not in tables["main"]]
-    if ablation_arms:
-        compared = list(dict.fromkeys([reference_arm(settings, arm) for arm in ablation_arms] + ablation_arms))
-        plot_columns(settings, tables, compared, "ablation", paths["ablations.png"],
-                     "Ablations (marks: Welch's t-test against the Table-2 arm)")
+    if any(entry["kind"] == "ablation" for entry in tables["stats"]):
+        plot_ablation_effects(tables, paths["ablations.png"])
     else:
         del paths["ablations.png"]
     plot_validation_loss(settings, tables, paths["val_loss.png"])

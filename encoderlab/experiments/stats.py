@@ -27,6 +27,16 @@ def welch_p(a, b):
     return float(ttest_ind(a, b, equal_var=False).pvalue)
 
 
+def welch_interval(a, b, confidence=0.95):
+    """Welch's confidence interval for mean(a) - mean(b); NaN ends when a group has fewer than two values."""
+    from scipy.stats import ttest_ind
+
+    if len(a) < 2 or len(b) < 2:
+        return float("nan"), float("nan")
+    interval = ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    return float(interval.low), float(interval.high)
+
+
 def significance_mark(p):
     """``***`` / ``**`` / ``*`` below 0.001 / 0.01 / 0.05, ``n.s.`` above; empty when untestable (NaN)."""
     if p != p:
