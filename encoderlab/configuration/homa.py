@@ -38,7 +38,8 @@ class HOMAConfig(EncoderConfig):
             embedding weight from N(0, ``initializer_range``), biases 0 (the transformers convention).
             ``"reference"``: PyTorch's own defaults, which the paper's reference code trains with: linear weights
             and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), embeddings N(0, 1). Both zero the padding row and set
-            norms to 1/0.
+            norms to 1/0. ``"normal"`` is the default on evidence: on TAPE secondary structure ``"reference"``
+            scored 1-2 Q3 points lower for every attention type (bench/EXPERIMENTS.md, "HOMA tables").
 
     Defaults follow the paper's secondary-structure model: TAPE IUPAC vocabulary (30 tokens, pad 0), 12 layers
     of width 512 with 8 heads, MLP width 1024, learned absolute positions, masked-mean pooling.
