@@ -49,6 +49,8 @@ def batch(lengths, seq_len, side="right", seed=0):
     (dict(fusion="concat"), "fusion='concat' is not supported"),
     (dict(position_embedding_type="alibi"), "position_embedding_type='alibi' is not supported"),
     (dict(attention_type="linformer", position_embedding_type="rope"), "does not apply to attention_type"),
+    (dict(fusion="gated", fusion_gate_init=float("nan")), "fusion_gate_init=nan must be a finite number"),
+    (dict(fusion="gated", fusion_gate_init="open"), "fusion_gate_init='open' must be a finite number"),
 ])
 def test_config_rejects_bad_values(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -140,11 +142,37 @@ def test_warm_start_copies_layer_by_layer_and_can_freeze(tmp_path):
 def test_gated_warm_start_reproduces_the_blockwise_source():
     source = HOMAModel(tiny_config(attention_type="blockwise")).eval()
     target = HOMAModel.from_pairwise(source, fusion="gated").eval()
+    assert target.config.fusion_gate_init == 0.0 and source.config.fusion_gate_init == 1.0
     input_ids, attention_mask = batch([14, 10], 14)
     torch.testing.assert_close(
         target(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,
         source(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,
     )
+
+
+@pytest.mark.parametrize("gate_init", [1.0, 0.25])
+def test_fresh_gated_fusion_starts_at_its_configured_gate(gate_init):
+    """The gate starts at fusion_gate_init in every layer; at 1 a gated model computes what `add` fusion does with
+    the same weights (so it does not start, as a gate at 0 would, as a blockwise model)."""
+    gated = HOMAModel(tiny_config(fusion="gated", fusion_gate_init=gate_init)).eval()
+    gates = [layer.attention.fusion.gate.item() for layer in gated.layers]
+    assert gates == [gate_init] * TINY["num_hidden_layers"]
+    added = HOMAModel(tiny_config(fusion="add")).eval()
+    missing, unexpected = added.load_state_dict(gated.state_dict(), strict=False)
+    assert not missing and all(name.endswith("fusion.gate") for name in unexpected)
+    input_ids, attention_mask = batch([14, 9], 14)
+    gated_output = gated(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    added_output = added(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    assert torch.allclose(gated_output, added_output) == (gate_init == 1.0)
+
+
+def test_saved_gate_survives_loading(tmp_path):
+    model = HOMAModel(tiny_config(fusion="gated"))
+    with torch.no_grad():
+        model.layers[0].attention.fusion.gate.fill_(0.3)
+    model.save_pretrained(tmp_path)
+    loaded = HOMAModel.from_pretrained(tmp_path)
+    assert [layer.attention.fusion.gate.item() for layer in loaded.layers] == pytest.approx([0.3, 1.0])
 
 
 def test_warm_start_refuses_a_homa_source():

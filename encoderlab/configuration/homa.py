@@ -1,6 +1,8 @@
 """Configuration of HOMA, the Higher-Order Modular Attention encoder for protein sequences."""
 
-from .base import EncoderConfig, check_bool, check_choice, check_positive_int
+import math
+
+from .base import EncoderConfig, check_bool, check_choice, check_number, check_positive_int
 
 ATTENTION_TYPES = ("pairwise", "blockwise", "linformer", "homa", "triadic")
 BLOCK_ATTENTION_TYPES = ("blockwise", "homa", "triadic")
@@ -28,8 +30,12 @@ class HOMAConfig(EncoderConfig):
             shared by all heads); ``None`` for a full-rank ``d -> d`` map.
         fusion (`str`, defaults to `"mlp"`): how a head merges its pairwise and triadic outputs: ``"mlp"``
             (concatenate, ``Linear(2*head_dim, fusion_hidden_size)``, ReLU, ``Linear(.., head_dim)``, shared by
-            all heads), ``"add"`` (sum) or ``"gated"`` (``pairwise + g * triadic``, learnable scalar ``g``
-            initialised to 0 so a warm-started model starts out equal to its blockwise source).
+            all heads), ``"add"`` (sum) or ``"gated"`` (``pairwise + g * triadic``, one learnable scalar ``g``
+            per layer, starting at ``fusion_gate_init``).
+        fusion_gate_init (`float`, defaults to 1.0): the starting gate of ``"gated"`` fusion in a fresh model, so
+            it starts out as ``"add"``. A gate that starts at 0 stays nearly shut from scratch: Adam moves one
+            scalar by about the learning rate per step (bench/EXPERIMENTS.md, "HOMA tables"). ``from_pairwise``
+            sets it to 0, so a warm-started model starts out equal to its pairwise or blockwise source.
         fusion_hidden_size (`int`, defaults to 128): hidden width of the ``"mlp"`` fusion.
         linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
             not be longer than ``max_position_embeddings``, the width of its sequence projections.
@@ -63,6 +69,7 @@ class HOMAConfig(EncoderConfig):
         triadic_window=5,
         u_rank=8,
         fusion="mlp",
+        fusion_gate_init=1.0,
         fusion_hidden_size=128,
         linformer_k=50,
         attention_bias=True,
@@ -83,6 +90,7 @@ class HOMAConfig(EncoderConfig):
         self.triadic_window = triadic_window
         self.u_rank = u_rank
         self.fusion = fusion
+        self.fusion_gate_init = fusion_gate_init
         self.fusion_hidden_size = fusion_hidden_size
         self.linformer_k = linformer_k
         self.attention_bias = attention_bias
@@ -108,6 +116,7 @@ class HOMAConfig(EncoderConfig):
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         check_choice("fusion", self.fusion, FUSION_TYPES)
         check_choice("initializer", self.initializer, INITIALIZERS)
+        check_number("fusion_gate_init", self.fusion_gate_init, -math.inf)
         check_choice("position_embedding_type", self.position_embedding_type, HOMA_POSITION_EMBEDDING_TYPES)
         for field in ("block_size", "block_stride", "triadic_window", "fusion_hidden_size", "linformer_k"):
             check_positive_int(field, getattr(self, field))

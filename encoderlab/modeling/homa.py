@@ -107,14 +107,15 @@ class AddFusion(Fusion):
 
 
 class GatedFusion(Fusion):
-    """``pairwise + g * triadic``; g starts at 0 so a model warm-started from blockwise weights is unchanged."""
+    """``pairwise + g * triadic`` with one learnable scalar g, starting at ``config.fusion_gate_init``."""
 
     def __init__(self, config):
         super().__init__()
-        self.gate = nn.Parameter(torch.zeros(()))
+        self.gate_init = config.fusion_gate_init
+        self.gate = nn.Parameter(torch.full((), float(config.fusion_gate_init)))
 
     def init_scalars(self):
-        init.zeros_(self.gate)
+        init.constant_(self.gate, self.gate_init)
 
     def fuse(self, pairwise, triadic):
         return pairwise + self.gate * triadic
@@ -342,7 +343,8 @@ class HOMAPreTrainedModel(EncoderPreTrainedModel):
 
         Every weight whose name and shape exist in both models is copied (embeddings, norms, MLPs, attention
         projections of the same layer index, and the task head when it matches); the triadic U projection and
-        the fusion start from their initialisation.
+        the fusion start from their initialisation, with a ``"gated"`` fusion's gate at 0 (unless
+        ``fusion_gate_init`` is overridden) so the new model starts out computing what its source does.
         """
         if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
             source = cls.from_pretrained(source)
@@ -352,7 +354,8 @@ class HOMAPreTrainedModel(EncoderPreTrainedModel):
                 f"got {source.config.attention_type!r}"
             )
         options = source.config.to_dict()
-        options.update({"attention_type": "homa", **config_overrides})
+        # A shut gate makes a gated-fusion model start out equal to its source.
+        options.update({"attention_type": "homa", "fusion_gate_init": 0.0, **config_overrides})
         target = cls(HOMAConfig.from_dict(options))
         target_state = target.state_dict()
         transferred = {
