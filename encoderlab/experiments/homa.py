@@ -700,12 +700,12 @@ def plot_efficiency(settings, tables, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_columns(settings, tables, arms, baseline_kind, path: Path, title: str) -> None:
-    """Bars per column (finetune's bar figure): one bar per arm, Welch marks of `baseline_kind` entries."""
+def plot_table2(settings, tables, path: Path) -> None:
+    """Table 2 as bars per column (finetune's bar figure): one bar per arm, Welch marks against Blockwise-2D."""
     from .finetune import plot_bars
 
     scores = {}
-    for cell_arm in arms:
+    for cell_arm in tables["main"]:
         label = arm_label(settings, cell_arm)
         for task_cell in COLUMNS[cell_arm.task]:
             values = column_values(tables["rows"], cell_arm, *task_cell[:2])
@@ -714,8 +714,9 @@ def plot_columns(settings, tables, arms, baseline_kind, path: Path, title: str) 
     models = list(dict.fromkeys(label for label, _ in scores))
     columns = list(dict.fromkeys(column for _, column in scores))
     marks = [{"task": e["column"], "model": e["arm"], "baseline": "reference", "mark": e["mark"]}
-             for e in tables["stats"] if e["kind"] == baseline_kind]
-    plot_bars(scores, models, columns, marks, ["reference"], path, title=title, ylabel="test metric")
+             for e in tables["stats"] if e["kind"] == "table2"]
+    plot_bars(scores, models, columns, marks, ["reference"], path, ylabel="test metric",
+              title="Table 2 (mean ± sd over seeds, dots: seeds; marks: Welch's t-test of HOMA against Blockwise-2D)")
 
 
 def plot_ablation_effects(tables, path: Path) -> None:
@@ -773,8 +774,7 @@ def write_outputs(settings: HomaSweepConfig, out_dir: Path) -> list[Path]:
         write_rows(paths["stats.csv"], tables["stats"])
     else:
         del paths["stats.csv"]
-    plot_columns(settings, tables, tables["main"], "table2", paths["table2.png"],
-                 "Table 2 (mean ± sd over seeds, dots: seeds; marks: Welch's t-test of HOMA against Blockwise-2D)")
+    plot_table2(settings, tables, paths["table2.png"])
     if any(entry["kind"] == "ablation" for entry in tables["stats"]):
         plot_ablation_effects(tables, paths["ablations.png"])
     else:

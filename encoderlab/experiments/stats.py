@@ -18,22 +18,25 @@ def mean_sd_cell(values, digits=3):
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
-def welch_p(a, b):
-    """Two-sided Welch's t-test p-value; NaN when a group has fewer than two values or both have no variance."""
+def welch_test(a, b):
+    """scipy's two-sided Welch's t-test of `a` against `b`; None when a group has fewer than two values."""
     from scipy.stats import ttest_ind
 
-    if len(a) < 2 or len(b) < 2:
-        return float("nan")
-    return float(ttest_ind(a, b, equal_var=False).pvalue)
+    return ttest_ind(a, b, equal_var=False) if len(a) >= 2 and len(b) >= 2 else None
+
+
+def welch_p(a, b):
+    """Two-sided Welch's t-test p-value; NaN when a group has fewer than two values or both have no variance."""
+    test = welch_test(a, b)
+    return float("nan") if test is None else float(test.pvalue)
 
 
 def welch_interval(a, b, confidence=0.95):
     """Welch's confidence interval for mean(a) - mean(b); NaN ends when a group has fewer than two values."""
-    from scipy.stats import ttest_ind
-
-    if len(a) < 2 or len(b) < 2:
+    test = welch_test(a, b)
+    if test is None:
         return float("nan"), float("nan")
-    interval = ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    interval = test.confidence_interval(confidence)
     return float(interval.low), float(interval.high)
 
 
