@@ -144,6 +144,10 @@ def validate_run(run: RunConfig) -> None:
 
     if run.tokenizer.path is None:
         check_choice("tokenizer.name", run.tokenizer.name, sorted(TOKENIZER_BUILDERS))
+    if run.train.attn_implementation is not None:
+        from encoderlab.modeling.attention import ATTENTION_IMPLEMENTATIONS
+
+        check_choice("train.attn_implementation", run.train.attn_implementation, ATTENTION_IMPLEMENTATIONS)
     build_model_config(run)
 
 
@@ -319,6 +323,8 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
+    if run.train.attn_implementation is not None:
+        model.set_attn_implementation(run.train.attn_implementation)
     trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     results = _final_results(run, trainer, data, plan, tokenizer)

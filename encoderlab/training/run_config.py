@@ -184,6 +184,11 @@ class TrainSection:
     seed: int = 0
     num_workers: int = 0
     eval_batch_size: int | None = None
+    attn_implementation: str | None = None
+    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ...; checked against the family's
+    kernels when the run starts); None: the family's default (sdpa)."""
+    torch_compile: bool = False
+    """Compile the model with ``torch.compile`` (the Trainer's ``torch_compile``); for GPU runs."""
 
     def __post_init__(self):
         check_choice("train.schedule", self.schedule, SCHEDULES)

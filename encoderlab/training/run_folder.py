@@ -23,7 +23,7 @@ PLOT_FILE = "training_curves.png"
 RUN_CONFIG_FILE = "run_config.yaml"
 RESUMABLE_KEYS = (
     "output_dir", "train.logging_steps", "train.num_workers", "train.eval_batch_size", "train.save_steps",
-    "train.save_total_limit", "train.precision",
+    "train.save_total_limit", "train.precision", "train.attn_implementation", "train.torch_compile",
 )  # fmt: skip
 """Keys a resumed run may change: they touch neither the model, the data nor the schedule."""
 

@@ -70,6 +70,7 @@ def training_arguments(run, max_steps: int, drope: bool = False) -> TrainingArgu
         use_cpu=cpu_only(),
         include_num_input_tokens_seen="non_padding",
         report_to="none",
+        torch_compile=getattr(run.train, "torch_compile", False),  # fine-tuning's train section has no such key
         # After DroPE the learned position table gets no gradient; DDP must be told to expect that.
         ddp_find_unused_parameters=drope,
         **scheduler_arguments(run.train.schedule, max_steps, run.train.warmup_fraction, run.train.cooldown_fraction),
