@@ -1,5 +1,9 @@
-"""What every encoderlab family shares about attention: the padding mask of a forward, and the dispatch of
-transformers' implementation names (``eager``, ``sdpa``, ``flex_attention``) to our kernels.
+"""What every encoderlab family shares about attention: the padding and document mask of a forward, and the dispatch
+of transformers' implementation names (``eager``, ``sdpa``, ``flex_attention``) to our kernels.
+
+Packed (padding-free) input follows transformers' convention (`DataCollatorWithFlattening`): ``position_ids`` that
+restart at 0 where a document begins, optionally ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32 cumulative lengths over
+the flattened batch). Attention never crosses a document boundary.
 
 The kernels themselves (triangles, padding reordering, block masks) are in `dual_triangle`; the HOMA kernels in
 `homa_kernel`.
@@ -20,26 +24,76 @@ def is_tracing():
     return torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
+def document_ids_from_positions(position_ids):
+    """Document index of every token of packed rows: position_ids (B, L) restart at 0 where a document begins (the
+    first token always begins one) -> (B, L) long, 0, 1, ... along each row."""
+    starts = position_ids == 0
+    starts = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], dim=1)
+    return starts.long().cumsum(dim=-1) - 1
+
+
+def document_ids_from_cu_seq_lens(cu_seq_lens, batch_size, seq_len, device):
+    """Document index of every token from cumulative lengths over the flattened (B * L) tokens -> (B, L) long; tokens
+    past the last boundary (padding after the pack) form one more document."""
+    token_index = torch.arange(batch_size * seq_len, device=device)
+    boundaries = cu_seq_lens[1:].to(device=device, dtype=torch.long)
+    return torch.searchsorted(boundaries, token_index, right=True).view(batch_size, seq_len)
+
+
+def positions_in_documents(document_ids):
+    """Positions that restart at 0 in every document: document_ids (B, L) -> (B, L) long."""
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    start_index = torch.where(starts, index, 0).cummax(dim=-1).values
+    return index - start_index
+
+
+def packed_document_ids(position_ids, cu_seq_lens, batch_size, seq_len, device):
+    """(B, L) long document ids of packed rows, from ``cu_seq_lens`` if given, else from explicit ``position_ids``;
+    None when neither is given, or (outside tracing, where reading values is allowed) when every row holds one
+    document, so unpacked batches keep their fast paths."""
+    if cu_seq_lens is not None:
+        document_ids = document_ids_from_cu_seq_lens(cu_seq_lens, batch_size, seq_len, device)
+    elif position_ids is not None:
+        document_ids = document_ids_from_positions(position_ids.to(device)).expand(batch_size, -1)
+    else:
+        return None
+    if not is_tracing() and not bool((document_ids[:, -1] != document_ids[:, 0]).any()):
+        return None  # ids never decrease along a row, so equal ends mean one document
+    return document_ids
+
+
 class AttentionMask:
     """Which keys every query may see; built once per forward and shared by all layers.
+
+    Query i may see key j iff both lie in the same document and (key j is a real token or i == j); the attention
+    type adds its triangle on top.
 
     Args:
         attention_mask: (B, L) with 1 for real tokens and 0 for padding, or None for no padding.
         batch_size, seq_len: the shape of the batch (needed when ``attention_mask`` is None).
         device: where the masks live.
+        document_ids: (B, L) long document index of every token for packed rows (`packed_document_ids`), or None
+            when every row is one document.
     """
 
-    def __init__(self, attention_mask, batch_size, seq_len, device):
+    def __init__(self, attention_mask, batch_size, seq_len, device, document_ids=None):
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.device = device
         has_padding = attention_mask is not None and (is_tracing() or not bool(attention_mask.all()))
         self.key_valid = attention_mask.to(device=device, dtype=torch.bool) if has_padding else None
+        self.document_ids = None if document_ids is None else document_ids.to(device).expand(batch_size, -1)
         self._cache = {}
 
     @property
     def has_padding(self):
         return self.key_valid is not None
+
+    @property
+    def has_documents(self):
+        return self.document_ids is not None
 
     def _cached(self, key, build):
         if key not in self._cache:
@@ -56,7 +110,10 @@ class AttentionMask:
         allowed = {"all": torch.ones_like(query == key), "lower": key <= query, "upper": key >= query}[triangle]
         if self.key_valid is not None:
             allowed = allowed & (self.key_valid[:, None, None, :] | (query == key))
-        return allowed.expand(self.batch_size if self.key_valid is not None else 1, 1, -1, -1)
+        if self.document_ids is not None:
+            allowed = allowed & (self.document_ids[:, None, :, None] == self.document_ids[:, None, None, :])
+        per_row = self.key_valid is not None or self.document_ids is not None
+        return allowed.expand(self.batch_size if per_row else 1, 1, -1, -1)
 
     def key_padding(self):
         """(B, 1, 1, L) bool for SDPA: real keys. A sequence with no real token at all may see everything, so its
@@ -128,5 +185,9 @@ __all__ = [
     "attend",
     "attention_implementation",
     "check_attention_implementation",
+    "document_ids_from_cu_seq_lens",
+    "document_ids_from_positions",
+    "packed_document_ids",
+    "positions_in_documents",
     "eager_attention_forward",
 ]

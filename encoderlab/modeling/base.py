@@ -14,7 +14,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 from transformers.utils.output_capturing import capture_outputs
 
-from .attention import AttentionMask, is_tracing
+from .attention import AttentionMask, is_tracing, packed_document_ids, positions_in_documents
 from .layers import build_norm
 from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
 
@@ -96,6 +96,44 @@ def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None
     if values_checkable():
         check_input_values(config, input_ids, inputs_embeds, attention_mask, position_ids)
     return batch_size, seq_len, device
+
+
+def check_packing(cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, batch_size, seq_len):
+    """Checks the padding-free boundaries of transformers' convention (`DataCollatorWithFlattening` with
+    ``return_flash_attn_kwargs=True``) and returns the one ``cu_seq_lens`` of this self-attention, or None.
+
+    ``cu_seq_lens_q`` and ``cu_seq_lens_k``: 1-D integer cumulative document lengths over the flattened (B * L)
+    tokens, from 0, non-decreasing, ending at most at B * L (tokens past the end are padding after the pack); with
+    B > 1 every row must begin a document. ``max_length_q``/``max_length_k`` are accepted and not needed.
+    """
+    del max_length_q, max_length_k  # the kernels derive what they need from the boundaries
+    given = {name: t for name, t in (("cu_seq_lens_q", cu_seq_lens_q), ("cu_seq_lens_k", cu_seq_lens_k))
+             if t is not None}
+    if not given:
+        return None
+    for field, cu_seq_lens in given.items():
+        if not isinstance(cu_seq_lens, torch.Tensor) or cu_seq_lens.dim() != 1 or cu_seq_lens.numel() < 2:
+            shape = tuple(cu_seq_lens.shape) if isinstance(cu_seq_lens, torch.Tensor) else type(cu_seq_lens).__name__
+            raise ValueError(f"{field} must be a 1-D tensor of cumulative document lengths [0, ..., total] with at "
+                             f"least 2 entries; got {shape}")
+        _check_integer(field, cu_seq_lens)
+    if len(given) == 2 and (cu_seq_lens_q.shape != cu_seq_lens_k.shape or (
+            values_checkable() and not torch.equal(cu_seq_lens_q.cpu(), cu_seq_lens_k.cpu()))):
+        raise ValueError("cu_seq_lens_q and cu_seq_lens_k differ; encoderlab models are self-attention encoders, "
+                         "so queries and keys share their document boundaries")
+    field, cu_seq_lens = next(iter(given.items()))
+    if values_checkable():
+        values = cu_seq_lens.cpu().long()
+        total = batch_size * seq_len
+        if values[0] != 0 or bool((values[1:] < values[:-1]).any()) or values[-1] > total:
+            raise ValueError(f"{field} holds {values.tolist()}; allowed: cumulative lengths from 0, non-decreasing, "
+                             f"ending at most at batch_size * seq_len = {total}")
+        row_starts = torch.arange(seq_len, int(values[-1]), seq_len)
+        missing = row_starts[~torch.isin(row_starts, values)]
+        if missing.numel():
+            raise ValueError(f"{field} has no boundary at token {missing[0].item()}, the start of row "
+                             f"{missing[0].item() // seq_len}; with batch_size > 1 every row must begin a document")
+    return cu_seq_lens
 
 
 def check_sequence_length(config, seq_len, length_limits=()):
@@ -281,8 +319,14 @@ class EncoderBackbone:
             )
         return None
 
-    def prepare_attention(self, config, attention_mask, position_ids, batch_size, seq_len, device, dtype):
-        mask = AttentionMask(attention_mask, batch_size, seq_len, device)
+    def attention_mask(self, attention_mask, batch_size, seq_len, device, document_ids=None):
+        """The [`AttentionMask`] of one forward: padding and, for packed rows, documents. Every family builds it
+        here."""
+        return AttentionMask(attention_mask, batch_size, seq_len, device, document_ids=document_ids)
+
+    def prepare_attention(self, config, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                          document_ids=None):
+        mask = self.attention_mask(attention_mask, batch_size, seq_len, device, document_ids)
         if not config.use_positions:
             return mask, PositionContext()
         rope = None
@@ -337,9 +381,10 @@ class EncoderModel(EncoderBackbone):
     def embed(self, input_ids, inputs_embeds, position_ids):
         return self.embeddings(input_ids, inputs_embeds, position_ids)
 
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                      document_ids=None):
         mask, positions = self.prepare_attention(
-            self.config, attention_mask, position_ids, batch_size, seq_len, device, dtype
+            self.config, attention_mask, position_ids, batch_size, seq_len, device, dtype, document_ids
         )
         return LayerContext(mask, positions)
 
@@ -352,23 +397,35 @@ class EncoderModel(EncoderBackbone):
     @unset_flags_read_from_config
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, *, output_attentions=None, **kwargs):
+                token_type_ids=None, *, output_attentions=None, cu_seq_lens_q=None, cu_seq_lens_k=None,
+                max_length_q=None, max_length_k=None, seq_idx=None, **kwargs):
+        """Packed (padding-free) rows follow transformers' convention: ``position_ids`` restart at 0 where a document
+        begins, or ``cu_seq_lens_q``/``cu_seq_lens_k`` give the boundaries (positions then restart at each);
+        ``max_length_q``/``max_length_k`` and ``seq_idx`` (`DataCollatorWithFlattening` extras) are accepted and
+        not needed. Attention stays inside each document."""
+        del seq_idx  # the same documents as position_ids / cu_seq_lens
         config = self.config
         batch_size, seq_len, device = check_inputs(
             config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
         )
+        cu_seq_lens = check_packing(cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, batch_size, seq_len)
         if token_type_ids is not None and values_checkable() and bool(token_type_ids.any()):
             raise ValueError(
                 f"token_type_ids has non-zero segment ids, but {self.family_name} has no segment embeddings"
             )
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         self.check_family_inputs(input_ids, inputs_embeds, output_attentions)
+        document_ids = packed_document_ids(position_ids, cu_seq_lens, batch_size, seq_len, device)
         if position_ids is None:
-            position_ids = self.default_positions(attention_mask, batch_size, seq_len, device)
+            if document_ids is not None:  # boundaries from cu_seq_lens alone: positions restart in each document
+                position_ids = positions_in_documents(document_ids)
+            else:
+                position_ids = self.default_positions(attention_mask, batch_size, seq_len, device)
 
         state = self.embed(input_ids, inputs_embeds, position_ids)
         dtype = (state[0] if isinstance(state, tuple) else state).dtype
-        context = self.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype)
+        context = self.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                                     document_ids=document_ids)
         state = self.run_layers(state, context, input_ids, output_attentions)
         return self.output_class(last_hidden_state=self.final_norm(state))
 
@@ -385,6 +442,7 @@ __all__ = [
     "IGNORE_INDEX",
     "check_inputs",
     "check_labels",
+    "check_packing",
     "default_position_ids",
     "EncoderEmbeddings",
     "PositionContext",

@@ -27,7 +27,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.dstg import DSTGNeoBERTConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, AttentionMask, attention_implementation, eager_attention_forward
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import (
     EncoderEmbeddings,
     EncoderModel,
@@ -515,7 +515,8 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
             return self.embeddings(input_ids, position_ids)
         return self.embeddings(input_ids, inputs_embeds, position_ids)
 
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                      document_ids=None):
         config = self.config
         positions = DSTGPositionContext(
             seq_len, device,
@@ -523,7 +524,7 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
             use_relative_bias=config.uses_relative_bias and config.use_positions,
             special_tokens=self.special_tokens(input_ids) if config.is_disentangled else None,
         )
-        return LayerContext(AttentionMask(attention_mask, batch_size, seq_len, device), positions)
+        return LayerContext(self.attention_mask(attention_mask, batch_size, seq_len, device, document_ids), positions)
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,

@@ -124,6 +124,12 @@ def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout
     seq_len, device = query.shape[2], query.device
     bias = _bias_or_none(bias_module, seq_len, device, query.dtype)
 
+    if mask.has_documents:
+        # Packed rows: one dense (B, 1, L, L) mask of the document blocks, the padding and the triangle.
+        allowed = mask.dense_allowed(triangle)
+        attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+
     if triangle == "all":
         attn_mask = mask.key_padding() if mask.has_padding else None
         if bias is not None:
@@ -174,10 +180,11 @@ def _flex_attention_fn():
     return _compiled_flex_attention
 
 
-def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len):
+def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len, document_ids=None):
     """mask_mod for flex heads laid out as ``len(triangles)`` groups of ``heads_per_triangle`` sub-heads.
 
-    ``key_valid`` is (B, padded L) or None; keys at or past ``seq_len`` are the block padding added by
+    ``key_valid`` is (B, padded L) or None, ``document_ids`` (B, padded L) or None (packed rows: a query sees keys of
+    its own document only); keys at or past ``seq_len`` are the block padding added by
     ``flex_attention_call``. (Avoid always-true terms such as ``q_idx >= 0``: torch 2.13's CPU kernel mis-compiles
     masks built with them.)
     """
@@ -186,6 +193,8 @@ def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len):
     def mask_mod(batch, head, q_idx, kv_idx):
         real_key = key_valid[batch, kv_idx] if key_valid is not None else kv_idx < seq_len
         real_key = real_key | (q_idx == kv_idx)
+        if document_ids is not None:
+            real_key = real_key & (document_ids[batch, q_idx] == document_ids[batch, kv_idx])
         if triangle == "all":
             return real_key
         if triangle == "routed":
@@ -201,9 +210,15 @@ def flex_block_mask(mask, triangles, heads_per_triangle, padded_len):
     from torch.nn.attention.flex_attention import create_block_mask
 
     num_heads = heads_per_triangle * len(triangles)
-    if mask.has_padding:
-        key_valid = F.pad(mask.key_valid, (0, padded_len - mask.seq_len), value=False)
-        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len)
+    if mask.has_padding or mask.has_documents:
+        block_padding = padded_len - mask.seq_len
+        key_valid = torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
+        key_valid = F.pad(mask.key_valid if mask.has_padding else key_valid, (0, block_padding), value=False)
+        document_ids = None
+        if mask.has_documents:  # the block padding joins the last document; its keys are masked as padding
+            last = mask.document_ids[:, -1:]
+            document_ids = torch.cat([mask.document_ids, last.expand(-1, block_padding)], dim=1)
+        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len, document_ids)
         return mask._cached(
             ("flex", triangles, heads_per_triangle),
             lambda: create_block_mask(mask_mod, mask.batch_size, num_heads, padded_len, padded_len, mask.device),
@@ -224,7 +239,7 @@ def flex_attention_call(query, key, value, mask, triangles, bias_module, logical
     """
     seq_len = query.shape[2]
     padded_len = seq_len + (-seq_len % _FLEX_BLOCK)
-    if triangles == ("all",) and not mask.has_padding and padded_len == seq_len:
+    if triangles == ("all",) and not mask.has_padding and not mask.has_documents and padded_len == seq_len:
         block_mask = None
     else:
         block_mask = flex_block_mask(mask, triangles, query.shape[1] // len(triangles), padded_len)

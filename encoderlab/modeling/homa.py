@@ -25,7 +25,7 @@ from ..configuration.homa import HOMAConfig
 from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
-from .homa_kernel import BlockLayout, triadic_attention, view_blocks
+from .homa_kernel import BlockLayout, DocumentSegments, triadic_attention, view_blocks
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary
 
@@ -197,18 +197,64 @@ class LinformerSelfAttention(HOMAAttentionBase):
         x = F.pad(x, (0, 0, 0, self.max_length - x.shape[1]))
         return torch.matmul(projection.weight, x) + projection.bias.unsqueeze(-1)
 
+    def project_documents(self, projection, x, documents):
+        """(B, L, d) -> (B, D * k, d) for packed rows: each document's own projection, with its tokens in the first
+        columns as if it ran alone; document g of a row owns rows g*k .. g*k + k - 1 (D the most documents a row
+        holds, so a row with fewer has unused rows)."""
+        segments, real, num_documents = documents
+        rank = torch.arange(x.shape[1], device=x.device) - segments.first  # a token's column in its document
+        columns = projection.weight.t()[rank] * real[..., None]  # (B, L, k); padding contributes nothing
+        owner = F.one_hot(segments.index.clamp(min=0), num_documents).to(x.dtype)  # (B, L, D)
+        mixing = (owner[..., None] * columns[:, :, None, :]).flatten(2)  # (B, L, D * k)
+        return mixing.mT @ x + projection.bias.repeat(num_documents)[:, None]
+
+    def documents(self, mask, batch, seq_len, device):
+        """The documents of packed rows, each token's right to see the projected rows of its own document only
+        (padding queries see every row, so they stay finite), or None for unpacked rows."""
+        if mask.document_ids is None:
+            return None, None
+        real = mask.key_valid if mask.key_valid is not None else torch.ones(batch, seq_len, dtype=torch.bool,
+                                                                            device=device)
+        segments = DocumentSegments.from_ids(real, mask.document_ids)
+        real = real & (segments.index >= 0)
+        num_documents = segments.count
+        row_owner = torch.arange(num_documents * self.key_projection.out_features, device=device)
+        row_owner = row_owner // self.key_projection.out_features
+        allowed = (row_owner == segments.index[..., None]) | ~real[..., None]  # (B, L, D * k)
+        return (segments, real, num_documents), allowed[:, None]
+
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
-        seq_len = hidden_states.shape[1]
+        batch, seq_len, _ = hidden_states.shape
         if seq_len > self.max_length:  # the model checks this first; the layer may also be called alone
             raise ValueError(
                 f"linformer attention takes sequences of at most max_position_embeddings={self.max_length} "
                 f"tokens (the width of its sequence projections); got length {seq_len}"
             )
         query = self.split_heads(self.query(hidden_states))
-        key = self.split_heads(self.project_sequence(self.key_projection, self.key(hidden_states), mask))
-        value = self.split_heads(self.project_sequence(self.value_projection, self.value(hidden_states), mask))
-        out = F.scaled_dot_product_attention(query, key, value, dropout_p=self.dropout_probability())
+        key, value = self.key(hidden_states), self.value(hidden_states)
+        documents, allowed = self.documents(mask, batch, seq_len, hidden_states.device)
+        if documents is None:
+            key = self.project_sequence(self.key_projection, key, mask)
+            value = self.project_sequence(self.value_projection, value, mask)
+        else:
+            key = self.project_documents(self.key_projection, key, documents)
+            value = self.project_documents(self.value_projection, value, documents)
+        out = F.scaled_dot_product_attention(
+            query, self.split_heads(key), self.split_heads(value), attn_mask=allowed,
+            dropout_p=self.dropout_probability(),
+        )
         return self.output(self.merge_heads(out))
+
+
+def build_block_layout(config, mask):
+    """The block grid of one forward from its [`AttentionMask`]: anchored on each row's real tokens, or, for packed
+    rows, on each document's (`BlockLayout.from_documents`)."""
+    key_valid = mask.key_valid
+    if key_valid is None:
+        key_valid = torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
+    if mask.document_ids is None:
+        return BlockLayout.from_mask(key_valid, config.block_size, config.block_stride)
+    return BlockLayout.from_documents(key_valid, mask.document_ids, config.block_size, config.block_stride)
 
 
 class BlockSelfAttention(HOMAAttentionBase):
@@ -246,11 +292,8 @@ class BlockSelfAttention(HOMAAttentionBase):
         return view_blocks(u, batch, self.num_heads, num_blocks, block_size, self.head_dim)
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
-        batch, seq_len, _ = hidden_states.shape
-        layout = block_layout
-        if layout is None:
-            key_valid = mask.key_valid if mask.key_valid is not None else hidden_states.new_ones(batch, seq_len)
-            layout = BlockLayout.from_mask(key_valid, self.config.block_size, self.config.block_stride)
+        seq_len = hidden_states.shape[1]
+        layout = block_layout if block_layout is not None else build_block_layout(self.config, mask)
         query, key, value = (self.to_blocks(layout, t) for t in self.project_qkv(hidden_states, rotary))
         key_mask = layout.key_mask.unsqueeze(1)  # (B, 1, T, l), broadcast over heads
 
@@ -404,14 +447,13 @@ class HOMAModel(EncoderModel, HOMAPreTrainedModel):
         if output_attentions:
             raise ValueError("output_attentions=True is not supported by HOMA: triadic attention has no (L, L) map")
 
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype):
+    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                      document_ids=None):
         """The mask and positions, and the overlapping block grid shared by all layers of the block types."""
-        context = super().layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype)
+        context = super().layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
+                                        document_ids)
         if self.config.uses_blocks:
-            key_valid = context.mask.key_valid
-            if key_valid is None:
-                key_valid = torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
-            context.block_layout = BlockLayout.from_mask(key_valid, self.config.block_size, self.config.block_stride)
+            context.block_layout = build_block_layout(self.config, context.mask)
         return context
 
 
