@@ -22,7 +22,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.homa import HOMAConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward, is_tracing
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
 from .homa_kernel import BlockLayout, DocumentSegments, triadic_attention, view_blocks
@@ -43,6 +43,13 @@ class LowRankProjection(nn.Module):
 
     def forward(self, x):
         return self.up(self.down(x))
+
+
+def real_tokens(mask):
+    """(B, L) bool: the real tokens of an [`AttentionMask`]."""
+    if mask.key_valid is not None:
+        return mask.key_valid
+    return torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
 
 
 def build_u_projection(config):
@@ -197,34 +204,25 @@ class LinformerSelfAttention(HOMAAttentionBase):
         x = F.pad(x, (0, 0, 0, self.max_length - x.shape[1]))
         return torch.matmul(projection.weight, x) + projection.bias.unsqueeze(-1)
 
-    def project_documents(self, projection, x, documents):
+    def project_documents(self, projection, x, segments, num_documents):
         """(B, L, d) -> (B, D * k, d) for packed rows: each document's own projection, with its tokens in the first
         columns as if it ran alone; document g of a row owns rows g*k .. g*k + k - 1 (D the most documents a row
-        holds, so a row with fewer has unused rows)."""
-        segments, real, num_documents = documents
+        holds; a row with fewer has rows that no query sees)."""
         rank = torch.arange(x.shape[1], device=x.device) - segments.first  # a token's column in its document
-        columns = projection.weight.t()[rank] * real[..., None]  # (B, L, k); padding contributes nothing
+        columns = projection.weight.t()[rank] * segments.real[..., None].to(x.dtype)  # (B, L, k); padding adds 0
         owner = F.one_hot(segments.index.clamp(min=0), num_documents).to(x.dtype)  # (B, L, D)
         mixing = (owner[..., None] * columns[:, :, None, :]).flatten(2)  # (B, L, D * k)
         return mixing.mT @ x + projection.bias.repeat(num_documents)[:, None]
 
-    def documents(self, mask, batch, seq_len, device):
-        """The documents of packed rows, each token's right to see the projected rows of its own document only
-        (padding queries see every row, so they stay finite), or None for unpacked rows."""
-        if mask.document_ids is None:
-            return None, None
-        real = mask.key_valid if mask.key_valid is not None else torch.ones(batch, seq_len, dtype=torch.bool,
-                                                                            device=device)
-        segments = DocumentSegments.from_ids(real, mask.document_ids)
-        real = real & (segments.index >= 0)
-        num_documents = segments.count
-        row_owner = torch.arange(num_documents * self.key_projection.out_features, device=device)
-        row_owner = row_owner // self.key_projection.out_features
-        allowed = (row_owner == segments.index[..., None]) | ~real[..., None]  # (B, L, D * k)
-        return (segments, real, num_documents), allowed[:, None]
+    def own_document_rows(self, segments, num_documents):
+        """(B, 1, L, D * k) bool: a token sees the projected rows of its own document; padding sees every row, so
+        its output stays finite."""
+        rows_per_document = self.key_projection.out_features
+        row_owner = torch.arange(num_documents * rows_per_document, device=segments.index.device) // rows_per_document
+        return ((row_owner == segments.index[..., None]) | ~segments.real[..., None])[:, None]
 
     def forward(self, hidden_states, mask, rotary=None, block_layout=None):
-        batch, seq_len, _ = hidden_states.shape
+        seq_len = hidden_states.shape[1]
         if seq_len > self.max_length:  # the model checks this first; the layer may also be called alone
             raise ValueError(
                 f"linformer attention takes sequences of at most max_position_embeddings={self.max_length} "
@@ -232,13 +230,22 @@ class LinformerSelfAttention(HOMAAttentionBase):
             )
         query = self.split_heads(self.query(hidden_states))
         key, value = self.key(hidden_states), self.value(hidden_states)
-        documents, allowed = self.documents(mask, batch, seq_len, hidden_states.device)
-        if documents is None:
+        if mask.document_ids is None:
             key = self.project_sequence(self.key_projection, key, mask)
             value = self.project_sequence(self.value_projection, value, mask)
+            allowed = None
         else:
-            key = self.project_documents(self.key_projection, key, documents)
-            value = self.project_documents(self.value_projection, value, documents)
+            if is_tracing():
+                raise ValueError(
+                    "linformer attention cannot trace packed rows (position_ids that restart, or cu_seq_lens_q/k): "
+                    "its per-document projections are sized by the number of documents, a value; trace it without "
+                    "position_ids and cu_seq_lens, or run packed rows in eager"
+                )
+            segments = DocumentSegments.from_ids(real_tokens(mask), mask.document_ids)
+            num_documents = segments.count
+            key = self.project_documents(self.key_projection, key, segments, num_documents)
+            value = self.project_documents(self.value_projection, value, segments, num_documents)
+            allowed = self.own_document_rows(segments, num_documents)
         out = F.scaled_dot_product_attention(
             query, self.split_heads(key), self.split_heads(value), attn_mask=allowed,
             dropout_p=self.dropout_probability(),
@@ -249,12 +256,9 @@ class LinformerSelfAttention(HOMAAttentionBase):
 def build_block_layout(config, mask):
     """The block grid of one forward from its [`AttentionMask`]: anchored on each row's real tokens, or, for packed
     rows, on each document's (`BlockLayout.from_documents`)."""
-    key_valid = mask.key_valid
-    if key_valid is None:
-        key_valid = torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
     if mask.document_ids is None:
-        return BlockLayout.from_mask(key_valid, config.block_size, config.block_stride)
-    return BlockLayout.from_documents(key_valid, mask.document_ids, config.block_size, config.block_stride)
+        return BlockLayout.from_mask(real_tokens(mask), config.block_size, config.block_stride)
+    return BlockLayout.from_documents(real_tokens(mask), mask.document_ids, config.block_size, config.block_stride)
 
 
 class BlockSelfAttention(HOMAAttentionBase):

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .attention import is_tracing
+
 # ----------------------------------------------------------------------------------------------------------------
 # Overlapping blocks
 
@@ -55,6 +57,44 @@ def view_blocks(x, *shape):
             break
         trailing *= size
     return x.reshape(-1).view(-1, trailing).view(*shape)
+
+
+@dataclass
+class DocumentSegments:
+    """The documents of a packed batch, as runs of consecutive real tokens that share a document id.
+
+    Attributes:
+        real: (B, L) bool, the token is real (belongs to a document).
+        starts: (B, L) bool, the first token of a document.
+        index: (B, L) long, the document's number within its row (0, 1, ...; -1 before the first document; padding
+            after a document carries that document's number).
+        first: (B, L) long, the position of the document's first token (0 before the first document).
+        length: (B, L) long, the document's number of tokens (0 before the first document).
+    """
+
+    real: torch.Tensor
+    starts: torch.Tensor
+    index: torch.Tensor
+    first: torch.Tensor
+    length: torch.Tensor
+
+    @classmethod
+    def from_ids(cls, real, document_ids):
+        """real (B, L) bool, document_ids (B, L)."""
+        continues = real[:, 1:] & real[:, :-1] & (document_ids[:, 1:] == document_ids[:, :-1])
+        starts = real & ~F.pad(continues, (1, 0), value=False)
+        index = starts.long().cumsum(-1) - 1
+        row = index.clamp(min=0)  # a row has at most L documents, so their numbers index a length-L axis
+        lengths = torch.zeros_like(index).scatter_add_(1, row, real.long())
+        length = torch.where(index >= 0, lengths.gather(1, row), 0)
+        positions = torch.arange(real.shape[1], device=real.device)
+        first = torch.where(starts, positions, 0).cummax(dim=-1).values
+        return cls(real=real, starts=starts, index=index, first=first, length=length)
+
+    @property
+    def count(self):
+        """The most documents a row holds, at least 1 (read from the values: eager only)."""
+        return max(int(self.index[:, -1].max()) + 1, 1)
 
 
 @dataclass
@@ -96,6 +136,48 @@ class BlockLayout:
         merge_weight = used / view_blocks(coverage.gather(1, index).clamp(min=1), *used.shape)
         key_mask = used & view_blocks(mask.gather(1, index), *used.shape)
         return cls(index=index, key_mask=key_mask, merge_weight=merge_weight)
+
+    @classmethod
+    def from_documents(cls, attention_mask, document_ids, block_size, stride):
+        """The grid of a packed batch: every document gets the grid `from_mask` gives it alone, and the documents'
+        blocks follow one another along the block axis.
+
+        attention_mask (B, L) 1 for real tokens; document_ids (B, L), equal ids on the tokens of one document. A
+        document is a run of consecutive real tokens with one id; padding may follow the pack.
+
+        The grid is anchored on each document's first token and cut at its last one, never laid over the row: a
+        row-wide grid would put a document's block edges wherever the pack happens to place it, so the blocks (and
+        so the outputs) would depend on its neighbours' lengths, and "the document run alone" would have no single
+        answer. Anchored per document, its blocks are a function of its own length, exactly those of it alone; a
+        document shorter than a block gets one block whose slots past its end are unused. No slot reads a token of
+        another document (unused slots read their document's first token, with weight 0 and masked), so neither
+        the pairwise nor the triadic pathway, whose window lives inside a block, reaches across a boundary.
+        """
+        real = attention_mask.bool()
+        seq_len = real.shape[1]
+        device = real.device
+        segments = DocumentSegments.from_ids(real, document_ids)
+        needed = 1 + torch.div((segments.length - block_size).clamp(min=0) + stride - 1, stride, rounding_mode="floor")
+        blocks_at_start = torch.where(segments.starts, needed, 0)  # (B, L): blocks of the document starting here
+        blocks_through = blocks_at_start.cumsum(-1)  # (B, L): blocks of the documents starting at or before here
+        # A document of n tokens needs at most n blocks (s <= l), so a traced graph, which cannot read the count,
+        # gets L of them; eager builds the exact number the fullest row needs.
+        num_blocks = seq_len if is_tracing() else max(int(blocks_through[:, -1].max()), 1)
+
+        block = torch.arange(num_blocks, device=device)
+        # Block t of a row belongs to the document whose cumulative block count first exceeds t.
+        start = torch.searchsorted(blocks_through, block.expand(real.shape[0], -1).contiguous(), right=True)
+        block_in_use = start < seq_len  # (B, T)
+        start = start.clamp(max=seq_len - 1)
+        first_block = blocks_through.gather(1, start) - blocks_at_start.gather(1, start)
+        last = start + segments.length.gather(1, start) - 1  # (B, T): the document's last position
+        positions = (start + (block - first_block) * stride)[..., None] + torch.arange(block_size, device=device)
+        used = block_in_use[..., None] & (positions <= last[..., None])  # (B, T, l): real tokens of the document
+        index = torch.where(used, positions, start[..., None]).flatten(1)
+
+        coverage = torch.zeros(real.shape, device=device).scatter_add_(1, index, used.flatten(1).float())
+        merge_weight = used / view_blocks(coverage.gather(1, index).clamp(min=1), *used.shape)
+        return cls(index=index, key_mask=used, merge_weight=merge_weight)
 
     @property
     def num_blocks(self):
