@@ -3,13 +3,28 @@
 Loads offline: ``evaluate.load(encoderlab.metrics.squad.METRIC_PATH, "v2")``. The module is self-contained
 (evaluate copies this one file into its cache), so it imports nothing from encoderlab.
 
-Follows the official evaluation scripts: answers are normalised (lowercase, punctuation and the articles a/an/the
-removed, whitespace collapsed); exact match and token F1 of a question are the maxima over its gold answers; a
-question with no gold answer (v2) scores 1 only when the prediction is empty. v2 also reports the HasAns / NoAns
-splits and the best no-answer threshold: predictions carry the best span's text and a ``no_answer_score`` (higher
-means more likely unanswerable, e.g. the null score minus the best span score); a question counts as predicted
-unanswerable when its score is above the threshold, and best_exact / best_f1 are the best scores over every
-threshold, with the threshold that reaches them.
+Each version follows its official evaluation script. Answers are normalised (lowercase, punctuation and the articles
+a/an/the removed, whitespace collapsed); exact match and token F1 of a question are the maxima over its gold answers.
+
+- v1 (``exact_match``, ``f1``): every gold answer counts, even one that normalises to empty ("The" equals the
+  prediction ""), and a token F1 with no shared token is 0, so "" against a gold "the" scores F1 0. Every question
+  needs a gold answer.
+- v2 (``exact``, ``f1``, HasAns / NoAns splits): gold answers that normalise to empty are dropped and a question
+  left without one is answered only by ""; a token F1 with an empty side is 1 when both sides are empty. A question
+  counts as answerable when it has any gold answer. Predictions carry the best span's text and a ``no_answer_score``
+  (higher means more likely unanswerable, e.g. the null score minus the best span score). A question whose score is
+  above the threshold is predicted unanswerable and scores 1 when it has no gold answer, else 0.
+
+The best threshold (v2 ``best_exact`` / ``best_f1`` and their ``_thresh``) is searched as the official script
+does, by switching questions from "unanswerable" to their span in order of increasing ``no_answer_score``, with
+one difference that makes the saved threshold honest: candidates are only thresholds that can be applied. Questions
+with equal scores switch together (a threshold cannot split them, while the official search may report a score
+reached halfway through a tie), and "every question unanswerable" is the largest float below the lowest score.
+Among thresholds reaching the same best score the lowest is kept. ``best_*`` is the score computed by applying
+``best_*_thresh``, so ``compute(..., no_answer_threshold=best_f1_thresh)["f1"] == best_f1`` exactly. (A span text
+that normalises to empty, such as "the", on an unanswerable question counts in the search as the empty answer it
+scores as, where the official search counts it wrong.) Without ties this is the official search, except that the
+official script reports threshold 0.0 when no switch helps.
 """
 
 import math
@@ -24,18 +39,20 @@ _DESCRIPTION = __doc__
 _CITATION = "Rajpurkar et al. 2016 (SQuAD), 2018 (Know What You Don't Know: Unanswerable Questions for SQuAD)."
 _KWARGS_DESCRIPTION = """
 Args:
-    predictions: list of {"id": str, "prediction_text": str} (v2 also "no_answer_score": float).
+    predictions: list of {"id": str, "prediction_text": str} (v2 also "no_answer_score": float, not NaN).
     references: list of {"id": str, "answers": {"text": list of str, "answer_start": list of int}};
-        v2 questions without an answer have empty lists.
+        v2 questions without an answer have empty lists (v1 questions must have one).
     no_answer_threshold (v2): a question is predicted unanswerable when its no_answer_score is above this
         (default 0.0, the null-score-versus-best-span rule); None uses the prediction texts as given.
 Returns:
-    exact, f1 (percentages), total; v2 also HasAns_* / NoAns_* and best_exact, best_exact_thresh, best_f1,
-    best_f1_thresh.
+    v1: exact_match, f1 (percentages), total. v2: exact, f1, total, HasAns_* / NoAns_*, best_exact,
+    best_exact_thresh, best_f1, best_f1_thresh.
 """
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_TIE_TOLERANCE = 1e-9
+"""Running totals closer than this are the same score (float sums of F1 values in another order)."""
 
 
 def normalize_answer(text: str) -> str:
@@ -48,9 +65,10 @@ def exact_match(prediction: str, gold: str) -> int:
     return int(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def token_f1(prediction: str, gold: str) -> float:
+def token_f1(prediction: str, gold: str, version_2: bool = True) -> float:
+    """Token F1; v2: an empty side matches only another empty side; v1: no shared token is 0, empty or not."""
     predicted_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not predicted_tokens or not gold_tokens:  # an empty side matches only another empty side
+    if version_2 and (not predicted_tokens or not gold_tokens):
         return float(predicted_tokens == gold_tokens)
     shared = sum((Counter(predicted_tokens) & Counter(gold_tokens)).values())
     if shared == 0:
@@ -59,34 +77,40 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def gold_texts(answers: dict) -> list[str]:
-    """Gold answers that survive normalisation; [""] for an unanswerable question (as the v2 script does)."""
-    texts = [text for text in answers["text"] if normalize_answer(text)]
-    return texts or [""]
+def gold_texts(answers: dict, version_2: bool) -> list[str]:
+    """v1: every gold answer. v2: those that survive normalisation, [""] when none does (unanswerable)."""
+    if not version_2:
+        return list(answers["text"])
+    return [text for text in answers["text"] if normalize_answer(text)] or [""]
 
 
-def question_scores(prediction: str, answers: dict) -> tuple[int, float]:
-    golds = gold_texts(answers)
-    return max(exact_match(prediction, gold) for gold in golds), max(token_f1(prediction, gold) for gold in golds)
+def question_scores(prediction: str, answers: dict, version_2: bool = True) -> tuple[int, float]:
+    golds = gold_texts(answers, version_2)
+    return (max(exact_match(prediction, gold) for gold in golds),
+            max(token_f1(prediction, gold, version_2) for gold in golds))
 
 
-def best_threshold(no_answer_scores: dict, raw_scores: dict, has_answer: dict, predicted_empty: dict):
-    """The threshold on no_answer_score that maximises the total score, as the official v2 script searches it.
+def apply_threshold(raw: dict, no_answer_scores: dict, has_answer: dict, threshold: float) -> dict:
+    """Per-question scores at `threshold`: a question scored above it is predicted unanswerable, which is right
+    (1) exactly when it has no gold answer; the others keep the score of their span text."""
+    return {qid: float(not has_answer[qid]) if no_answer_scores[qid] > threshold else score
+            for qid, score in raw.items()}
 
-    Starting from "every question unanswerable" (each NoAns question scores 1), questions are switched to their
-    span prediction in order of increasing no_answer_score; the best running total and the score at which it is
-    reached are returned (as a percentage and a threshold)."""
-    total = sum(not has_answer[qid] for qid in raw_scores)
-    # "Every question unanswerable" is any threshold below the lowest score: the largest float below it.
-    best_total, best_thresh = total, math.nextafter(min(no_answer_scores[qid] for qid in raw_scores), -math.inf)
-    for qid in sorted(raw_scores, key=lambda qid: no_answer_scores[qid]):
-        if has_answer[qid]:
-            total += raw_scores[qid]
-        elif not predicted_empty[qid]:
-            total -= 1
-        if total > best_total:
-            best_total, best_thresh = total, no_answer_scores[qid]
-    return 100.0 * best_total / len(raw_scores), best_thresh
+
+def best_threshold(raw: dict, no_answer_scores: dict, has_answer: dict) -> float:
+    """The lowest applicable threshold on no_answer_score that maximises the total of `apply_threshold`.
+
+    From "every question unanswerable", questions switch to their span in order of increasing score; the total is
+    compared only after the last question of a tie, since one threshold switches all of them."""
+    order = sorted(raw, key=lambda qid: no_answer_scores[qid])
+    total = float(sum(not has_answer[qid] for qid in raw))
+    best_total, best = total, math.nextafter(no_answer_scores[order[0]], -math.inf)
+    for position, qid in enumerate(order):
+        total += raw[qid] - float(not has_answer[qid])
+        tie_continues = position + 1 < len(order) and no_answer_scores[order[position + 1]] == no_answer_scores[qid]
+        if not tie_continues and total > best_total + _TIE_TOLERANCE:
+            best_total, best = total, no_answer_scores[qid]
+    return best
 
 
 def _split(name: str, qids: list, exact: dict, f1: dict) -> dict:
@@ -94,6 +118,45 @@ def _split(name: str, qids: list, exact: dict, f1: dict) -> dict:
         return {}
     return {f"{name}_exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
             f"{name}_f1": 100.0 * sum(f1[q] for q in qids) / len(qids), f"{name}_total": len(qids)}
+
+
+def v1_scores(texts: dict, golds: dict) -> dict:
+    unanswerable = [qid for qid in texts if not golds[qid]["text"]]
+    if unanswerable:
+        raise ValueError(f"SQuAD v1.1 questions need a gold answer; {len(unanswerable)} have none (ids "
+                         f"{unanswerable[:5]}); score unanswerable questions with config 'v2'.")
+    exact, f1 = {}, {}
+    for qid, text in texts.items():
+        exact[qid], f1[qid] = question_scores(text, golds[qid], version_2=False)
+    scores = _split("all", list(texts), exact, f1)
+    return {"exact_match": scores["all_exact"], "f1": scores["all_f1"], "total": scores["all_total"]}
+
+
+def v2_scores(texts: dict, golds: dict, no_answer_scores: dict, threshold: float | None) -> dict:
+    nan = [qid for qid, score in no_answer_scores.items() if math.isnan(score)]
+    if nan:
+        raise ValueError(f"no_answer_score must be a number, got NaN for {len(nan)} questions (ids {nan[:5]}).")
+    raw_exact, raw_f1 = {}, {}
+    for qid, text in texts.items():
+        raw_exact[qid], raw_f1[qid] = question_scores(text, golds[qid])
+    has_answer = {qid: bool(golds[qid]["text"]) for qid in texts}  # as the official script: any gold answer
+
+    def at(threshold):
+        if threshold is None:
+            return raw_exact, raw_f1
+        return tuple(apply_threshold(raw, no_answer_scores, has_answer, threshold) for raw in (raw_exact, raw_f1))
+
+    exact, f1 = at(threshold)
+    all_scores = _split("all", list(texts), exact, f1)
+    results = {"exact": all_scores["all_exact"], "f1": all_scores["all_f1"], "total": all_scores["all_total"]}
+    results |= _split("HasAns", [q for q in texts if has_answer[q]], exact, f1)
+    results |= _split("NoAns", [q for q in texts if not has_answer[q]], exact, f1)
+    for key, raw in (("exact", raw_exact), ("f1", raw_f1)):
+        best = best_threshold(raw, no_answer_scores, has_answer)
+        # Reported as applied, through the same code as "exact" / "f1": the saved threshold reproduces it.
+        results[f"best_{key}"] = _split("all", list(texts), *at(best))[f"all_{key}"]
+        results[f"best_{key}_thresh"] = best
+    return results
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -116,29 +179,8 @@ class Squad(evaluate.Metric):
         if missing or len(predictions) != len(golds):
             raise ValueError(f"predictions and references must have the same question ids; {len(predictions)} "
                              f"predictions for {len(golds)} references, unknown ids {missing[:5]}.")
-        version_2 = self.config_name == "v2"
         texts = {p["id"]: p["prediction_text"] for p in predictions}
-        if version_2 and no_answer_threshold is not None:
-            texts = {p["id"]: "" if p["no_answer_score"] > no_answer_threshold else p["prediction_text"]
-                     for p in predictions}
-        exact, f1 = {}, {}
-        for qid, text in texts.items():
-            exact[qid], f1[qid] = question_scores(text, golds[qid])
-        results = _split("all", list(texts), exact, f1)
-        results = {"exact": results["all_exact"], "f1": results["all_f1"], "total": results["all_total"]}
-        if not version_2:
-            return results
-        has_answer = {qid: bool(golds[qid]["text"]) for qid in texts}  # as the official script: any gold answer
-        results |= _split("HasAns", [q for q in texts if has_answer[q]], exact, f1)
-        results |= _split("NoAns", [q for q in texts if not has_answer[q]], exact, f1)
-        # The threshold search switches questions between "" and their span text, so it scores the span texts.
-        raw = {p["id"]: p["prediction_text"] for p in predictions}
-        raw_exact, raw_f1 = {}, {}
-        for qid, text in raw.items():
-            raw_exact[qid], raw_f1[qid] = question_scores(text, golds[qid])
+        if self.config_name != "v2":
+            return v1_scores(texts, golds)
         no_answer_scores = {p["id"]: p["no_answer_score"] for p in predictions}
-        empty = {qid: not text for qid, text in raw.items()}
-        results["best_exact"], results["best_exact_thresh"] = best_threshold(no_answer_scores, raw_exact,
-                                                                             has_answer, empty)
-        results["best_f1"], results["best_f1_thresh"] = best_threshold(no_answer_scores, raw_f1, has_answer, empty)
-        return results
+        return v2_scores(texts, golds, no_answer_scores, no_answer_threshold)
