@@ -17,6 +17,7 @@ import sys
 
 SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
+    "prepare-data": ("encoderlab.training.prepare_data", "tokenize a run config's corpus into cached shards, only"),
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
     "convert-routing": ("encoderlab.modeling.convert", "re-route a DTA-BERT checkpoint without RoPE"),

@@ -78,7 +78,7 @@ def test_bad_config_keys_and_values(raw, message):
 def test_bad_choices_fail_before_training(tmp_path):
     for section, values, message in [
         ("train", {"schedule": "linear"}, r"train.schedule='linear' is not supported; allowed values: \['wsd', 'cosine'\]"),
-        ("data", {"packing": "pack"}, r"data.packing='pack' is not supported"),
+        ("data", {"packing": "packed"}, r"data.packing='packed' is not supported"),
         ("train", {"token_budget": 0}, r"train.token_budget=0 must be >= 1"),
         ("optimizer", {"name": "sgd"}, r"optimizer='sgd' is not supported"),
         ("train", {"drope_fraction": 1.5}, r"train.drope_fraction=1.5 must be in \(0, 1\)"),

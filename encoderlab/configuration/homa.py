@@ -23,7 +23,9 @@ class HOMAConfig(EncoderConfig):
             fused with windowed triadic attention) or ``"triadic"`` (the triadic pathway alone).
         block_size (`int`, defaults to 30): block length ``l`` of the block attention types.
         block_stride (`int`, defaults to 15): distance ``s`` between block starts; ``s <= l`` so blocks overlap
-            or touch and every token is covered.
+            or touch and every token is covered. On packed rows (``position_ids`` that restart at 0, or
+            ``cu_seq_lens_q/k``) the grid is laid out per document, from its first token: no block or triadic window
+            spans two documents, and each document gets the blocks it has alone.
         triadic_window (`int`, defaults to 5): odd width ``w`` of the triadic window centred on the query; the
             two key positions ``j`` and ``k`` range over it independently (``w * w`` pairs per query).
         u_rank (`int` or `None`, defaults to 8): rank of the triadic ``U`` projection (``d -> r -> d``, no bias,
@@ -38,7 +40,9 @@ class HOMAConfig(EncoderConfig):
             sets it to 0, so a warm-started model starts out equal to its pairwise or blockwise source.
         fusion_hidden_size (`int`, defaults to 128): hidden width of the ``"mlp"`` fusion.
         linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
-            not be longer than ``max_position_embeddings``, the width of its sequence projections.
+            not be longer than ``max_position_embeddings``, the width of its sequence projections. Packed rows are
+            projected per document (each document's tokens in the first columns, as alone; a token attends to its
+            own document's ``linformer_k`` rows), in eager only: tracing packed rows raises.
         attention_bias (`bool`, defaults to `True`): bias in the Q, K, V and output projections.
         initializer (`str`, defaults to `"normal"`): how fresh weights are drawn. ``"normal"``: every linear and
             embedding weight from N(0, ``initializer_range``), biases 0 (the transformers convention).

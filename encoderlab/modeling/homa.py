@@ -185,7 +185,8 @@ class PairwiseSelfAttention(HOMAAttentionBase):
 class LinformerSelfAttention(HOMAAttentionBase):
     """Linformer (Linear-2D): keys and values are projected along the sequence axis by learned
     ``Linear(max_len -> k)`` maps. Each row's real tokens are moved to the front, in order, and its padding zeroed
-    behind them, so a sequence meets the same projection columns whichever side it is padded on."""
+    behind them, so a sequence meets the same projection columns whichever side it is padded on. A packed row
+    projects each document on its own, from the first column, and a token attends to its document's k rows only."""
 
     def __init__(self, config):
         super().__init__(config)

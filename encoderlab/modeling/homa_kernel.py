@@ -6,7 +6,9 @@ Implementation notes:
   every real position is covered whatever the length (the grid is padded, never the data) and left- or
   right-padding a sequence does not move its blocks. Its size comes from the batch's shape alone (as many blocks
   as a sequence filling the whole length needs; a shorter sequence's extra blocks are masked), so torch.export
-  and torch.compile trace it with a symbolic length.
+  and torch.compile trace it with a symbolic length. A packed row gets that grid per document, one document's
+  blocks after another's (`BlockLayout.from_documents`); its size is read from the documents' lengths in eager,
+  and is the bound L (a document of n tokens needs at most n blocks) in a traced graph.
 * The triadic pathway never builds a tensor with both a ``w*w`` axis and a head-channel axis, nor padded or
   w-fold copies of K, U or V: for each offset ``j`` the scores of all ``k`` come from one ``(l, Dh) @ (Dh, l)``
   product of block rows whose band is read through a strided view (see `_product_band`), and the read-out is a

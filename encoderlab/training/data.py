@@ -84,8 +84,10 @@ def load_documents(
           section headings and in-article equations such as ``" = 1 henry = "`` stay inside.
         - ``.jsonl`` / ``.json`` (JSON Lines), ``.parquet``, ``.csv``: one document per row.
         - ``.fasta`` / ``.fa`` / ``.faa``: one document per record, sequence lines concatenated.
-    - A local dataset folder, or a Hugging Face Hub dataset id, read with
-      ``datasets.load_dataset(source, split=split, streaming=streaming)``; e.g.
+    - A local folder holding text or FASTA files: every document file in it (recursively, sorted by path;
+      hidden and ``_``-prefixed names skipped), each read as above.
+    - Any other local folder (e.g. many Parquet / JSON Lines / CSV shards, ``.gz`` included), or a Hugging Face
+      Hub dataset id, read with ``datasets.load_dataset(source, split=split, streaming=streaming)``; e.g.
       ``"HuggingFaceFW/fineweb-edu"`` (field ``text``) or ``"tattabio/OMG_prot50"`` (field
       ``sequence``).
 
@@ -122,7 +124,7 @@ def _open_source(source: str | os.PathLike, text_field: str | None, split: str, 
     """Dispatch a path or dataset id to its reader (validation happens here, not lazily)."""
     path = Path(source).expanduser()
     if path.is_dir():
-        return _dataset_documents(str(path), text_field=text_field, split=split, streaming=streaming)
+        return _folder_documents(path, text_field, split, streaming)
     if isinstance(source, os.PathLike) or path.is_file() or _looks_like_file_path(str(source)):
         if split != "train":
             raise ValueError(
@@ -131,6 +133,39 @@ def _open_source(source: str | os.PathLike, text_field: str | None, split: str, 
             )
         return _file_documents(path, text_field, streaming)
     return _hub_documents(str(source), text_field, split, streaming)
+
+
+def _folder_documents(path: Path, text_field: str | None, split: str, streaming: bool) -> Iterator:
+    """A folder: its text / FASTA files (and any other document files beside them) one after the other, each read
+    as a single file would be; a folder of row files only (Parquet, JSON Lines, CSV) is a `datasets` dataset folder,
+    whose file names may name its splits."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+    line_formats = [p for p in files if _known_format(p) in ("text", "fasta")]
+    if not line_formats:
+        return _dataset_documents(str(path), text_field=text_field, split=split, streaming=streaming)
+    if split != "train":
+        raise ValueError(
+            f"split={split!r} does not apply to the folder {str(path)!r} of text / FASTA files; only 'train' is "
+            "accepted. Use split_documents to make validation/test splits."
+        )
+    documents = [p for p in files if _known_format(p) is not None]
+    if text_field is not None and all(_known_format(p) in ("text", "fasta") for p in documents):
+        _reject_text_field(text_field, f"the text / FASTA files of {str(path)!r}")
+    return itertools.chain.from_iterable(
+        _file_documents(p, text_field if _known_format(p) not in ("text", "fasta") else None, streaming)
+        for p in documents
+    )
+
+
+def _hidden(relative: PurePath) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.parts)
+
+
+def _known_format(path: Path) -> str | None:
+    try:
+        return _file_format(path)
+    except ValueError:
+        return None
 
 
 def _looks_like_file_path(source: str) -> bool:
@@ -549,6 +584,15 @@ def tokenize_to_examples(
         stats.empty_documents,
     )  # fmt: skip
     return (dataset, stats) if return_stats else dataset
+
+
+def document_windows(
+    docs: list[str], tokenizer: "PreTrainedTokenizerBase", seq_len: int, mode: str = "chunk"
+) -> list[list[int]]:
+    """The examples `tokenize_to_examples` makes of `docs`, as lists (for a `datasets` map over a batch)."""
+    num_special = tokenizer.num_special_tokens_to_add(pair=False)
+    counts = dict.fromkeys(("documents", "examples", "truncated_documents", "dropped_tokens", "empty_documents"), 0)
+    return _tokenize_batch(docs, tokenizer, seq_len, mode, num_special, counts)
 
 
 def _tokenize_batch(

@@ -22,6 +22,7 @@ A run is described by a YAML/JSON file with the sections of `RunConfig` (``model
 import argparse
 import inspect
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,67 +177,96 @@ class RunData:
     eval_sets: dict  # {"short": Dataset, "long": Dataset} from the validation documents
     test_sets: dict  # the same from the test documents
     documents: dict  # split name -> number of documents
+    info: dict  # what the shards hold (`encoderlab.training.shards`): token counts, fill rate
 
 
-def evaluation_sets(documents: list[str], tokenizer, run: RunConfig, split: str) -> dict:
-    """Windows of 1x and `long_factor` x the training length from the documents long enough for the latter."""
+def evaluation_sets(documents: Iterable[str], tokenizer, run: RunConfig, split: str) -> dict:
+    """Windows of 1x and `long_factor` x the training length from the documents long enough for the latter.
+
+    `documents` may be a stream: it is read until both sets hold ``data.max_eval_examples`` windows.
+    """
     import datasets
 
-    from .data import select_long_documents, tokenize_to_examples
+    from .data import document_windows, select_long_documents
 
     long_len = run.train.seq_len * run.data.long_factor
-    long_documents = list(select_long_documents(documents, tokenizer, min_tokens=long_len))
-    if not long_documents:
+    cap = run.data.max_eval_examples
+    short, long, found = [], [], False
+    for document in select_long_documents(documents, tokenizer, min_tokens=long_len):
+        found = True
+        # Only full windows: a short tail would not test long context.
+        long += [window for window in document_windows([document], tokenizer, long_len) if len(window) == long_len]
+        short += document_windows([document], tokenizer, run.train.seq_len)
+        if len(short) >= cap and len(long) >= cap:
+            break
+    if not found:
         raise ValueError(
             f"No {split} document has >= {long_len} tokens (data.long_factor={run.data.long_factor} x "
             f"train.seq_len={run.train.seq_len}); raise data.validation_size/test_size or use a larger corpus"
         )
-    long_set = tokenize_to_examples(long_documents, tokenizer, long_len, mode="chunk")
-    # Only full windows: a short tail would not test long context.
-    long_set = long_set.filter(lambda row: len(row["input_ids"]) == long_len)
-    short_set = tokenize_to_examples(long_documents, tokenizer, run.train.seq_len, mode="chunk")
-    cap = run.data.max_eval_examples
-
-    def capped(dataset: datasets.Dataset) -> datasets.Dataset:
-        return dataset.select(range(min(cap, len(dataset))))
-
-    return {"short": capped(short_set), "long": capped(long_set)}
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
+    return {name: datasets.Dataset.from_dict({"input_ids": windows[:cap]}, features=features)
+            for name, windows in (("short", short), ("long", long))}
 
 
-def prepare_data(run: RunConfig, tokenizer_dir: Path, state) -> tuple[Any, RunData]:
-    """Documents -> splits -> tokenizer (saved to / reloaded from `tokenizer_dir`) -> datasets."""
+def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
+    """The run's tokenizer: the one saved in `tokenizer_dir` (the run folder), else the one cached for this corpus
+    and tokenizer section (`encoderlab prepare-data` leaves it there), else built (a trained one from the training
+    split, streamed) and cached. The main process builds it; the others, and resumed runs, load the saved one, so
+    every process and every resumption uses the identical vocabulary."""
     from transformers import AutoTokenizer
 
-    from .data import load_documents, split_documents, tokenize_to_examples
+    from .shards import cached_tokenizer_dir
 
-    documents = list(
-        load_documents(
-            run.data.source,
-            text_field=run.data.text_field,
-            split=run.data.split,
-            streaming=run.data.streaming,
-            limit=run.data.limit,
-        )
-    )
-    splits = split_documents(
-        documents, validation_size=run.data.validation_size, test_size=run.data.test_size, seed=run.train.seed
-    )
-    if not splits["train"]:
-        raise ValueError(f"data.source={run.data.source!r} left no training document after the split")
-    # The main process builds the tokenizer once; other ranks (and resumed runs) load the saved one, so every
-    # process and every resumption uses the identical vocabulary.
+    cached = cached_tokenizer_dir(run)
     with state.main_process_first():
-        if (tokenizer_dir / "tokenizer_config.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        else:
-            tokenizer = build_tokenizer_for_run(run, splits["train"])
+        saved = next((d for d in (tokenizer_dir, cached) if d and (d / "tokenizer_config.json").is_file()), None)
+        if saved is not None:
+            tokenizer = AutoTokenizer.from_pretrained(saved)
+        else:  # built by the main process; saved and read back, as every later run will read it
+            save_atomically(build_tokenizer_for_run(run, training_documents(run)), cached)
+            saved, tokenizer = cached, AutoTokenizer.from_pretrained(cached)
+        if tokenizer_dir is not None and state.is_main_process and saved != tokenizer_dir:
             tokenizer.save_pretrained(tokenizer_dir)
-    train = tokenize_to_examples(splits["train"], tokenizer, run.train.seq_len, mode=run.data.packing)
+    return tokenizer
+
+
+def training_documents(run: RunConfig) -> Iterator[str]:
+    """The training split of the run's corpus, streamed (documents placed by their hash, as in the shards)."""
+    from .data import assign_split, load_documents
+
+    documents = load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
+                               streaming=run.data.streaming, limit=run.data.limit)
+    rule = dict(validation_size=run.data.validation_size, test_size=run.data.test_size, seed=run.train.seed)
+    return (text for text in documents if assign_split(text, **rule) == "train")
+
+
+def save_atomically(tokenizer, directory: Path) -> None:
+    """Save into a side folder, then rename: a concurrent reader sees no tokenizer or a whole one."""
+    import shutil
+    import uuid
+
+    side = directory.with_name(f"{directory.name}.partial-{uuid.uuid4().hex[:8]}")
+    tokenizer.save_pretrained(side)
+    try:
+        side.rename(directory)
+    except OSError:  # saved by another process meanwhile
+        shutil.rmtree(side)
+
+
+def prepare_data(run: RunConfig, tokenizer_dir: Path | None, state) -> tuple[Any, RunData]:
+    """Tokenizer (saved to / reloaded from `tokenizer_dir`) -> tokenized shards (`encoderlab.training.shards`),
+    built once per corpus and settings and read memory-mapped by every process."""
+    from .shards import load_or_build_shards
+
+    tokenizer = run_tokenizer(run, tokenizer_dir, state)
+    shards = load_or_build_shards(run, tokenizer, state)
     data = RunData(
-        train=train,
-        eval_sets=evaluation_sets(splits["validation"], tokenizer, run, "validation"),
-        test_sets=evaluation_sets(splits["test"], tokenizer, run, "test"),
-        documents={name: len(docs) for name, docs in splits.items()},
+        train=shards.train,
+        eval_sets=shards.eval_sets,
+        test_sets=shards.test_sets,
+        documents=shards.info["documents"],
+        info=shards.info,
     )
     return tokenizer, data
 
@@ -251,6 +281,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
     from .collator import MLMCollator
     from .metrics import compute_metrics, preprocess_logits_for_metrics
     from .optim import build_optimizer
+    from .packing import PackedMLMCollator
     from .trainer import MLMTrainer, training_arguments
 
     drope = run.train.drope_fraction is not None and model.config.has_position_signal
@@ -263,11 +294,19 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
         random_replace_prob=run.mlm.random_replace_prob,
     )
     optimizer = build_optimizer(model, run.optimizer)
+    args = training_arguments(run, plan["max_steps"], drope)
+    if run.data.packing == "pack":  # rows of exactly seq_len tokens, positions restarting in every document
+        collators = (PackedMLMCollator(tokenizer, row_length=run.train.seq_len, mask_on_device=True, **masking),
+                     PackedMLMCollator(tokenizer, seed=run.train.seed, **masking))
+        args.remove_unused_columns = False  # the collator reads each row's document lengths
+    else:
+        collators = (MLMCollator(tokenizer, mask_on_device=True, **masking),
+                     MLMCollator(tokenizer, seed=run.train.seed, **masking))
     return MLMTrainer(
         model=model,
-        args=training_arguments(run, plan["max_steps"], drope),
-        data_collator=MLMCollator(tokenizer, mask_on_device=True, **masking),
-        eval_data_collator=MLMCollator(tokenizer, seed=run.train.seed, **masking),
+        args=args,
+        data_collator=collators[0],
+        eval_data_collator=collators[1],
         mask_seed=run.train.seed,
         train_dataset=data.train,
         eval_dataset=data.eval_sets,
@@ -338,11 +377,12 @@ def _final_results(run: RunConfig, trainer, data: RunData, plan: dict, tokenizer
     """Validation and test metrics at 1x / 4x length, the unigram baseline and the real token count."""
     from .callbacks import DroPECallback
     from .collator import special_token_ids_of
-    from .metrics import unigram_argmax, unigram_baseline_accuracy
+    from .metrics import unigram_baseline_accuracy
+    from .shards import unigram_argmax_of
 
     validation = trainer.evaluate()
     test = trainer.evaluate(eval_dataset=data.test_sets, metric_key_prefix="test")
-    top_token = unigram_argmax(data.train["input_ids"], special_token_ids_of(tokenizer))
+    top_token = unigram_argmax_of(data.info, special_token_ids_of(tokenizer))  # counted when the shards were built
     collate = trainer.eval_data_collator
     baseline = {
         name: unigram_baseline_accuracy(top_token, [collate(list(dataset))["labels"].numpy()])
@@ -396,6 +436,15 @@ def _save_run(run: RunConfig, trainer, results: dict) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
+    )  # fmt: skip
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--config and --set (also those of ``encoderlab prepare-data``)."""
     parser.add_argument(
         "--config", required=True,
         help=f"YAML/JSON run config, or the name of a bundled one ({', '.join(bundled_config_names())}); required: "
@@ -404,10 +453,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config key, e.g. --set train.seq_len=128 --set model.config.hidden_size=256",
-    )  # fmt: skip
-    parser.add_argument(
-        "--resume", action="store_true",
-        help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
     )  # fmt: skip
 
 

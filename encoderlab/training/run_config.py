@@ -19,7 +19,7 @@ import yaml
 
 
 CONFIG_DIR = Path(__file__).with_name("configs")
-PACKING_MODES = ("chunk", "truncate")
+PACKING_MODES = ("pack", "chunk", "truncate")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
@@ -118,8 +118,16 @@ class DataSection:
     """Read at most this many documents."""
     validation_size: float = 0.1
     test_size: float = 0.1
-    packing: str = "chunk"
-    """``chunk``: every document cut into consecutive windows; ``truncate``: its first window only."""
+    packing: str = "pack"
+    """``pack``: windows of every document packed into rows of exactly ``train.seq_len`` tokens (padding-free);
+    ``chunk``: every document cut into consecutive windows, one per example (padded per batch); ``truncate``: its
+    first window only."""
+    cache_dir: str | None = None
+    """Folder of the tokenized shards (default: ``$ENCODERLAB_CACHE/shards``, else ``~/.cache/encoderlab/shards``)."""
+    num_proc: int = 1
+    """Processes that tokenize (`datasets` ``map``); the fast tokenizers are multi-threaded already."""
+    shard_rows: int = 50_000
+    """Rows per Arrow shard file of the training set."""
     long_factor: int = 4
     """Long-context evaluation length, in multiples of ``train.seq_len``."""
     max_eval_examples: int = 256
@@ -135,6 +143,8 @@ class DataSection:
             )
         check_at_least("data.long_factor", self.long_factor, 1)
         check_at_least("data.max_eval_examples", self.max_eval_examples, 1)
+        check_at_least("data.num_proc", self.num_proc, 1)
+        check_at_least("data.shard_rows", self.shard_rows, 1)
         if self.limit is not None:
             check_at_least("data.limit", self.limit, 1)
 

@@ -15,7 +15,10 @@ from .optim import scheduler_arguments
 
 def plan_steps(train_dataset, run, world_size: int) -> dict:
     """Optimizer steps for the token budget, from the mean number of (non-padding) tokens per example."""
-    lengths = [len(ids) for ids in train_dataset["input_ids"]]
+    if "num_tokens" in getattr(train_dataset, "column_names", ()):  # shards: one column read, not every row's ids
+        lengths = list(train_dataset["num_tokens"])
+    else:
+        lengths = [len(ids) for ids in train_dataset["input_ids"]]
     if not lengths:
         raise ValueError("The training split produced no example")
     mean_length = sum(lengths) / len(lengths)

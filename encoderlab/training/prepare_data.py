@@ -1,0 +1,32 @@
+"""``encoderlab prepare-data``: the data step of ``encoderlab pretrain`` alone, so a cluster job can tokenize on CPU
+nodes before the GPU job starts.
+
+It builds (or finds) the run's tokenizer and its tokenized shards in the shard cache (`encoderlab.training.shards`)
+exactly as ``encoderlab pretrain`` would with the same run config, and writes nothing into ``output_dir``: the
+pretraining run then finds both in the cache and starts training at once.
+"""
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .pretrain import add_config_arguments
+
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from .pretrain import run_tokenizer, validate_run
+    from .run_config import load_run_config
+    from .shards import describe, load_or_build_shards
+
+    config = load_run_config(args.config, args.overrides)
+    validate_run(config)
+    state = PartialState()
+    tokenizer = run_tokenizer(config, None, state)
+    shards = load_or_build_shards(config, tokenizer, state)
+    print(json.dumps(describe(shards), indent=1))
+    return 0
