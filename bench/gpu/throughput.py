@@ -1,0 +1,425 @@
+"""GPU part 2 (issue 30): throughput against ModernBERT, BERT and the HOMA paper, measured in one run.
+
+Sections (``--sections``, in this order, each skipped and reported so when the time budget is spent):
+
+* ``ceiling``: the bf16 matrix-product rate on random data, measured now: what TFLOP/s are read against.
+* ``attention``: the attention op alone, forward + backward, bf16, B * L fixed, L = 1k..32k: dual triangle (6 heads
+  of 128 = 12 triangle halves of 64) against bidirectional and causal (12 heads of 64), through every kernel this
+  encoderlab has. FLOPs: 4 * B * H * L^2 * D for a full forward, halved for causal and dual triangle, times 3.5 for
+  forward + backward (FlashAttention's count: the backward is 2.5 forwards).
+* ``homa``: HOMA at the paper's secondary-structure shape (d 512, 12 layers, 8 heads, L 512, l 30, s 15, r 8,
+  batch 16), w = 3 / 5 / 7, against Blockwise-2D: token-positions per second of a training step, and peak memory.
+* ``models``: the whole-model MLM training step (bf16 autocast, AdamW), tokens per second at 12 x 768: DTA-BERT
+  (flex_attention + torch.compile) against transformers' ModernBertForMaskedLM and BertForMaskedLM (sdpa), at
+  L = 512 / 1024 / 4096 fixed, and on real length distributions (UniProt at 1024, SST-2 at 128): padded batches for
+  the baselines, packed rows for DTA-BERT where packing has landed (else padded too); useful tokens per second.
+* ``memory``: peak memory of one step and the largest batch that fits at L = 4096, DTA-BERT against ModernBERT
+  (uncompiled, so that each batch size costs no compilation).
+
+Timing: warm-up calls first, then CUDA events around each call, the median of the repeats. Files: throughput_*.csv
+and throughput_environment.json in --out.
+"""
+
+import gzip
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+SECTIONS = ("ceiling", "attention", "homa", "models", "memory")
+FORWARD_BACKWARD = 3.5  # FLOPs of forward + backward over the forward's (backward = 2.5 forwards)
+HOMA_PAPER_A100 = {3: (3.1e4, 14.6), 7: (1.5e4, 38.9)}  # w -> (token-positions/s, GB), the paper's A100 numbers
+
+
+def attention_flops(attention_type: str, batch: int, seq_len: int, heads: int, head_dim: int) -> float:
+    """Forward + backward FLOPs of one attention call: two L x L x D products per head, halved for a triangle."""
+    full = 4 * batch * heads * seq_len**2 * head_dim
+    return FORWARD_BACKWARD * full * (1.0 if attention_type == "bidirectional" else 0.5)
+
+
+def attention_shapes(attention_type: str) -> tuple[int, int]:
+    """(heads, head size) at width 768: dual triangle heads are twice as wide, so both have 12 halves of 64."""
+    return (6, 128) if attention_type == "dual_triangle" else (12, 64)
+
+
+def bench_attention(context, table, implementations, budget_end: float) -> None:
+    import torch
+
+    from encoderlab.modeling.attention import AttentionMask, attend
+
+    lengths = (64, 128) if context.quick else (1024, 4096, 16384, 32768)
+    tokens = 256 if context.quick else 32768
+    dtype = torch.bfloat16 if context.on_gpu else torch.float32
+    for seq_len in lengths:
+        batch = max(1, tokens // seq_len)
+        results = {}
+        if time.monotonic() > budget_end:
+            table.add(L=seq_len, batch=batch, note="skipped: time budget spent")
+            continue
+        for attention_type in ("dual_triangle", "bidirectional", "causal"):
+            heads, head_dim = attention_shapes(attention_type)
+            q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=context.device, dtype=dtype,
+                                   requires_grad=True) for _ in range(3))
+            grad = torch.randn_like(q)
+            mask = AttentionMask(None, batch, seq_len, context.device)
+            for implementation in implementations:
+                def step():
+                    output, _ = attend(q, k, v, mask=mask, attention_type=attention_type,
+                                       implementation=implementation, training=True)
+                    output.backward(grad)
+                try:
+                    ms = common.median_ms(step, context.device, warmup=2 if context.quick else 5,
+                                          repeat=3 if context.quick else 10)
+                except Exception as error:  # a kernel that refuses the shape is a row, not a crash
+                    table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
+                              note=f"{type(error).__name__}: {str(error)[:80]}")
+                    continue
+                tflops = attention_flops(attention_type, batch, seq_len, heads, head_dim) / (ms * 1e-3) / 1e12
+                results[(attention_type, implementation)] = ms
+                table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
+                          ms=ms, tflops=tflops)
+        for row in table.rows:  # each type over bidirectional on the same kernel (target: dual <= 0.55)
+            key = ("bidirectional", row["implementation"])
+            if row["L"] == seq_len and key in results and row["ms"] != "":
+                row["ms / bidirectional"] = row["ms"] / results[key]
+
+
+def train_step_fn(model, batch: dict, device: str, optimizer):
+    import torch
+
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def mlm_labels(input_ids, attention_mask, generator):
+    import torch
+
+    chosen = (torch.rand(input_ids.shape, generator=generator) < 0.15) & attention_mask.bool()
+    return input_ids.masked_fill(~chosen, -100)
+
+
+def model_sizes(quick: bool) -> dict:
+    if quick:
+        return dict(hidden=32, layers=2, heads=2, vocab=512)
+    return dict(hidden=768, layers=12, heads=12, vocab=30528)
+
+
+def build_models(context, max_len: int) -> dict:
+    """name -> (model on the device, whether its batches are packed). DTA-BERT with 6 heads of 128 (dual
+    triangle); the baselines as transformers builds them, sdpa attention."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
+
+    from encoderlab import DTABertConfig, DTABertForMaskedLM
+
+    size = model_sizes(context.quick)
+    hidden, layers, heads, vocab = size["hidden"], size["layers"], size["heads"], size["vocab"]
+    dta = DTABertForMaskedLM(DTABertConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads // 2,
+        intermediate_size=8 * hidden // 3,  # SwiGLU at 8/3 d: BERT's MLP parameter count
+        max_position_embeddings=max_len, attention_type="dual_triangle", position_embedding_type="none"))
+    modern = ModernBertForMaskedLM(ModernBertConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=int(1.5 * hidden), max_position_embeddings=max_len, pad_token_id=0, cls_token_id=1,
+        sep_token_id=2, bos_token_id=1, eos_token_id=2))  # ModernBERT-base's MLP (GLU of 1152)
+    bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                      num_attention_heads=heads, intermediate_size=4 * hidden,
+                                      max_position_embeddings=max_len))
+    models = {"DTA-BERT": dta, "ModernBERT": modern, "BERT": bert}
+    for name, model in models.items():
+        model.set_attn_implementation("sdpa")
+        model.to(context.device).train()
+    return models
+
+
+def dta_implementation(context, packed: bool) -> str:
+    implementations = common.attention_implementations()
+    if not context.on_gpu:
+        return "sdpa"
+    return "varlen" if packed and "varlen" in implementations else "flex_attention"
+
+
+def fixed_batch(batch: int, seq_len: int, vocab: int, device: str, generator) -> dict:
+    import torch
+
+    ids = torch.randint(5, vocab, (batch, seq_len), generator=generator)
+    mask = torch.ones_like(ids)
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device),
+            "labels": mlm_labels(ids, mask, generator).to(device)}
+
+
+def padded_batches(lengths, batch: int, vocab: int, device: str, generator) -> list:
+    """Documents of the given lengths in batches of `batch`, right-padded to each batch's longest."""
+    import torch
+
+    batches = []
+    for start in range(0, len(lengths), batch):
+        chunk = lengths[start:start + batch]
+        ids = torch.zeros(len(chunk), max(chunk), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, length in enumerate(chunk):
+            ids[row, :length] = torch.randint(5, vocab, (length,), generator=generator)
+            mask[row, :length] = 1
+        batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device),
+                        "labels": mlm_labels(ids, mask, generator).to(device)})
+    return batches
+
+
+def packed_batches(lengths, rows: int, seq_len: int, vocab: int, device: str, generator) -> list:
+    """The same documents packed greedily into rows of `seq_len` (``position_ids`` restarting at 0 per document,
+    padding after the last document of a row), `rows` rows per batch."""
+    import torch
+
+    packed_rows, current = [], []
+    for length in lengths:
+        if sum(current) + length > seq_len:
+            packed_rows.append(current)
+            current = []
+        current.append(length)
+    packed_rows.append(current)
+    batches = []
+    for start in range(0, len(packed_rows), rows):
+        chunk = packed_rows[start:start + rows]
+        ids = torch.zeros(len(chunk), seq_len, dtype=torch.long)
+        mask, positions = torch.zeros_like(ids), torch.zeros_like(ids)
+        for row, documents in enumerate(chunk):
+            used = sum(documents)
+            ids[row, :used] = torch.randint(5, vocab, (used,), generator=generator)
+            mask[row, :used] = 1
+            positions[row, :used] = torch.cat([torch.arange(n) for n in documents])
+        batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device),
+                        "position_ids": positions.to(device), "labels": mlm_labels(ids, mask, generator).to(device)})
+    # A short last batch would be one more shape to compile: keep full batches only (the rate is per token).
+    return batches[:-1] if len(batches) > 1 and len(batches[-1]["input_ids"]) < rows else batches
+
+
+def time_batches(model, batches, device, warmup: int) -> float:
+    """Seconds for one pass over `batches` (one training step each, CUDA events around each), after `warmup` steps
+    on the first and one untimed pass over all (which compiles every shape the pass needs)."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device == "cuda")
+    steps = [train_step_fn(model, batch, device, optimizer) for batch in batches]
+    for _ in range(warmup):
+        steps[0]()
+    for step in steps[1:]:
+        step()
+    return sum(common.median_ms(step, device, warmup=0, repeat=1) for step in steps) / 1e3
+
+
+def real_lengths(context, source: str, seq_len: int, count: int) -> list:
+    """Token lengths of real documents, cut at `seq_len`: UniProt residues + 2 specials, or SST-2 words + 2 (a
+    word-level count; subword tokenizers give somewhat more)."""
+    if source == "uniprot":
+        lengths = []
+        with gzip.open(context.data_file("proteins", "uniprot_sample_20k.fasta.gz"), "rt") as handle:
+            length = None
+            for line in handle:
+                if line.startswith(">"):
+                    if length:
+                        lengths.append(length)
+                    length = 0
+                else:
+                    length += len(line.strip())
+                if len(lengths) >= count:
+                    break
+        return [min(seq_len, n + 2) for n in lengths[:count]]
+    path = context.data_file("glue", "SST-2", "train.tsv")
+    sentences = path.read_text(encoding="utf-8").splitlines()[1:count + 1]
+    return [min(seq_len, len(line.split("\t")[0].split()) + 2) for line in sentences]
+
+
+def bench_models(context, table, budget_end: float) -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    fixed = (64, 128) if context.quick else (512, 1024, 4096)
+    tokens_per_step = 512 if context.quick else 32768
+    vocab = model_sizes(context.quick)["vocab"]
+    models = build_models(context, max(fixed) * 2)
+    packing = common.packing_available()
+    parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
+    workloads = [(f"fixed L={L}", L, None) for L in fixed]
+    workloads += [(f"UniProt at {L}", L, "uniprot") for L in ([128] if context.quick else [1024])]
+    workloads += [(f"SST-2 at {L}", L, "sst2") for L in ([32] if context.quick else [128])]
+    for workload, seq_len, source in workloads:
+        if time.monotonic() > budget_end:
+            table.add(workload=workload, note="skipped: time budget spent")
+            continue
+        rows = max(1, tokens_per_step // seq_len)
+        if source is None:
+            shared = [fixed_batch(rows, seq_len, vocab, context.device, generator)]
+            lengths = None
+        else:
+            lengths = real_lengths(context, source, seq_len, rows * (2 if context.quick else 8))
+        base_rate = None
+        for name, model in models.items():
+            packed = name == "DTA-BERT" and packing and lengths is not None
+            if lengths is None:
+                batches = shared
+            elif packed:
+                batches = packed_batches(lengths, rows, seq_len, vocab, context.device, generator)
+            else:
+                batches = padded_batches(lengths, rows, vocab, context.device, generator)
+            runner = model
+            if name == "DTA-BERT":
+                model.set_attn_implementation(dta_implementation(context, packed))
+                # varlen is one fused FlashAttention call already; compiling around it would recompile for every
+                # batch's number of documents.
+                if context.on_gpu and context.compile and model.config._attn_implementation != "varlen":
+                    runner = torch.compile(model)
+            common.reset_peak_memory(context.device)
+            try:
+                seconds = time_batches(runner, batches, context.device, warmup=1 if context.quick else 3)
+            except torch.OutOfMemoryError:
+                table.add(workload=workload, model=name, note="out of memory")
+                continue
+            useful = sum(int(b["attention_mask"].sum()) for b in batches)
+            rate = useful / seconds
+            base_rate = rate if name == "ModernBERT" else base_rate
+            table.add(workload=workload, model=name, params_m=parameters[name] / 1e6,
+                      batching="packed" if packed else ("fixed" if lengths is None else "padded"),
+                      implementation=model.config._attn_implementation + (" + compile" if runner is not model else ""),
+                      useful_tokens_per_s=rate, peak_gib=common.peak_memory_gib(context.device))
+        for row in table.rows:
+            if row["workload"] == workload and base_rate and row.get("useful_tokens_per_s") not in ("", None):
+                row["x ModernBERT"] = row["useful_tokens_per_s"] / base_rate
+
+
+def bench_homa(context, table) -> None:
+    import torch
+
+    from encoderlab import HOMAConfig, HOMAForTokenClassification
+
+    if context.quick:
+        shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                     block_size=8, block_stride=4, u_rank=4, fusion_hidden_size=16)
+        batch, seq_len, windows = 2, 64, (3, 5)
+    else:  # the paper's secondary-structure model (Table 1)
+        shape = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=1024,
+                     block_size=30, block_stride=15, u_rank=8, fusion_hidden_size=128)
+        batch, seq_len, windows = 16, 512, (3, 5, 7)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 25, (batch, seq_len), generator=generator)
+    inputs = {"input_ids": ids.to(context.device), "attention_mask": torch.ones_like(ids).to(context.device),
+              "labels": torch.randint(0, 3, (batch, seq_len), generator=generator).to(context.device)}
+    arms = [("blockwise", 3)] + [("homa", w) for w in windows]
+    base = None
+    for attention_type, window in arms:
+        model = HOMAForTokenClassification(HOMAConfig(
+            vocab_size=30, num_labels=3, max_position_embeddings=seq_len, attention_type=attention_type,
+            triadic_window=window, hidden_dropout_prob=0.0, **shape)).to(context.device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        common.reset_peak_memory(context.device)
+        try:
+            ms = common.median_ms(train_step_fn(model, inputs, context.device, optimizer), context.device,
+                                  warmup=1 if context.quick else 3, repeat=2 if context.quick else 10)
+        except torch.OutOfMemoryError:
+            table.add(arm=f"{attention_type} w={window}", note="out of memory")
+            continue
+        rate = batch * seq_len / (ms * 1e-3)
+        base = rate if attention_type == "blockwise" else base
+        paper = HOMA_PAPER_A100.get(window) if attention_type == "homa" else None
+        table.add(arm="Blockwise-2D" if attention_type == "blockwise" else f"HOMA w={window}", ms_per_step=ms,
+                  token_positions_per_s=rate, peak_gib=common.peak_memory_gib(context.device),
+                  **{"x Blockwise-2D": rate / base,
+                     "x paper A100": rate / paper[0] if paper and context.on_gpu else "",
+                     "memory / paper": common.peak_memory_gib(context.device) * 2**30 / 1e9 / paper[1]
+                     if paper and context.on_gpu else ""})
+        del model, optimizer
+
+
+def bench_memory(context, table, budget_end: float) -> None:
+    """Largest batch (doubling) whose training step fits at L = 4096, uncompiled."""
+    import torch
+
+    seq_len = 128 if context.quick else 4096
+    cap = 4 if context.quick else 512
+    vocab = model_sizes(context.quick)["vocab"]
+    generator = torch.Generator().manual_seed(0)
+    for name, model in build_models(context, seq_len).items():
+        if name == "BERT":
+            continue
+        if name == "DTA-BERT":
+            model.set_attn_implementation("flex_attention" if context.on_gpu else "sdpa")
+        largest, peak, batch = 0, float("nan"), 1
+        while batch <= cap and time.monotonic() < budget_end:
+            common.reset_peak_memory(context.device)
+            try:
+                time_batches(model, [fixed_batch(batch, seq_len, vocab, context.device, generator)], context.device,
+                             warmup=1)
+            except torch.OutOfMemoryError:
+                break
+            largest, peak, batch = batch, common.peak_memory_gib(context.device), batch * 2
+        table.add(model=name, L=seq_len, largest_batch=largest, peak_gib_at_largest=peak,
+                  note="cap reached" if largest == cap else ("time budget spent" if batch <= cap and
+                                                             time.monotonic() >= budget_end else ""))
+        del model
+        common.reset_peak_memory(context.device)
+
+
+def main(argv=None) -> int:
+    arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
+    arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    arguments.add_argument("--no-compile", dest="compile", action="store_false",
+                           help="DTA-BERT without torch.compile in the model section (when compiling runs too long)")
+    args = arguments.parse_args(argv)
+    context = common.start(args)
+    context.compile = args.compile
+    implementations = [i for i in common.attention_implementations()
+                       if i != "eager" and (context.on_gpu or i not in ("varlen", "flex_attention"))]
+    tables = {
+        "attention": common.Table("attention op, fwd + bwd", ["L", "batch", "attention", "implementation", "ms",
+                                                               "tflops", "ms / bidirectional", "note"]),
+        "homa": common.Table("HOMA at the paper's SS shape", ["arm", "ms_per_step", "token_positions_per_s",
+                                                              "peak_gib", "x Blockwise-2D", "x paper A100",
+                                                              "memory / paper", "note"]),
+        "models": common.Table("MLM train step", ["workload", "model", "params_m", "batching", "implementation",
+                                                  "useful_tokens_per_s", "x ModernBERT", "peak_gib", "note"]),
+        "memory": common.Table("largest batch", ["model", "L", "largest_batch", "peak_gib_at_largest", "note"]),
+    }
+    ceiling = float("nan")
+    share = {"ceiling": 0.02, "attention": 0.2, "homa": 0.15, "models": 0.45, "memory": 0.18}
+    for index, section in enumerate(args.sections):
+        print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
+        if context.seconds_left() <= 0:
+            print(f"skipped {section}: time budget spent")
+            continue
+        # This section's share of the time left, among the sections still to run.
+        end = time.monotonic() + context.seconds_left() * share[section] / sum(share[s] for s in args.sections[index:])
+        if section == "ceiling":
+            ceiling = common.matmul_ceiling_tflops(context.device, context.quick)
+            print(f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s" if context.on_gpu else
+                  f"fp32 matmul rate: {ceiling:.3f} TFLOP/s")
+        elif section == "attention":
+            bench_attention(context, tables["attention"], implementations, end)
+        elif section == "homa":
+            bench_homa(context, tables["homa"])
+        elif section == "models":
+            bench_models(context, tables["models"], end)
+        else:
+            bench_memory(context, tables["memory"], end)
+    for name, table in tables.items():
+        if table.rows:
+            table.write_csv(context.out / f"throughput_{name}.csv")
+            print(table.text())
+    common.write_json(context.out / "throughput_environment.json",
+                      {"device": common.device_name(context.device), "versions": common.versions(),
+                       "matmul_ceiling_tflops": ceiling, "command": " ".join(sys.argv),
+                       "seconds": round(context.elapsed(), 1)})
+    print(f"matmul ceiling {ceiling:.1f} TFLOP/s; {context.elapsed():.0f} s")
+    common.check_out_files(context.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
