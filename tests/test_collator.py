@@ -272,6 +272,35 @@ def test_collator_is_a_transformers_mlm_collator_with_our_masking_rule(esm):
         collator(examples_of(esm, ["MKT"]), return_tensors="np")
 
 
+@pytest.mark.parametrize("path", ["unseeded", "seeded", "mask_on_device"])
+def test_collator_defaults_select_15_percent_with_the_80_10_10_split(esm, path):
+    """The collator's own defaults (not only mask_tokens'): every masking path it offers, built without arguments."""
+    generator = torch.Generator().manual_seed(0)
+    letters = "ACDEFGHIKLMNPQRSTVWY"
+    sequences = ["".join(letters[i] for i in torch.randint(20, (int(n),), generator=generator))
+                 for n in torch.randint(200, 320, (200,), generator=generator)]
+    collator = MLMCollator(esm, mask_on_device=path == "mask_on_device", seed=0 if path == "seeded" else None)
+    batch = collator(examples_of(esm, sequences))
+    if path == "mask_on_device":
+        original, maskable = batch["input_ids"], ~batch["special_tokens_mask"]
+        batch = collator.mask_batch(batch, generator=torch.Generator().manual_seed(0))
+    labels = batch["labels"]
+    selected = labels != IGNORE_INDEX
+    if path != "mask_on_device":
+        original = torch.where(selected, labels, batch["input_ids"])
+        maskable = (batch["attention_mask"] == 1) & ~torch.isin(original, torch.tensor(collator.special_token_ids))
+    assert torch.equal(labels[selected], original[selected]) and not (selected & ~maskable).any()
+    hits = int(selected.sum())
+    assert within_binomial(hits, int(maskable.sum()), 0.15)
+    became_mask = int((selected & (batch["input_ids"] == esm.mask_token_id)).sum())
+    kept = int((selected & (batch["input_ids"] == original)).sum())
+    randomised = hits - became_mask - kept
+    candidates = collator.vocab_size - len(collator.special_token_ids)  # a random draw may equal the original
+    assert within_binomial(became_mask, hits, 0.8)
+    assert within_binomial(randomised, hits, 0.1 * (1 - 1 / candidates))
+    assert within_binomial(kept, hits, 0.1 + 0.1 / candidates)
+
+
 def test_collator_configuration_errors(esm):
     with pytest.raises(ValueError, match="seed fixes masks drawn by the collator"):
         MLMCollator(esm, mask_on_device=True, seed=0)
