@@ -13,7 +13,6 @@ import torch
 from transformers import DataCollatorWithFlattening
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling import homa as homa_module
 from encoderlab.modeling.attention import AttentionMask
 from encoderlab.modeling.homa import HOMAForMaskedLM, LinformerSelfAttention
 from encoderlab.modeling.homa_kernel import BlockLayout
@@ -221,10 +220,11 @@ def test_no_gradient_crosses_a_document_boundary(attention_type):
 # Linformer's limits
 
 
-def test_linformer_refuses_to_trace_packed_rows(monkeypatch):
+def test_linformer_refuses_to_export_packed_rows(monkeypatch):
     config = HOMAConfig(**TINY, attention_type="linformer")
     layer = LinformerSelfAttention(config)
     mask = AttentionMask(None, 1, 6, "cpu", document_ids=torch.tensor([[0, 0, 0, 1, 1, 1]]))
-    monkeypatch.setattr(homa_module, "is_tracing", lambda: True)
-    with pytest.raises(ValueError, match="linformer attention cannot trace packed rows"):
+    layer(torch.randn(1, 6, 16), mask)  # eager runs it
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    with pytest.raises(ValueError, match="linformer attention cannot export packed rows"):
         layer(torch.randn(1, 6, 16), mask)

@@ -42,7 +42,7 @@ class HOMAConfig(EncoderConfig):
         linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
             not be longer than ``max_position_embeddings``, the width of its sequence projections. Packed rows are
             projected per document (each document's tokens in the first columns, as alone; a token attends to its
-            own document's ``linformer_k`` rows), in eager only: tracing packed rows raises.
+            own document's ``linformer_k`` rows); torch.export of packed rows raises, eager and torch.compile run them.
         attention_bias (`bool`, defaults to `True`): bias in the Q, K, V and output projections.
         initializer (`str`, defaults to `"normal"`): how fresh weights are drawn. ``"normal"``: every linear and
             embedding weight from N(0, ``initializer_range``), biases 0 (the transformers convention).

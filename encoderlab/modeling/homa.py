@@ -22,7 +22,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils.output_capturing import OutputRecorder
 
 from ..configuration.homa import HOMAConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward, is_tracing
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
 from .homa_kernel import BlockLayout, DocumentSegments, triadic_attention, view_blocks
@@ -236,11 +236,11 @@ class LinformerSelfAttention(HOMAAttentionBase):
             value = self.project_sequence(self.value_projection, value, mask)
             allowed = None
         else:
-            if is_tracing():
+            if torch.compiler.is_exporting():
                 raise ValueError(
-                    "linformer attention cannot trace packed rows (position_ids that restart, or cu_seq_lens_q/k): "
-                    "its per-document projections are sized by the number of documents, a value; trace it without "
-                    "position_ids and cu_seq_lens, or run packed rows in eager"
+                    "linformer attention cannot export packed rows (position_ids that restart, or cu_seq_lens_q/k): "
+                    "its per-document projections are sized by the number of documents, a value; export it without "
+                    "position_ids and cu_seq_lens, or run packed rows in eager or under torch.compile"
                 )
             segments = DocumentSegments.from_ids(real_tokens(mask), mask.document_ids)
             num_documents = segments.count

@@ -7,8 +7,8 @@ Implementation notes:
   right-padding a sequence does not move its blocks. Its size comes from the batch's shape alone (as many blocks
   as a sequence filling the whole length needs; a shorter sequence's extra blocks are masked), so torch.export
   and torch.compile trace it with a symbolic length. A packed row gets that grid per document, one document's
-  blocks after another's (`BlockLayout.from_documents`); its size is read from the documents' lengths in eager,
-  and is the bound L (a document of n tokens needs at most n blocks) in a traced graph.
+  blocks after another's (`BlockLayout.from_documents`); its size is read from the documents' lengths (a graph
+  break under torch.compile), and is the bound L (a document of n tokens needs at most n blocks) under torch.export.
 * The triadic pathway never builds a tensor with both a ``w*w`` axis and a head-channel axis, nor padded or
   w-fold copies of K, U or V: for each offset ``j`` the scores of all ``k`` come from one ``(l, Dh) @ (Dh, l)``
   product of block rows whose band is read through a strided view (see `_product_band`), and the read-out is a
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-from .attention import is_tracing
 
 # ----------------------------------------------------------------------------------------------------------------
 # Overlapping blocks
@@ -162,9 +160,9 @@ class BlockLayout:
         needed = 1 + torch.div((segments.length - block_size).clamp(min=0) + stride - 1, stride, rounding_mode="floor")
         blocks_at_start = torch.where(segments.starts, needed, 0)  # (B, L): blocks of the document starting here
         blocks_through = blocks_at_start.cumsum(-1)  # (B, L): blocks of the documents starting at or before here
-        # A document of n tokens needs at most n blocks (s <= l), so a traced graph, which cannot read the count,
-        # gets L of them; eager builds the exact number the fullest row needs.
-        num_blocks = seq_len if is_tracing() else max(int(blocks_through[:, -1].max()), 1)
+        # A document of n tokens needs at most n blocks (s <= l), so an exported graph, which cannot read the count,
+        # gets L of them; eager and torch.compile (a graph break) build the exact number the fullest row needs.
+        num_blocks = seq_len if torch.compiler.is_exporting() else max(int(blocks_through[:, -1].max()), 1)
 
         block = torch.arange(num_blocks, device=device)
         # Block t of a row belongs to the document whose cumulative block count first exceeds t.
