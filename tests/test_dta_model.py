@@ -262,7 +262,10 @@ def test_fill_mask_pipeline():
 
 
 @pytest.mark.parametrize("overrides,field,allowed", [
-    (dict(hidden_size=30, num_attention_heads=4), "hidden_size=30", "num_attention_heads=4"),
+    # bidirectional: the divisibility check itself must fire, not dual_triangle's "head_dim must be even".
+    (dict(hidden_size=30, num_attention_heads=4, attention_type="bidirectional"), "hidden_size=30",
+     "must be divisible by num_attention_heads=4"),
+    (dict(hidden_size=30, num_attention_heads=4), "hidden_size=30", "must be divisible by num_attention_heads=4"),
     (dict(hidden_size=12, num_attention_heads=4, attention_type="dual_triangle"), "head_dim=3", "even"),
     (dict(hidden_size=12, num_attention_heads=4, attention_type="causal", position_embedding_type="rope"),
      "head_dim=3", "even"),
