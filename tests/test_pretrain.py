@@ -228,6 +228,11 @@ def test_preprocess_logits_gives_argmax_and_token_cross_entropy():
 def test_unigram_baseline():
     top = unigram_argmax([[2, 7, 7, 3], [2, 7, 9, 3]], special_token_ids=[2, 3])
     assert top == 7
+    # Specials outnumber every real token (padding, [CLS]/[SEP] of short rows): the baseline still skips them.
+    padded = [[2, 9, 3, 0, 0, 0], [2, 8, 8, 3, 0, 0], [2, 9, 8, 3, 0, 0]]
+    assert unigram_argmax(padded, special_token_ids=[0, 2, 3]) == 8
+    with pytest.raises(ValueError, match="no non-special token"):
+        unigram_argmax([[2, 0, 3]], special_token_ids=[0, 2, 3])
     assert unigram_baseline_accuracy(7, [np.array([[7, -100, 9, 7]])]) == pytest.approx(2 / 3)
 
 
