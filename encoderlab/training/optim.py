@@ -14,6 +14,7 @@ Schedules are the ones transformers ships, expressed as fractions of the run: ``
 constant, linear cooldown; the paper's 10/80/10) and ``"cosine"`` (linear warmup, cosine decay).
 """
 
+import collections
 import math
 
 import torch
@@ -52,7 +53,9 @@ class CombinedOptimizer(torch.optim.Optimizer):
 
     ``param_groups`` is the concatenation of the inner optimizers' group dicts (the same objects), so an LR
     scheduler that writes ``group["lr"] = factor * group["initial_lr"]`` drives every inner optimizer while
-    each keeps its own base lr. The state dict holds one entry per inner optimizer.
+    each keeps its own base lr; ``state`` is a view of the inner states. The state dict has torch's own layout
+    (``state`` by parameter index, counted over all groups in order; ``param_groups``), which
+    torch.distributed.checkpoint needs to save it sharded (FSDP2).
     """
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
@@ -64,8 +67,9 @@ class CombinedOptimizer(torch.optim.Optimizer):
         self._link_groups()
 
     def _link_groups(self):
-        # Inner load_state_dict replaces the group dicts, so the links are rebuilt after it.
+        # Inner load_state_dict replaces the group dicts and states, so the links are rebuilt after it.
         self.param_groups = [group for optimizer in self.optimizers for group in optimizer.param_groups]
+        self.state = collections.ChainMap(*(optimizer.state for optimizer in self.optimizers))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -82,17 +86,39 @@ class CombinedOptimizer(torch.optim.Optimizer):
             optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
-        return {"optimizers": [optimizer.state_dict() for optimizer in self.optimizers]}
+        state, groups, offset = {}, [], 0
+        for optimizer in self.optimizers:
+            inner = optimizer.state_dict()
+            groups += [{**group, "params": [offset + i for i in group["params"]]} for group in inner["param_groups"]]
+            state.update({offset + i: value for i, value in inner["state"].items()})
+            offset += sum(len(group["params"]) for group in inner["param_groups"])
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        states = state_dict.get("optimizers") if isinstance(state_dict, dict) else None
-        if states is None or len(states) != len(self.optimizers):
-            raise ValueError(
-                f"state_dict must hold 'optimizers' with {len(self.optimizers)} entries (one per inner optimizer)"
-            )
+        """Loads `state_dict` in torch's layout, or the older one with an entry per inner optimizer."""
+        if isinstance(state_dict, dict) and "optimizers" in state_dict:
+            states = state_dict["optimizers"]
+        else:
+            states = self._split(state_dict)
+        if len(states) != len(self.optimizers):
+            raise ValueError(f"state_dict holds {len(states)} optimizers' states; this optimizer has "
+                             f"{len(self.optimizers)}")  # fmt: skip
         for optimizer, state in zip(self.optimizers, states):
             optimizer.load_state_dict(state)
         self._link_groups()
+
+    def _split(self, state_dict) -> list[dict]:
+        """torch's layout over all groups -> one state dict per inner optimizer. The parameter keys stay as they
+        are (indices, or names from torch.distributed.checkpoint): torch matches them to parameters by position."""
+        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
+            raise ValueError("state_dict must hold 'state' and 'param_groups' (torch's optimizer layout)")
+        groups, split = list(state_dict["param_groups"]), []
+        for optimizer in self.optimizers:
+            own, groups = groups[: len(optimizer.param_groups)], groups[len(optimizer.param_groups):]
+            keys = [key for group in own for key in group["params"]]
+            split.append({"state": {key: state_dict["state"][key] for key in keys if key in state_dict["state"]},
+                          "param_groups": own})  # fmt: skip
+        return split
 
 
 def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.optim.Optimizer:

@@ -342,9 +342,11 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
 
     from .trainer import cpu_only, plan_steps
 
+    from . import fsdp
     validate_run(run)
     run_dir = Path(run.output_dir)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
+    fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)))
     state = PartialState(cpu=cpu_only())
     check_run_folder(run_dir, command, resume, run)
     state.wait_for_everyone()  # every rank checks before the main process writes into the folder
@@ -359,6 +361,7 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
         check_checkpoint_schedule(checkpoint, plan["max_steps"])
     elif resume:
         logger.info("--resume: %s holds no checkpoint yet; training from step 0", run_dir)
+        fsdp.check_resume(checkpoint, state.num_processes, fsdp.fsdp_requested())
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
@@ -366,9 +369,13 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
         model.set_attn_implementation(run.train.attn_implementation)
     trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    if fsdp.fsdp_requested():
+        fsdp.reshape_scalar_parameters(model)  # before the optimizer sees the parameters
     results = _final_results(run, trainer, data, plan, tokenizer)
+    fsdp.configure_trainer(trainer)
     if trainer.is_world_process_zero():
-        _save_run(run, trainer, results)
+        _save_run(run, trainer, results, weights)
+    weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     trainer.accelerator.wait_for_everyone()
     return PretrainResult(run_dir=run_dir, results=results, trainer=trainer)
 
@@ -419,11 +426,16 @@ def _metrics_by_length(metrics: dict, prefix: str) -> dict:
     }
 
 
-def _save_run(run: RunConfig, trainer, results: dict) -> None:
+def _save_run(run: RunConfig, trainer, results: dict, weights: dict | None = None) -> None:
+    """`weights`: the gathered weights of an FSDP run (its Trainer saves sharded checkpoints only)."""
     from encoderlab.hub_cards.card import build_model_card
 
     run_dir = Path(run.output_dir)
-    trainer.save_model(str(run_dir))  # model, remote code, tokenizer
+    if weights is None:
+        trainer.save_model(str(run_dir))  # model, remote code, tokenizer
+    else:
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(run_dir, state_dict=weights)
+        trainer.processing_class.save_pretrained(run_dir)
     save_run_config(run_dir, run)
     write_results(run_dir, results)
     save_training_log(run_dir, trainer.state.log_history, title=f"{run.model.family}: {run_dir.name}")
@@ -438,7 +450,14 @@ def _save_run(run: RunConfig, trainer, results: dict) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument(
+    from .launch import accelerate_config_names
+
         "--resume", action="store_true",
+    parser.epilog = (
+        f"Several GPUs: shipped accelerate configs ({', '.join(accelerate_config_names())}), e.g. `accelerate launch "
+        "--config_file $(encoderlab config-path fsdp2) --num_processes 8 -m encoderlab.cli pretrain --config ...` "
+        "(FSDP2: sharded, GPUs only). CPU processes: torchrun --nproc_per_node N -m encoderlab.cli pretrain ..."
+    )
         help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
     )  # fmt: skip
 

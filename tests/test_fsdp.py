@@ -1,0 +1,354 @@
+"""FSDP2 sharded training (encoderlab.training.fsdp) on CPU: gloo, two processes.
+
+accelerate and the Trainer do not shard on CPU (they train DDP and say nothing), so the model-level properties
+are tested with `fully_shard` applied by accelerate's own ``fsdp2_prepare_model`` (`fsdp.shard_model`), its plugin
+read from the shipped ``fsdp2`` config through accelerate's launch code, and checkpoints written and read by
+accelerate's ``save_fsdp_model`` / ``load_fsdp_model``: the functions the Trainer runs on GPUs. The processes are
+tests/fsdp_worker.py. Tolerances (fp32, 4 AdamW steps at lr 1e-2): losses within 1e-5 relative, final weights
+within 2e-5 (seen: 2e-6, from the reduce-scatter summing in another order); DDP and one process agree exactly.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import fsdp_worker
+from encoderlab.training import fsdp
+from encoderlab.training.launch import accelerate_config_names, accelerate_config_path
+from test_pretrain import ENV, TINY, tiny_run
+
+BIN = os.path.dirname(sys.executable)
+TORCHRUN = os.path.join(BIN, "torchrun")
+WORKER = str(Path(__file__).with_name("fsdp_worker.py"))
+DTA, HOMA, DSTG = "dta-unet-value-embeddings", "homa-homa-gated", "dstg-dstg"
+CLASSIFIER = DTA + fsdp_worker.CLASSIFY
+CASES = [DTA, HOMA, DSTG, CLASSIFIER]
+"""DTA-BERT with U-Net, value embeddings and a tied decoder; HOMA with its 0-d fusion gate; DSTG's two-stream
+preset; and a DTA sequence classifier (fine-tuning)."""
+STEPS, SAVE_AT, KILL_AT = 4, 2, 3
+LOSS_RTOL, WEIGHT_ATOL = 1e-5, 2e-5
+
+needs_torchrun = pytest.mark.skipif(not os.path.exists(TORCHRUN), reason="torchrun is not installed")
+
+
+def run_worker(*arguments, port: int, processes: int = 2, check: bool = True) -> subprocess.CompletedProcess:
+    command = [TORCHRUN, "--nproc_per_node", str(processes), "--master_port", str(port), WORKER, *map(str, arguments)]
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def train_args(**values) -> Namespace:
+    defaults = dict(command="train", mode="single", case=",".join(CASES), tie=True, optimizer="adamw", steps=STEPS,
+                    checkpoint=None, save_at=0, stop_at=0, resume=False, activation_checkpointing=False, gather=None)
+    return Namespace(**{**defaults, **values})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The four cases trained under FSDP2 and DDP (two processes each, at once) and in one process; the FSDP2
+    run also gathers each final model into a save_pretrained folder."""
+    folder = tmp_path_factory.mktemp("fsdp_runs")
+    common = ["train", "--case", ",".join(CASES), "--tie", "--steps", STEPS]
+    launches = {
+        mode: subprocess.Popen([TORCHRUN, "--nproc_per_node", "2", "--master_port", str(port), WORKER, *map(str, common),
+                                "--mode", mode, "--out", folder / f"{mode}.pt", "--gather", folder / f"gathered_{mode}"],
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for mode, port in (("fsdp", 29731), ("ddp", 29732))
+    }  # fmt: skip
+    fsdp_worker.train(train_args(out=folder / "single.pt"))
+    for mode, launch in launches.items():
+        _, errors = launch.communicate(timeout=600)
+        assert launch.returncode == 0, f"{mode}: {errors[-4000:]}"
+    results = {mode: torch.load(folder / f"{mode}.pt") for mode in ("fsdp", "ddp", "single")}
+    return SimpleNamespace(folder=folder, **results)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipped configs and what they make
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shipped_configs_and_their_paths():
+    assert accelerate_config_names() == ["ddp", "fsdp2"]
+    assert accelerate_config_path("fsdp2").name == "fsdp2.yaml"
+    with pytest.raises(ValueError, match=r"accelerate config 'fsdp3' is not shipped; allowed: \['ddp', 'fsdp2'\]"):
+        accelerate_config_path("fsdp3")
+    done = subprocess.run([sys.executable, "-m", "encoderlab.cli", "config-path", "fsdp2"], env=ENV,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and Path(done.stdout.strip()) == accelerate_config_path("fsdp2")
+
+
+def test_pretrain_help_lists_the_accelerate_configs(capsys):
+    from encoderlab.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["pretrain", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "accelerate launch --config_file $(encoderlab config-path fsdp2)" in help_text
+    assert "ddp, fsdp2" in help_text
+
+
+def test_fsdp2_config_gives_the_plugin_and_trainer_settings_expected(monkeypatch, tmp_path):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import StateDictType
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from encoderlab.training.trainer import training_arguments
+
+    variables = fsdp.launch_environment(accelerate_config_path("fsdp2"), ["--num_processes", "2"])
+    assert fsdp.fsdp_requested(variables)
+    assert variables["FSDP_VERSION"] == "2" and variables["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    plugin = fsdp.fsdp_plugin(variables)
+    assert isinstance(plugin, FullyShardedDataParallelPlugin)
+    assert plugin.fsdp_version == 2
+    assert plugin.auto_wrap_policy is transformer_auto_wrap_policy
+    assert plugin.transformer_cls_names_to_wrap is None  # encoderlab fills in the model's blocks
+    assert plugin.state_dict_type == StateDictType.SHARDED_STATE_DICT
+    assert plugin.reshard_after_forward is True and plugin.activation_checkpointing is False
+    with_checkpointing = fsdp.launch_environment(accelerate_config_path("fsdp2"), ["--fsdp_activation_checkpointing",
+                                                                                   "true"])  # fmt: skip
+    assert fsdp.fsdp_plugin(with_checkpointing).activation_checkpointing is True
+    # The Trainer takes the launch's FSDP and precision from the environment, not from its own arguments.
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    args = training_arguments(tiny_run(tmp_path / "run", train={"precision": "bf16"}), max_steps=10)
+    assert args.mixed_precision == "bf16" and not args.fsdp and args.fsdp_plugin_args is None
+    ddp = fsdp.launch_environment(accelerate_config_path("ddp"))
+    assert not fsdp.fsdp_requested(ddp) and ddp["ACCELERATE_MIXED_PRECISION"] == "bf16"
+
+
+@pytest.mark.parametrize("case,blocks", [(DTA, ["DTABertLayer"]), (HOMA, ["HOMALayer"]), (DSTG, ["DSTGLayer"]),
+                                         ("dstg-rope", ["NeoBERTLayer"]), (CLASSIFIER, ["DTABertLayer"])])
+def test_wrap_block_names_are_the_blocks_the_model_has(case, blocks):
+    model = fsdp_worker.new_model(case)
+    assert fsdp.wrap_block_names(model) == blocks
+    if case.startswith("dstg"):  # accelerate alone wants every listed block, and DSTG lists two
+        plugin = fsdp.fsdp_plugin(fsdp.launch_environment(accelerate_config_path("fsdp2")))
+        with pytest.raises(ValueError, match="Could not find the transformer layer class"):
+            plugin.set_auto_wrap_policy(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: clear errors before anything trains
+# ---------------------------------------------------------------------------------------------
+
+
+def test_block_names_that_match_nothing_are_refused():
+    model = fsdp_worker.new_model(DTA)
+    with pytest.raises(ValueError, match=r"fsdp_transformer_layer_cls_to_wrap=\['HOMALayer'\]: \['HOMALayer'\] is not"):
+        fsdp.wrap_block_names(model, ["HOMALayer"])
+    model._no_split_modules = ["NoSuchLayer"]
+    with pytest.raises(ValueError, match=r"has no module of its _no_split_modules=\['NoSuchLayer'\]"):
+        fsdp.wrap_block_names(model)
+
+
+def test_missing_accelerate_config_file_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="accelerate config file .*nope.yaml' does not exist"):
+        fsdp.launch_environment(tmp_path / "nope.yaml")
+
+
+def fsdp_launch(monkeypatch, *launch_args):
+    for name, value in fsdp.launch_environment(accelerate_config_path("fsdp2"), list(launch_args)).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_fsdp_run_on_cpu_stops_before_anything_is_written(monkeypatch, tmp_path):
+    from encoderlab.training.pretrain import pretrain
+
+    fsdp_launch(monkeypatch)
+    run = tiny_run(tmp_path / "run", train={"precision": "bf16"})
+    with pytest.raises(ValueError, match="distributed_type=FSDP needs GPUs: without one, accelerate trains"):
+        pretrain(run)
+    assert not (tmp_path / "run").exists()
+
+
+def test_launch_checks_on_a_gpu_machine(monkeypatch, tmp_path):
+    """Past the GPU check (as on a GPU machine): wrong block names and a precision the run does not train in."""
+    from encoderlab.training.pretrain import pretrain
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fsdp_launch(monkeypatch, "--fsdp_transformer_layer_cls_to_wrap", "HOMALayer")
+    with pytest.raises(ValueError, match=r"\['HOMALayer'\] is not a module of DTABertForMaskedLM"):
+        pretrain(tiny_run(tmp_path / "run", train={"precision": "bf16"}))
+    fsdp_launch(monkeypatch, "--fsdp_version", "1")
+    with pytest.raises(ValueError, match="fsdp_version='1': encoderlab supports FSDP2 only"):
+        pretrain(tiny_run(tmp_path / "run", train={"precision": "bf16"}))
+    fsdp_launch(monkeypatch)  # bf16, as shipped
+    with pytest.raises(ValueError, match="mixed_precision='bf16' but train.precision='fp32' trains fp32"):
+        pretrain(tiny_run(tmp_path / "run", train={"precision": "fp32"}))
+    assert not (tmp_path / "run").exists()
+
+
+def test_trainer_that_fell_back_to_ddp_is_stopped(monkeypatch):
+    from accelerate.utils import DistributedType
+
+    fsdp_launch(monkeypatch)
+    accelerator = SimpleNamespace(state=SimpleNamespace(), distributed_type=DistributedType.MULTI_CPU)
+    with pytest.raises(RuntimeError, match="asked for FSDP, but accelerate set up .*MULTI_CPU"):
+        fsdp.configure_trainer(SimpleNamespace(accelerator=accelerator))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "accelerate")), reason="accelerate is not installed")
+def test_accelerate_launch_of_fsdp2_on_cpu_stops_with_a_clear_error(tmp_path):
+    """The real launcher: `accelerate launch --config_file $(encoderlab config-path fsdp2)` on a CPU machine."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**TINY, "train": {**TINY["train"], "precision": "bf16"}}))
+    command = [os.path.join(BIN, "accelerate"), "launch", "--config_file", str(accelerate_config_path("fsdp2")),
+               "--num_processes", "2", "--main_process_port", "29733", "-m", "encoderlab.cli", "pretrain",
+               "--config", str(config), "--set", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    done = subprocess.run(command, env={**ENV, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode != 0
+    assert "encoderlab: error: distributed_type=FSDP needs GPUs" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every family and preset wraps: blocks as units, tied decoders tied, same logits and gradients
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_every_family_and_preset_shards_with_the_same_logits_and_gradients(tmp_path):
+    """All 27 cases of tests/test_family_contract.py (DTA with and without U-Net and value embeddings, HOMA's
+    attention kinds and fusions, the four DSTG presets), tied and untied."""
+    run_worker("wrap", "--out", tmp_path / "wrap.pt", port=29734)
+    result = torch.load(tmp_path / "wrap.pt")
+    assert result["cases"] == 27
+    assert result["failures"] == []
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_fsdp_activation_checkpointing_keeps_logits_and_gradients(tmp_path):
+    run_worker("wrap", "--case", f"{DTA},{HOMA},{DSTG}", "--activation-checkpointing", "--out", tmp_path / "ac.pt",
+               port=29735)  # fmt: skip
+    assert torch.load(tmp_path / "ac.pt")["failures"] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# FSDP2 vs DDP vs one process
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_torchrun
+@pytest.mark.parametrize("case", CASES)
+def test_fsdp_ddp_and_one_process_train_alike(runs, case):
+    single = runs.single[case]
+    assert len(single["losses"]) == STEPS and single["losses"][-1] < single["losses"][0]
+    for mode in ("fsdp", "ddp"):
+        result = getattr(runs, mode)[case]
+        torch.testing.assert_close(result["losses"], single["losses"], rtol=LOSS_RTOL, atol=0, msg=mode)
+        assert result["weights"].keys() == single["weights"].keys(), mode
+        for name, tensor in single["weights"].items():
+            assert result["weights"][name].shape == tensor.shape, (mode, name)  # 0-d scalars gathered as 0-d
+            torch.testing.assert_close(result["weights"][name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=f"{mode} {name}")
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_gathered_folder_loads_through_auto_classes_and_remote_code(runs, tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    from test_export import IDS, MASK, run_without_encoderlab
+
+    folder = runs.folder / "gathered_fsdp" / DTA
+    model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    assert type(model).__name__ == "DTABertForMaskedLM"  # not FSDPDTABertForMaskedLM
+    assert model.lm_head.decoder.weight is model.model.embeddings.word_embeddings.weight  # tied after loading
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, runs.fsdp[DTA]["weights"][name]), name
+    with torch.no_grad():
+        logits = model(input_ids=IDS, attention_mask=MASK).logits
+    remote_logits, _ = run_without_encoderlab(tmp_path, folder, "fsdp")
+    assert torch.equal(remote_logits, logits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded checkpoints: kill, resume, world size
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resumed(runs, tmp_path_factory):
+    """DTA-BERT (Muon, the default optimizer: its combined state goes through torch.distributed.checkpoint)
+    trained to step 4 uninterrupted, and killed at step 3 after a checkpoint at step 2, then resumed."""
+    folder = tmp_path_factory.mktemp("fsdp_resume")
+    common = ["train", "--mode", "fsdp", "--case", DTA, "--tie", "--optimizer", "muon", "--steps", STEPS,
+              "--save-at", SAVE_AT]  # fmt: skip
+    run_worker(*common, "--checkpoint", folder / "whole", "--out", folder / "whole.pt", port=29736)
+    killed = run_worker(*common, "--checkpoint", folder / "killed", "--stop-at", KILL_AT, "--out",
+                        folder / "killed.pt", port=29737)  # fmt: skip
+    assert not (folder / "killed.pt").exists(), killed.stdout[-2000:]
+    run_worker(*common, "--checkpoint", folder / "killed", "--resume", "--out", folder / "resumed.pt", port=29738)
+    return SimpleNamespace(folder=folder, whole=torch.load(folder / "whole.pt")[DTA],
+                           resumed=torch.load(folder / "resumed.pt")[DTA])  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_resume_from_a_sharded_checkpoint_equals_the_uninterrupted_run(resumed):
+    checkpoint = resumed.folder / "killed" / DTA
+    assert sorted(p.name for p in (checkpoint / fsdp.FSDP_CHECKPOINT_DIR).glob("*.distcp")) == ["__0_0.distcp",
+                                                                                                "__1_0.distcp"]
+    assert resumed.resumed["losses"] == resumed.whole["losses"][SAVE_AT:]
+    for name, tensor in resumed.whole["weights"].items():
+        assert torch.equal(resumed.resumed["weights"][name], tensor), name
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_resume_with_another_world_size_or_without_fsdp_is_refused(resumed, tmp_path):
+    checkpoint = resumed.folder / "killed" / DTA
+    assert fsdp.sharded_checkpoint_world_size(checkpoint) == 2
+    fsdp.check_resume(checkpoint, world_size=2, fsdp=True)
+    with pytest.raises(ValueError, match="was written by 2 processes, this run has 1; resume it with --num_processes 2"):
+        fsdp.check_resume(checkpoint, world_size=1, fsdp=True)
+    with pytest.raises(ValueError, match="holds a sharded FSDP checkpoint; resume it with the same FSDP launch"):
+        fsdp.check_resume(checkpoint, world_size=2, fsdp=False)
+    plain = tmp_path / "checkpoint-2"
+    plain.mkdir()
+    fsdp.check_resume(plain, world_size=2, fsdp=False)
+    with pytest.raises(ValueError, match="is not sharded"):
+        fsdp.check_resume(plain, world_size=2, fsdp=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several machines: two torchrun launchers meeting at a rendezvous
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_two_node_launch_on_one_machine_pretrains(tmp_path):
+    """`torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT`, once per
+    "node": a short pretraining with a world of 2 (data parallel: FSDP needs GPUs)."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**TINY, "train": {**TINY["train"], "token_budget": 1500, "evaluations": 1}}))
+    nodes = [
+        subprocess.Popen([TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
+                          "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29739", "--rdzv-id", "fsdp-test",
+                          "-m", "encoderlab.cli", "pretrain", "--config", str(config), "--set",
+                          f"output_dir={tmp_path / 'run'}"],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]  # fmt: skip
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    for node, (_, errors) in zip(nodes, outputs):
+        assert node.returncode == 0, errors[-4000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["plan"]["examples_per_step"] == 2 * TINY["train"]["batch_size"]  # two processes trained
+    assert results["steps"] == results["plan"]["max_steps"]
+    assert (tmp_path / "run" / "model.safetensors").is_file()
