@@ -90,6 +90,12 @@ def start(args: argparse.Namespace) -> Context:
         raise SystemExit("--device cuda: torch sees no GPU here; use --device cpu --quick for the CPU run")
     if not args.minutes > 0:
         raise SystemExit(f"--minutes={args.minutes!r} must be > 0")
+    try:  # the device image lacks both: prepare.sh brings them as wheels, device_setup.sh installs them
+        import datasets  # noqa: F401
+        import evaluate  # noqa: F401
+    except ImportError as error:
+        raise SystemExit(f"{error}: on the device machine, source bench/gpu/device_setup.sh first "
+                         "(after bench/gpu/prepare.sh here)") from error
     out = args.out or Path(os.environ.get("OUT") or REPO / "runs" / "gpu")
     out.mkdir(parents=True, exist_ok=True)
     data = args.data or next((path for path in (CARRIED_DATA, SHARED_DATA) if path.is_dir()), None)

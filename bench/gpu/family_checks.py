@@ -182,8 +182,8 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
                         with torch.no_grad():
                             logits = forward_only(device_model, batches, device, dtype)
                         grads = None
-                except Exception as error:  # a kernel that refuses this input is a row of the table, not a crash
-                    table.add(**row, status="ERROR", note=f"{type(error).__name__}: {str(error)[:120]}")
+                except Exception as error:  # a kernel that fails on this input is a row of the table, not a crash
+                    table.add(**row, status=error_status(error), note=f"{type(error).__name__}: {str(error)[:120]}")
                     continue
                 if implementation == "eager":
                     eager[padding] = (logits, grads)
@@ -196,6 +196,13 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
                 status = "PASS" if worst <= TOLERANCE[dtype] else "FAIL"
                 note = "" if backward else "forward only (no flex backward on CPU)"
                 table.add(**row, **errors, status=status, note=note)
+
+
+def error_status(error: Exception) -> str:
+    """REFUSED for a kernel's documented refusal of an input (a ValueError that names the implementations to use
+    instead, as varlen's for additive biases), ERROR for anything else."""
+    documented = isinstance(error, (ValueError, NotImplementedError)) and "attn_implementation" in str(error)
+    return "REFUSED" if documented else "ERROR"
 
 
 def forward_only(model, batches, device, dtype):
