@@ -171,6 +171,19 @@ def test_fsdp_run_on_cpu_stops_before_anything_is_written(monkeypatch, tmp_path)
     assert not (tmp_path / "run").exists()
 
 
+def test_fsdp_finetune_on_cpu_stops_before_anything_is_written(monkeypatch, tmp_path):
+    from encoderlab.training.finetune.run import finetune, load_finetune_config
+
+    run = load_finetune_config("sst2", str(tmp_path / "model"), overrides=[f"output_dir={tmp_path / 'run'}",
+                                                                          "train.precision=bf16"])  # fmt: skip
+    fsdp_launch(monkeypatch)
+    with pytest.raises(ValueError, match="distributed_type=FSDP needs GPUs"):
+        finetune(run)
+    with pytest.raises(ValueError, match="lora.r=4: LoRA under FSDP is not supported"):
+        finetune(load_finetune_config("sst2", str(tmp_path / "model"), overrides=["lora.r=4"]))
+    assert not (tmp_path / "run").exists()
+
+
 def test_launch_checks_on_a_gpu_machine(monkeypatch, tmp_path):
     """Past the GPU check (as on a GPU machine): wrong block names and a precision the run does not train in."""
     from encoderlab.training.pretrain import pretrain

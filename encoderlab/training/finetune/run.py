@@ -445,6 +445,8 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     ``point_dir/model`` (and the LoRA adapter under ``point_dir/adapter``); returns its results."""
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 
+    from .. import fsdp
+
     finished = point_dir / POINT_RESULTS
     if finished.is_file():
         return json.loads(finished.read_text(encoding="utf-8"))
@@ -453,6 +455,8 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     model, initialised = load_model(run, task, kind)
     if run.lora.r is not None:
         model = with_lora(model, run.lora)
+    if fsdp.fsdp_requested():
+        fsdp.reshape_scalar_parameters(model)
     eval_steps = evaluation_interval(run, len(prepared.features["train"]), point["batch_size"], world_size)
     trainer = Trainer(
         model=model, args=training_arguments(run, point, point_dir, eval_steps, kind, task.main_metric),
@@ -463,6 +467,7 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         preprocess_logits_for_metrics=kind.preprocess_logits,
         callbacks=[EarlyStoppingCallback(early_stopping_patience=run.train.patience), evaluate_at_end_callback()],
     )
+    fsdp.configure_trainer(trainer)
     trainer.train(resume_from_checkpoint=True if any(point_dir.glob("checkpoint-*")) else None)
     trainer.remove_callback(EarlyStoppingCallback)  # it only follows evaluations during training
     metrics = {}
@@ -477,13 +482,26 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         "metrics": metrics, "initialised_weights": initialised, "log_history": trainer.state.log_history,
         "model_config_updates": updates,
     }
+    weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     if trainer.is_world_process_zero():
-        save_point_model(trainer, run, point_dir, updates)
+        save_point_model(trainer, run, point_dir, updates, weights)
         for checkpoint in point_dir.glob("checkpoint-*"):
             shutil.rmtree(checkpoint)
         finished.write_text(json.dumps(results, indent=2), encoding="utf-8")
     trainer.accelerator.wait_for_everyone()
     return results
+
+
+def check_fsdp_launch(run: FinetuneRunConfig) -> None:
+    """An FSDP launch that cannot train as configured stops here (`encoderlab.training.fsdp.check_launch`)."""
+    from transformers import AutoModel
+
+    from .. import fsdp
+
+    if fsdp.fsdp_requested() and run.lora.r is not None:
+        raise ValueError(f"lora.r={run.lora.r}: LoRA under FSDP is not supported; fine-tune without FSDP")
+    fsdp.check_launch(run.train.precision, lambda: AutoModel.from_config(
+        load_model_config(run), trust_remote_code=run.model.trust_remote_code))
 
 
 def best_step(state) -> int | None:
@@ -492,15 +510,17 @@ def best_step(state) -> int | None:
     return int(Path(state.best_model_checkpoint).name.removeprefix("checkpoint-"))
 
 
-def save_point_model(trainer, run: FinetuneRunConfig, point_dir: Path, config_updates: dict) -> None:
-    """The best model (with LoRA: the adapter, and the adapter merged into a plain model) and the tokenizer."""
+def save_point_model(trainer, run: FinetuneRunConfig, point_dir: Path, config_updates: dict,
+                     weights: dict | None = None) -> None:
+    """The best model (with LoRA: the adapter, and the adapter merged into a plain model) and the tokenizer;
+    `weights`: an FSDP run's gathered weights."""
     model = trainer.model
     if run.lora.r is not None:
         model.save_pretrained(point_dir / ADAPTER_DIR)
         model = model.merge_and_unload()
     for key, value in config_updates.items():
         setattr(model.config, key, value)
-    model.save_pretrained(point_dir / "model")
+    model.save_pretrained(point_dir / "model", state_dict=weights)
     trainer.processing_class.save_pretrained(point_dir / "model")
 
 
@@ -549,6 +569,7 @@ def finetune(run: FinetuneRunConfig, *, resume: bool = False) -> FinetuneResult:
     from ..trainer import cpu_only
 
     run_dir = Path(run.output_dir)
+    check_fsdp_launch(run)
     check_run_folder(run_dir, COMMAND, resume, run)
     prepared = prepare(run)
     state = PartialState(cpu=cpu_only())
