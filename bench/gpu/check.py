@@ -72,7 +72,8 @@ def check_pretrain(context, summary) -> dict:
         settings = pretrain_settings(context, arm, out_dir, steps)
         env = {"TORCH_LOGS": "recompiles"} if arm["torch_compile"] else {}
         result = common.run_logged(common.encoderlab_argv("pretrain", "--config", "demo", *settings),
-                                   context.scratch / f"{out_dir.name}.log", env=env)
+                                   context.scratch / f"{out_dir.name}.log", env=env,
+                                   timeout=context.command_timeout())
         summary.add(section="pretrain", check=f"{name}: runs", measured=f"rc={result.returncode}, "
                     f"{result.seconds:.0f} s", criterion="rc=0", status="PASS" if result.ok else "FAIL")
         if result.ok:
@@ -124,7 +125,8 @@ def check_finetune(context, summary) -> None:
                    eval_steps=steps, logging_steps=1 if context.quick else 10, warmup_fraction=0.1),
     ) + ["--set", f"output_dir={out_dir}"]
     result = common.run_logged(common.encoderlab_argv("finetune", "--task", "secondary_structure", "--model",
-                                                      checkpoint, *settings), context.scratch / "finetune.log")
+                                                      checkpoint, *settings), context.scratch / "finetune.log",
+                               timeout=context.command_timeout())
     if not result.ok:
         summary.add(section="finetune", check="HOMA SS3 bf16: runs", measured=f"rc={result.returncode}",
                     criterion="rc=0", status="FAIL")
@@ -172,7 +174,8 @@ def check_ddp(context, summary, runs: dict) -> None:
     # On CPU: no visible GPU (accelerate then starts a gloo process) and no bf16 launch (the CPU arms are fp32).
     env, launch = ({}, []) if context.on_gpu else ({"CUDA_VISIBLE_DEVICES": ""}, ["--mixed_precision", "no"])
     result = common.run_logged(accelerate_argv(config_file, *launch, "-m", "encoderlab.cli", "pretrain", "--config",
-                                               "demo", *settings), context.scratch / "ddp.log", env=env)
+                                               "demo", *settings), context.scratch / "ddp.log", env=env,
+                               timeout=context.command_timeout())
     if not result.ok:
         summary.add(section="ddp", check=f"{name} under accelerate launch (DDP config, 1 process)",
                     measured=f"rc={result.returncode}", criterion="rc=0", status="FAIL")
@@ -204,7 +207,8 @@ def check_fsdp2(context, summary, runs: dict) -> None:
 
     def launch(extra=(), log="fsdp2.log"):
         return common.run_logged(accelerate_argv(config_file, Path(__file__).with_name("fsdp_probe.py"), probe,
-                                                 "--config", "demo", *settings, *extra), context.scratch / log)
+                                                 "--config", "demo", *settings, *extra), context.scratch / log,
+                                 timeout=context.command_timeout())
 
     result = launch()
     if not result.ok:

@@ -70,6 +70,11 @@ class Context:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def command_timeout(self) -> float:
+        """How long a subprocess may run: to the end of the budget and half a minute more, so that the script still
+        writes its tables inside the device call's own limit."""
+        return max(60.0, self.seconds_left() + 30)
+
     def data_file(self, *parts: str) -> Path:
         """A file or folder of the data folder; a clear error where it is missing."""
         if self.data is None:

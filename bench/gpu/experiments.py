@@ -83,7 +83,8 @@ def calibrate(context, settings, kernel, uniprot: Path, arm_seconds: float) -> t
                                       settings["head_size"]},
                                data=dict(source=uniprot), train=dict(evaluations=1)),
              "--set", f"output_dir={out_dir}"]
-    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "calibration.log")
+    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "calibration.log",
+                               timeout=context.command_timeout())
     if not result.ok:
         raise RuntimeError(f"calibration run failed (log {result.log})")
     tokens = json.loads((out_dir / "results.json").read_text())["tokens_seen"]
@@ -96,7 +97,7 @@ def run_mlm(context, arm_seconds: float, report: list) -> None:
     settings, kernel = protein_settings(context), backend(context)
     uniprot = context.data_file("proteins", "uniprot_sample_20k.fasta.gz")
     budget, how = calibrate(context, settings, kernel, uniprot, arm_seconds)
-    report += [f"## Protein MLM (paper experiment 3)", "",
+    report += ["## Protein MLM (paper experiment 3)", "",
                f"- kernel: {kernel['attn_implementation']}, {kernel['precision']}, data.packing={kernel['packing']}",
                f"- model: {settings['model']}, head size {settings['head_size']} (dual triangle heads twice as wide)",
                f"- training: {settings['train']}; token budget per arm {budget:,} ({how})", ""]
@@ -106,7 +107,8 @@ def run_mlm(context, arm_seconds: float, report: list) -> None:
                  "--positions", *positions, "--seeds", "0", "--eval-scaling", "none", "yarn",
                  "--head-size", settings["head_size"], "--out-dir", out_dir,
                  *shared_overrides(context, settings, kernel, budget)]
-        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"mlm-{attention}.log")
+        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"mlm-{attention}.log",
+                                   timeout=context.command_timeout())
         report.append(f"- `{attention}` arms ({', '.join(positions)}): rc={result.returncode}, {result.seconds:.0f} s")
     for name in MLM_FILES:
         if (out_dir / name).is_file():
@@ -181,7 +183,8 @@ def run_glue(context, report: list) -> None:
                                    data=dict(source=corpus, text_field="text"),
                                    tokenizer=dict(vocab_size=1024 if quick else 8192)),
                  "--set", f"output_dir={out_dir}"]
-        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"glue-pretrain-{name}.log")
+        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"glue-pretrain-{name}.log",
+                                   timeout=context.command_timeout())
         report.append(f"- pretrain `{name}` ({attention} + {position}, {budget:,} tokens): rc={result.returncode}, "
                       f"{result.seconds:.0f} s")
         if result.ok:
@@ -199,7 +202,8 @@ def run_glue(context, report: list) -> None:
              "--set", f"train.precision={kernel['precision']}", "--set", f"train.batch_size={8 if quick else 32}"]
     if quick:
         words += ["--set", "data.train_limit=64", "--set", "data.eval_limit=32"]
-    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "glue-finetune.log")
+    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "glue-finetune.log",
+                               timeout=context.command_timeout())
     report.append(f"- fine-tuning {', '.join(tasks)} x dta, bidir, untrained: rc={result.returncode}, "
                   f"{result.seconds:.0f} s")
     for name in ("finetune_summary.md", "finetune_bars.png"):

@@ -114,9 +114,8 @@ def model_sizes(quick: bool) -> dict:
 
 
 def build_models(context, max_len: int) -> dict:
-    """name -> (model on the device, whether its batches are packed). DTA-BERT with 6 heads of 128 (dual
-    triangle); the baselines as transformers builds them, sdpa attention."""
-    import torch
+    """name -> model on the device, in training mode. DTA-BERT with 6 heads of 128 (dual triangle); the
+    baselines as transformers builds them, sdpa attention."""
     from transformers import BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
 
     from encoderlab import DTABertConfig, DTABertForMaskedLM
