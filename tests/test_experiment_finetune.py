@@ -90,8 +90,9 @@ def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_dat
     for row in saved:
         results = json.loads((out / "runs" / row["model"] / f"rte-s{row['seed']}" / "results.json").read_text())
         assert float(row["score"]) == pytest.approx(100 * results["metrics"]["validation"]["accuracy"])
-        expected_base = str(tiny_dta) if row["model"] == "dta" else str(out / "untrained" / f"fresh-s{row['seed']}")
-        assert results["base_model"] == expected_base
+        expected_base = tiny_dta if row["model"] == "dta" else out / "untrained" / f"fresh-s{row['seed']}"
+        # local, unpublished base folders: named by their folder name, no Hub base_model
+        assert (results["base_checkpoint"], results["base_model"]) == (expected_base.name, None)
     assert {row["checkpoint"] for row in saved} == {str(tiny_dta), f"untrained:{tiny_dta}"}
 
     def no_training(*args, **kwargs):

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 
 from encoderlab.cli import main
@@ -26,8 +27,9 @@ def test_saved_card_validates_and_has_the_sections(run_dir):
     card = validate_model_card(run_dir / "README.md")
     metadata = card.data.to_dict()
     assert metadata["pipeline_tag"] == "fill-mask" and metadata["library_name"] == "transformers"
-    names = {result.metric_name for result in card.data.eval_results}
-    assert {"accuracy @ 32 tokens (short)", "accuracy @ 128 tokens (long)", "mcc @ 128 tokens (long)"} <= names
+    # held-out documents of the corpus are no Hub dataset split: no model-index, the results are in the text
+    assert card.data.eval_results is None and "model-index" not in metadata
+    assert "| test | 128 |" in card.text and "no Hub dataset split" in card.text
     for heading in ("## How to load", "## Architecture", "## Training data", "## Tokenizer", "## Training",
                     "## Results", "## Limitations", "## Citation"):  # fmt: skip
         assert heading in card.text, heading
@@ -36,13 +38,16 @@ def test_saved_card_validates_and_has_the_sections(run_dir):
     assert "2604.18603" in card.text
 
 
-def test_card_without_results_is_rejected(run_dir, tmp_path):
+def test_card_with_malformed_metadata_is_rejected(run_dir, tmp_path):
     card = build_model_card(run_dir)
-    card.data.eval_results = None
-    card.data.model_index = None
+    card.data.pipeline_tag = None
     path = tmp_path / "README.md"
     card.save(path)
-    with pytest.raises(ValueError, match="metadata lacks \\['model-index'\\]"):
+    with pytest.raises(ValueError, match="metadata lacks \\['pipeline_tag'\\]"):
+        validate_model_card(path)
+    card = build_model_card(run_dir)
+    path.write_text(str(card).replace("---\n\n", "model-index:\n- name: x\n  results: []\n---\n\n", 1))
+    with pytest.raises(ValueError, match="model-index must hold numeric evaluation results"):
         validate_model_card(path)
     with pytest.raises(FileNotFoundError, match="not a finished pretraining run"):
         build_model_card(tmp_path)
@@ -55,6 +60,13 @@ def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
     assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "modeling_dta.py",
             "training_curves.png", "metrics.csv", "results.json"} <= files  # fmt: skip
     assert not any(name.startswith("checkpoint-") or name == "training_args.bin" for name in files)
+    # no path of this machine, no trace of how the tokenizer was loaded (HF_HUB_OFFLINE=1 here)
+    for path in out.iterdir():
+        if path.suffix in (".json", ".yaml", ".md", ".csv", ".py"):
+            assert str(run_dir.parent) not in path.read_text(), path.name
+    assert "local_files_only" not in (out / "tokenizer_config.json").read_text()
+    assert "local_files_only" not in (run_dir / "tokenizer_config.json").read_text()
+    assert yaml.safe_load((out / "run_config.yaml").read_text())["output_dir"] == run_dir.name
     card = ModelCard.load(out / "README.md")
     assert 'from_pretrained("acme/tiny-dta"' in card.text
     assert "acme/tiny-dta" in capsys.readouterr().out

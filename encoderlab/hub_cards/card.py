@@ -1,12 +1,17 @@
 """Model cards (`huggingface_hub.ModelCard`) for pretraining and fine-tuning runs.
 
 `build_model_card(run_dir)` reads what `encoderlab pretrain` saved (``config.json``, ``results.json``,
-``run_config.yaml``, the tokenizer) and writes a card with Hub metadata (pipeline tag ``fill-mask``, model-index
-evaluation results at 1x and 4x the training length) and a body: how to load the model with and without
-encoderlab, the architecture, training data, tokenizer, token budget, results, limitations and the citation of
-the family's paper. A fine-tuning run (``encoderlab finetune``: its results.json names a ``task``) gets the card of
-`build_finetune_card`: the task's pipeline tag, ``base_model``, model-index results per evaluation split with the
-Hub dataset id and the metric names, the grid, the weights initialised fresh and, with LoRA, the adapter.
+``run_config.yaml``, the tokenizer) and writes a card with Hub metadata (pipeline tag ``fill-mask``) and a body:
+how to load the model with and without encoderlab, the architecture, training data, tokenizer, token budget,
+results at 1x and 4x the training length, limitations and the citation of the family's paper. A fine-tuning run
+(``encoderlab finetune``: its results.json names a ``task``) gets the card of `build_finetune_card`: the task's
+pipeline tag, ``base_model`` (a Hub id only), where each split's data came from, the grid, the weights initialised
+fresh and, with LoRA, the adapter.
+
+A card claims only what was done. The model-index (the Hub's evaluation results) names a Hub dataset only for a
+split scored whole from that dataset's split, under the Hub's metric names (`HUB_METRIC_NAMES`); local files and
+capped splits are described in the text, with file names (never a machine path) and example counts. Pretraining
+is scored on held-out documents of the corpus, never a Hub split, so its card has no model-index.
 `validate_model_card` checks a card offline; `ModelCard.validate` asks the Hub.
 """
 
@@ -15,6 +20,8 @@ from pathlib import Path
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from ..training.run_folder import is_local_path, public_name
 
 
 PAPERS = {
@@ -44,12 +51,15 @@ ARCHITECTURE_FIELDS = (
 """config.json fields shown in the architecture table, where the family has them."""
 
 LENGTHS = ("short", "long")
-REQUIRED_METADATA = ("pipeline_tag", "library_name", "license", "model-index")
+REQUIRED_METADATA = ("pipeline_tag", "library_name", "license")
 PIPELINE_TAGS = ("fill-mask", "text-classification", "token-classification", "question-answering")
 """Pipeline tags of the cards built here (pretraining: fill-mask; fine-tuning: per task kind)."""
 NOT_METRICS = ("loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "model_preparation_time",
                "num_input_tokens_seen")
 """Trainer evaluation keys that are not task metrics (kept out of the model-index)."""
+HUB_METRIC_NAMES = {"exact": "exact_match", "pearson": "pearsonr"}
+"""Our metric key -> the Hub's metric id where they differ (SQuAD v2's ``exact`` is ``exact_match``, GLUE STS-B's
+``pearson`` is ``pearsonr``); ``f1``, ``accuracy``, ``matthews_correlation``, ``spearmanr`` are the same."""
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
@@ -66,29 +76,9 @@ def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
 
 def _dataset_name(run: dict) -> str:
     source = run["data"]["source"]
-    return "pydoc_data.topics (Python's English reference text)" if source == "embedded" else source
-
-
-def _eval_results(results: dict, run: dict, model_name: str) -> list[EvalResult]:
-    """Test-split accuracy, MCC and loss at 1x and 4x the training length as model-index entries."""
-    entries = []
-    for length in LENGTHS:
-        tokens = results["seq_len"] if length == "short" else results["long_len"]
-        for metric, value in results["test"][length].items():
-            entries.append(
-                EvalResult(
-                    task_type="fill-mask",
-                    task_name="Masked language modelling",
-                    dataset_type=run["data"]["source"],
-                    dataset_name=f"{_dataset_name(run)}, held-out test documents",
-                    dataset_split="test",
-                    dataset_args={"sequence_length": tokens},
-                    metric_type=metric,
-                    metric_name=f"{metric} @ {tokens} tokens ({length})",
-                    metric_value=round(float(value), 4),
-                )
-            )
-    return entries
+    if source == "embedded":
+        return "pydoc_data.topics (Python's English reference text)"
+    return f"local data `{public_name(source)}`" if is_local_path(source) else f"Hub dataset `{source}`"
 
 
 def _table(rows: list[tuple]) -> str:
@@ -127,6 +117,7 @@ def _body(model_name: str, config: dict, results: dict, run: dict, repo_id: str)
                  f"{m['mcc']:.4f}", baseline)
             )  # fmt: skip
     plan, train, tokenizer = results["plan"], run["train"], run["tokenizer"]
+    tokenizer_name = public_name(tokenizer["path"]) if tokenizer["path"] else tokenizer["name"]
     drope = (
         f"positions switched off (DroPE) from optimizer step {results['drope_step']}"
         if results.get("drope_step") is not None
@@ -176,7 +167,7 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
 
 ## Tokenizer
 
-`{tokenizer['path'] or tokenizer['name']}` with {config['vocab_size']} tokens (saved with the model; loads with
+`{tokenizer_name}` with {config['vocab_size']} tokens (saved with the model; loads with
 `AutoTokenizer`). Masking: {run['mlm']['probability']:.0%} of non-special tokens,
 {run['mlm']['mask_replace_prob']:.0%} replaced by the mask token, {run['mlm']['random_replace_prob']:.0%} by a
 random token.
@@ -193,7 +184,8 @@ random token.
 
 ## Results
 
-Masked-token metrics (over masked positions only); micro-F1 equals accuracy for single-label prediction.
+Masked-token metrics (over masked positions only) on this run's held-out documents (no Hub dataset split);
+micro-F1 equals accuracy for single-label prediction.
 The unigram baseline always predicts the most frequent training token
 (`{results['unigram_baseline']['token']}`).
 
@@ -220,21 +212,22 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: s
     if "task" in results:
         return build_finetune_card(run_dir, repo_id, license)
     model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
+    source = run["data"]["source"]
     data = ModelCardData(
         model_name=model_name,
         pipeline_tag="fill-mask",
         library_name="transformers",
         license=license,
         tags=["encoderlab", config["model_type"], "masked-lm", "fill-mask"],
-        datasets=[run["data"]["source"]] if run["data"]["source"] != "embedded" else None,
-        eval_results=_eval_results(results, run, model_name),
+        datasets=[source] if source != "embedded" and not is_local_path(source) else None,
     )
     body = _body(model_name, config, results, run, repo_id or str(run_dir))
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)
 
 
 def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
-    """Offline validation: the card parses back, has the required metadata and well-formed eval results.
+    """Offline validation: the card parses back, has the required metadata and, where it has a model-index,
+    well-formed eval results.
 
     Raises:
         ValueError: naming what is missing or malformed.
@@ -249,9 +242,10 @@ def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
         raise ValueError(
             f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected one of {list(PIPELINE_TAGS)}"
         )
-    results = reparsed.data.eval_results or []
-    if not results or any(not isinstance(r.metric_value, (int, float)) for r in results):
-        raise ValueError("Model card model-index must hold numeric evaluation results")
+    if metadata.get("model-index"):
+        results = reparsed.data.eval_results or []
+        if not results or any(not isinstance(r.metric_value, (int, float)) for r in results):
+            raise ValueError("Model card model-index must hold numeric evaluation results")
     if not reparsed.text.strip():
         raise ValueError("Model card has no body text")
     return reparsed
@@ -268,10 +262,6 @@ AUTO_CLASS_OF_TAG = {
 }
 
 
-def _is_hub_id(path: str) -> bool:
-    return not Path(path).exists() and len(path.split("/")) == 2 and not path.startswith((".", "/", "~"))
-
-
 def _task_metrics(metrics: dict) -> dict:
     return {key: value for key, value in metrics.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in NOT_METRICS}
@@ -284,26 +274,76 @@ def _is_score(metric: str) -> bool:
 
 
 def _finetune_eval_results(results: dict) -> list[EvalResult]:
-    """One model-index entry per evaluation split and score, with the Hub dataset id where the task has one."""
-    dataset_type = results["hub_dataset"] or str(results["dataset"])
+    """One model-index entry per score of each evaluation split that is a whole Hub split (results.json ``data``:
+    ``whole_hub_split``), named by the Hub's metric ids; a split of local files or a capped one gets none."""
     entries = []
     for split, metrics in results["metrics"].items():
+        source = results.get("data", {}).get(split)
+        if not source or not source["whole_hub_split"]:
+            continue
         for metric, value in _task_metrics(metrics).items():
             if not _is_score(metric):
                 continue
+            metric_type = HUB_METRIC_NAMES.get(metric, metric)
             entries.append(EvalResult(
-                task_type=results["pipeline_tag"], task_name=results["task"], dataset_type=dataset_type,
-                dataset_name=f"{results['task']} ({dataset_type})", dataset_config=results["hub_config"],
-                dataset_split=split, metric_type=metric, metric_name=f"{split} {metric}",
-                metric_value=round(float(value), 4),
+                task_type=results["pipeline_tag"], task_name=results["task"], dataset_type=source["name"],
+                dataset_name=source["name"] + (f" ({source['config']})" if source["config"] else ""),
+                dataset_config=source["config"], dataset_split=source["hub_split"], metric_type=metric_type,
+                metric_name=f"{split} {metric_type}", metric_value=round(float(value), 4),
             ))  # fmt: skip
     return entries
+
+
+def _source_text(source: dict, unit: str) -> str:
+    """One split's data as the card tells it: the Hub split or the file (and SQuAD article slice), and how many
+    of its examples were used."""
+    if source["origin"] == "hub":
+        where = f"Hub dataset `{source['name']}`" + (f" (config `{source['config']}`)" if source["config"] else "")
+        where += f", split `{source['hub_split']}`"
+    else:
+        where = f"`{source['name']}`" + (f" articles [{source['articles']}]" if source["articles"] else "")
+    if source["capped"]:
+        return (f"{where}: first {source['examples']} of {source['available']} {unit} "
+                f"({source['limit_key']}={source['limit']})")
+    return f"{where}: all {source['examples']} {unit}"
+
+
+def _data_section(results: dict) -> str:
+    """The Data section: every split's source and counts, and which results (if any) the model-index claims."""
+    data = results.get("data", {})
+    unit = "questions" if results["pipeline_tag"] == "question-answering" else "examples"
+    rows = [("split", "data")] + [(split, _source_text(source, unit)) for split, source in data.items()]
+    claimed = [split for split in results["metrics"] if data.get(split, {}).get("whole_hub_split")]
+    if claimed:
+        claim = (f"The model-index lists the results of {', '.join(f'`{s}`' for s in claimed)}: whole splits of a "
+                 "Hub dataset. Other splits are local files or capped, and their results are in the table below "
+                 "only.")
+    else:
+        claim = ("No result on a Hub dataset is claimed: no evaluation split is a whole split of a Hub dataset "
+                 "(local files, or capped), so the results below hold for these examples only.")
+    return f"{_table(rows)}\n\n{claim}"
+
+
+def _output_text(results: dict) -> str:
+    if results["pipeline_tag"] == "question-answering":
+        no_answer = (", or no answer when the no-answer score exceeds the saved threshold `qa_null_threshold`"
+                     if results.get("metric_config") == "v2" else "")
+        return f"Output: an answer span copied from the context{no_answer}."
+    if results["problem_type"] == "regression":
+        return "Output: a single score (regression)."
+    return f"Labels: {results['label_names']}."
+
+
+def _base_model_text(results: dict) -> str:
+    base = results.get("base_checkpoint", results.get("base_model"))
+    if results.get("base_model"):
+        return f"`{base}`"
+    return f"`{base}` (no `base_model` in the metadata: {results.get('base_model_note')})"
 
 
 def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
     tag, family = results["pipeline_tag"], config["model_type"]
     auto_class = AUTO_CLASS_OF_TAG[tag]
-    names = results["label_names"]
     metric_rows = [("split", "metric", "value")] + [
         (split, metric, f"{value:.4f}") for split, metrics in results["metrics"].items()
         for metric, value in _task_metrics(metrics).items()
@@ -316,7 +356,7 @@ def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo
                         "# encoderlab.training.finetune.predict_qa.answer_questions")
     remote_code = "" if "auto_map" not in config else (
         f'Without encoderlab: `{auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)` (and the same '
-        "for `AutoTokenizer`): the checkpoint carries its modelling code.\n"
+        "for `AutoTokenizer`): the checkpoint carries its modelling code.\n\n"
     )
     lora = results.get("lora")
     lora_text = "Full fine-tuning: every weight was trained."
@@ -329,14 +369,15 @@ into the base model (they load without `peft`); the adapter alone is in `adapter
 from peft import PeftModel
 from transformers import {auto_class}
 
-base = {auto_class}.from_pretrained("{results['base_model']}", num_labels={config.get('num_labels', 1)})
+base = {auto_class}.from_pretrained("{results.get('base_model') or 'BASE_CHECKPOINT'}", \
+num_labels={config.get('num_labels', 1)})
 model = PeftModel.from_pretrained(base, "{repo_id}", subfolder="adapter")
 ```"""
     return f"""
 # {model_name}
 
-`{results['base_model']}` (a `{family}` encoder) fine-tuned on **{results['task']}** ({results['problem_type']})
-with `encoderlab finetune`.
+{_base_model_text(results)} (a `{family}` encoder) fine-tuned on **{results['task']}**
+({results['problem_type']}) with `encoderlab finetune`.
 
 ## How to use
 
@@ -349,11 +390,15 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 {pipeline_snippet}
 ```
 
-{remote_code}Labels: {names if names else 'a single score'}.
+{remote_code}{_output_text(results)}
+
+## Data
+
+{_data_section(results)}
 
 ## Training
 
-- Task: `{results['task']}`, data `{results['dataset']}`; examples: {results['examples']}.
+- Task: `{results['task']}`; examples per split as in Data above.
 - Inputs: at most {run['data']['max_length']} tokens with the tokenizer's special tokens, as the pipeline encodes
   them.
 - Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at step
@@ -393,10 +438,11 @@ def build_finetune_card(run_dir: str | Path, repo_id: str | None = None, license
         pipeline_tag=results["pipeline_tag"],
         library_name="transformers",
         license=license,
-        base_model=results["base_model"] if _is_hub_id(results["base_model"]) else None,
+        base_model=results.get("base_model") if "base_checkpoint" in results else None,
         tags=tags,
-        datasets=[results["hub_dataset"]] if results["hub_dataset"] else None,
-        eval_results=_finetune_eval_results(results),
+        datasets=sorted({source["name"] for source in results.get("data", {}).values()
+                         if source["origin"] == "hub"}) or None,
+        eval_results=_finetune_eval_results(results) or None,  # an empty list would write an empty model-index
     )
     body = _finetune_body(model_name, config, results, run, repo_id or str(run_dir))
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)

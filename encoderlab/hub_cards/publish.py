@@ -5,13 +5,26 @@ metrics, plots and run config, and a fine-tuning run's grid table and LoRA adapt
 grid-point folders and Trainer internals stay local. The card is rebuilt for
 the target repo id (so its loading snippets name it) and validated before anything is uploaded. ``--dry-run
 OUT_DIR`` writes exactly the folder that would be uploaded and stops there.
+
+No path of the user's machine is uploaded: the staged ``run_config.yaml`` holds the last component of every path
+(`PATH_KEYS`; the run folder keeps its full copy, which ``--resume`` compares), the tokenizer config loses the keys
+of how it was loaded (``local_files_only``), and staging fails if a text file still names the run's folder. After an
+upload the repo id is recorded in the run folder (``published.json``), so a run fine-tuned from it names it as its
+``base_model``; a fine-tuned run without one is published with a warning that says why.
 """
 
 import argparse
+import json
 import logging
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+import yaml
+
+from ..training.run_folder import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name,
+                                   record_publication)
 
 
 logger = logging.getLogger(__name__)
@@ -24,6 +37,59 @@ UPLOAD_PATTERNS = (
 """Files of a run folder that are published (top level only; checkpoint-* folders never are)."""
 UPLOAD_FOLDERS = ("adapter",)
 """Sub-folders published whole: the LoRA adapter of a fine-tuning run."""
+PATH_KEYS = ("output_dir", "model.path", "tokenizer.path", "data.source", "data.path", "data.train",
+             "data.validation", "data.test")
+"""Run-config keys that may hold a local path (pretraining and fine-tuning)."""
+TEXT_SUFFIXES = (".json", ".yaml", ".md", ".csv", ".py", ".txt")
+
+
+def public_run_config(run: dict, base_model: str | None) -> dict:
+    """`run` with each path of `PATH_KEYS` cut to its last component; ``model.path`` becomes the base's Hub id
+    where the run recorded one."""
+    for key in PATH_KEYS:
+        *sections, name = key.split(".")
+        section = run
+        for part in sections:
+            section = section.get(part) if isinstance(section, dict) else None
+        if not isinstance(section, dict) or section.get(name) is None:
+            continue
+        value = section[name]
+        section[name] = [public_name(str(v)) for v in value] if isinstance(value, list) else public_name(str(value))
+    if base_model and isinstance(run.get("model"), dict):
+        run["model"]["path"] = base_model
+    return run
+
+
+def _make_public(out_dir: Path, run_dir: Path) -> None:
+    """Rewrite the staged run config and tokenizer config as published (see the module docstring), then check
+    that no staged text file names the run folder's location."""
+    results = json.loads((out_dir / RESULTS_FILE).read_text(encoding="utf-8")) if (out_dir / RESULTS_FILE).is_file() \
+        else {}
+    if (out_dir / RUN_CONFIG_FILE).is_file():
+        run = yaml.safe_load((out_dir / RUN_CONFIG_FILE).read_text(encoding="utf-8")) or {}
+        public = public_run_config(run, results.get("base_model") if "base_checkpoint" in results else None)
+        (out_dir / RUN_CONFIG_FILE).write_text("# paths of the training machine are cut to their last component\n"
+                                               + yaml.safe_dump(public, sort_keys=False), encoding="utf-8")
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+        tokenizer_config.write_text(json.dumps({k: v for k, v in saved.items() if k not in LOAD_TIME_KEYS},
+                                               indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    location = str(run_dir.resolve().parent)
+    for path in out_dir.rglob("*"):
+        if path.is_file() and path.suffix in TEXT_SUFFIXES and location in path.read_text(encoding="utf-8"):
+            raise ValueError(f"{path.name} of the upload names the local folder {location!r}; nothing is "
+                             "uploaded (a run written by an older encoderlab? run it again)")
+
+
+def base_model_warning(run_dir: str | Path) -> str | None:
+    """Why a fine-tuned run's card has no ``base_model``, or None when it has one (or is a pretraining run)."""
+    path = Path(run_dir) / RESULTS_FILE
+    results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if "task" not in results or results.get("base_model") and "base_checkpoint" in results:
+        return None
+    note = results.get("base_model_note") or "the run does not record its base checkpoint's Hub id"
+    return f"no base_model in the model card: {note}"
 
 
 def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
@@ -46,6 +112,7 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     card = build_model_card(run_dir, repo_id=repo_id)
     card.save(out_dir / "README.md")
     validate_model_card(out_dir / "README.md")
+    _make_public(out_dir, run_dir)
     return out_dir
 
 
@@ -84,6 +151,7 @@ def publish(
             revision=revision,
             commit_message=commit_message or f"Upload {Path(run_dir).name} with encoderlab",
         )
+    record_publication(run_dir, repo_id, revision, str(commit))
     return str(commit)
 
 
@@ -100,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_repo_id(args.repo_id)
+    warning = base_model_warning(args.run_dir)
+    if warning:
+        print(f"Warning: {warning}", file=sys.stderr)
     if args.dry_run:
         folder = stage_run(args.run_dir, args.dry_run, args.repo_id)
         files = sorted(path.name for path in folder.iterdir())

@@ -5,10 +5,14 @@ only into a new or empty folder, or into a folder holding its own run: one with 
 that names the job. Nothing else is ever deleted or overwritten. ``--resume`` continues such a run only when the
 run config matches the one saved in it (`RUN_CONFIG_FILE`, written when the run starts), apart from
 `RESUMABLE_KEYS`; a finished run (`RESULTS_FILE` present) is reported as finished, not trained further.
+
+`encoderlab publish` records where a run went in `PUBLISHED_FILE`, so that a run fine-tuned from this folder names
+it as its ``base_model`` (`base_model_record`). `public_name` is what a path may become in a published file.
 """
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import yaml
@@ -21,6 +25,12 @@ RESULTS_FILE = "results.json"
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "training_curves.png"
 RUN_CONFIG_FILE = "run_config.yaml"
+PUBLISHED_FILE = "published.json"
+"""Written by ``encoderlab publish`` after an upload: the repo id (and revision) the run folder went to."""
+LOAD_TIME_KEYS = ("local_files_only", "is_local")
+"""Keys transformers puts into a tokenizer's init kwargs about how this process loaded it (``local_files_only``
+is true under HF_HUB_OFFLINE=1); they describe the machine, not the tokenizer, and are never saved."""
+HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 RESUMABLE_KEYS = (
     "output_dir", "train.logging_steps", "train.num_workers", "train.eval_batch_size", "train.save_steps",
     "train.save_total_limit", "train.precision", "train.attn_implementation", "train.torch_compile",
@@ -161,3 +171,49 @@ def save_training_log(run_dir: Path, log_history: list, title: str) -> None:
 
     write_metrics_csv(log_history, Path(run_dir) / METRICS_FILE)
     plot_training_curves(log_history, Path(run_dir) / PLOT_FILE, title=title)
+
+
+def without_load_time_keys(tokenizer):
+    """`tokenizer` (as loaded by ``AutoTokenizer.from_pretrained``) without `LOAD_TIME_KEYS`, which
+    ``save_pretrained`` would otherwise write into tokenizer_config.json."""
+    for key in LOAD_TIME_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
+    return tokenizer
+
+
+def is_local_path(value: str) -> bool:
+    """Whether `value` names something on this machine rather than a Hub id: it exists here, looks like a path
+    (``./``, ``/``, ``~``, characters a Hub id has not), or its first component is a local folder."""
+    first = value.split("/")[0]
+    return (value.startswith((".", "/", "~")) or not HUB_ID.match(value) or Path(value).exists()
+            or ("/" in value and Path(first).is_dir()))
+
+
+def public_name(value: str) -> str:
+    """`value` as a published file may hold it: a Hub id as it is, a local path as its last component
+    (``runs/demo`` -> ``demo``, ``/data/dev-v2.0.json[3:5]`` -> ``dev-v2.0.json[3:5]``)."""
+    return Path(value).name if is_local_path(value) else value
+
+
+def record_publication(run_dir: Path, repo_id: str, revision: str | None, commit_url: str) -> Path:
+    path = Path(run_dir) / PUBLISHED_FILE
+    path.write_text(json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit_url}, indent=2) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def base_model_record(path: str) -> dict:
+    """``base_model`` (a Hub id or None), ``base_checkpoint`` (what the card may name) and ``base_model_note`` (why
+    there is no base_model) of a checkpoint given as `path`: a Hub id is its own base_model; a local folder is
+    known on the Hub only when ``encoderlab publish`` uploaded it (`PUBLISHED_FILE`)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return {"base_model": path, "base_checkpoint": path, "base_model_note": None}
+    if (folder / PUBLISHED_FILE).is_file():
+        repo_id = json.loads((folder / PUBLISHED_FILE).read_text(encoding="utf-8"))["repo_id"]
+        return {"base_model": repo_id, "base_checkpoint": repo_id, "base_model_note": None}
+    name = folder.resolve().name
+    note = (f"the base checkpoint is the local folder {name!r}, which did not come from the Hub and was not "
+            "uploaded with `encoderlab publish`; publish it first and fine-tune from that run folder (or its Hub id) "
+            "to record its base_model")
+    return {"base_model": None, "base_checkpoint": name, "base_model_note": note}

@@ -1,13 +1,16 @@
 """Reading the raw examples of a task: local CSV / TSV / JSONL files, the GLUE folder layout, or a Hub dataset.
 
 The sequence and token kinds share `split_rows`: it finds the file (or Hub split) of one split from the run
-config's ``data`` section and the task's layouts, and returns its rows as dicts. Columns and labels are checked
+config's ``data`` section and the task's layouts, and returns its rows as dicts with a `SplitSource`: where they
+came from and whether a limit cut the split (``data.train_limit`` for train, ``data.test_limit`` for test splits,
+``data.eval_limit`` for the others), which results.json and the model card report. Columns and labels are checked
 by the kinds, which know what they need.
 """
 
 import csv
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -15,7 +18,7 @@ logger = logging.getLogger(__name__)
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
 
 
-def read_table(path: str | Path, columns: tuple = (), limit: int | None = None) -> list[dict]:
+def read_table(path: str | Path, columns: tuple = ()) -> list[dict]:
     """Rows of a CSV, TSV (GLUE style: no quoting) or JSONL file. `columns` names the fields of a file without a
     header row. Rows with a different number of fields than the header are skipped and counted in the log."""
     path = Path(path)
@@ -23,8 +26,7 @@ def read_table(path: str | Path, columns: tuple = (), limit: int | None = None) 
         raise ValueError(f"{str(path)!r} has suffix {path.suffix!r}; allowed data files: {list(TABLE_SUFFIXES)}")
     if path.suffix.lower() in (".jsonl", ".json"):
         with open(path, encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle if line.strip()]
-        return rows[:limit]
+            return [json.loads(line) for line in handle if line.strip()]
     tsv = path.suffix.lower() == ".tsv"
     with open(path, newline="", encoding="utf-8-sig") as handle:  # utf-8-sig: MRPC's files start with a BOM
         quoting = csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL  # GLUE's TSVs hold bare quote characters
@@ -32,8 +34,6 @@ def read_table(path: str | Path, columns: tuple = (), limit: int | None = None) 
         header = list(columns) or next(reader, [])
         rows, malformed = [], 0
         for fields in reader:
-            if limit is not None and len(rows) >= limit:
-                break
             if len(fields) != len(header):
                 malformed += 1
                 continue
@@ -49,8 +49,90 @@ def is_local(path: str) -> bool:
 
 
 def test_file_split(path: str) -> str:
-    """The split name under which a ``data.test`` file is scored: ``test_<file stem>``."""
-    return f"test_{Path(path).stem}"
+    """The split name under which a ``data.test`` file is scored: ``test_<file stem>``, or the stem itself when it
+    already starts with ``test_`` (``test_ts115.csv`` is ``test_ts115``)."""
+    stem = Path(path).stem
+    return stem if stem == "test" or stem.startswith("test_") else f"test_{stem}"
+
+
+def check_test_files(files: list[str]) -> None:
+    """Two ``data.test`` files may not be scored under the same split name."""
+    seen = {}
+    for file in files:
+        split = test_file_split(file)
+        if split in seen:
+            raise ValueError(f"data.test={list(files)!r} names split {split!r} twice ({seen[split]!r} and "
+                             f"{file!r}); give files whose names differ after the test_ prefix")
+        seen[split] = file
+
+
+def is_test_split(split: str) -> bool:
+    return split == "test" or split.startswith("test_")
+
+
+def limit_key(split: str) -> str:
+    """The ``data`` key that caps `split`: train_limit, test_limit (test splits) or eval_limit (the others)."""
+    return "train_limit" if split == "train" else "test_limit" if is_test_split(split) else "eval_limit"
+
+
+def split_limit(data, split: str) -> int | None:
+    return getattr(data, limit_key(split), None)
+
+
+@dataclass
+class SplitSource:
+    """Where one split's examples came from and how many were kept, as results.json and the card report it.
+
+    ``name`` is a Hub dataset id or a file's name (relative to ``data.path`` when inside it), never a machine
+    path; ``text`` (the full path or ``hub_id[config]:split``) is for the log and error messages only."""
+
+    text: str
+    origin: str
+    """``hub`` or ``local``."""
+    name: str
+    available: int
+    """Examples in the file, article slice or Hub split."""
+    examples: int
+    """Examples kept: the first ones, up to the split's limit."""
+    limit_key: str
+    limit: int | None
+    config: str | None = None
+    hub_split: str | None = None
+    articles: str | None = None
+    """SQuAD ``FILE.json[a:b]``: ``"a:b"``."""
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def capped(self) -> bool:
+        return self.examples < self.available
+
+    def report(self) -> dict:
+        """The JSON-able record of results.json; ``whole_hub_split``: the only case a model-index may name."""
+        fields = {key: value for key, value in vars(self).items() if key != "text"}
+        return fields | {"limit_key": f"data.{self.limit_key}" if self.capped else None, "capped": self.capped,
+                         "whole_hub_split": self.origin == "hub" and not self.capped}
+
+
+def public_file_name(file: Path, root: str | None = None) -> str:
+    """The file's name relative to the data folder `root` when inside it (``SST-2/dev.tsv``), else its name."""
+    if root is not None and Path(root).is_dir():
+        try:
+            return str(Path(file).resolve().relative_to(Path(root).resolve()))
+        except ValueError:
+            pass
+    return Path(file).name
+
+
+def kept_rows(rows, data, split: str, **source) -> tuple[list[dict], SplitSource]:
+    """The first rows (a list, or a `datasets.Dataset`) of `split` up to its limit, with their `SplitSource`
+    (`source`: its other fields)."""
+    key = limit_key(split)
+    limit = getattr(data, key, None)
+    count = len(rows) if limit is None else min(limit, len(rows))
+    kept = rows.select(range(count)).to_list() if hasattr(rows, "select") else list(rows[:count])
+    return kept, SplitSource(available=len(rows), examples=count, limit_key=key, limit=limit, **source)
 
 
 def split_file(task, data, split: str) -> Path | None:
@@ -83,12 +165,13 @@ def split_file(task, data, split: str) -> Path | None:
                      f"{task.name!r})")
 
 
-def split_rows(task, data, split: str, limit: int | None) -> tuple[list[dict], str]:
-    """(rows, source) of one split; source is the file path or ``hub_id[config]:split``."""
+def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
+    """(rows, source) of one split, cut to its limit (`limit_key`)."""
     file = split_file(task, data, split)
     if file is not None:
         columns = task.local.columns if task.local is not None and file.parent.name == task.local.folder else ()
-        return read_table(file, columns, limit), str(file)
+        return kept_rows(read_table(file, columns), data, split, text=str(file), origin="local",
+                         name=public_file_name(file, data.path))
     import datasets
 
     hub = task.hub
@@ -96,9 +179,8 @@ def split_rows(task, data, split: str, limit: int | None) -> tuple[list[dict], s
     hub_split = hub.splits.get(split, split) if hub is not None else split
     config = hub.config if hub is not None and dataset_id == hub.dataset else None
     loaded = datasets.load_dataset(dataset_id, config, split=hub_split)
-    if limit is not None:
-        loaded = loaded.select(range(min(limit, len(loaded))))
-    return loaded.to_list(), f"{dataset_id}[{config or ''}]:{hub_split}"
+    return kept_rows(loaded, data, split, text=f"{dataset_id}[{config or ''}]:{hub_split}", origin="hub",
+                     name=dataset_id, config=config, hub_split=hub_split)
 
 
 def layout_columns(task, data, from_hub: bool) -> tuple[tuple, str]:

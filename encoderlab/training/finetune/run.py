@@ -36,7 +36,8 @@ import yaml
 
 from ..run_config import (PRECISIONS, RunConfigSchema, _build_section, apply_overrides, check_at_least,
                           check_choice, check_fraction, config_from_dict, resolve_config_path)
-from ..run_folder import check_run_folder, start_run_folder, write_results
+from ..run_folder import (base_model_record, check_run_folder, start_run_folder, without_load_time_keys,
+                          write_results)
 from .tasks import all_tasks, get_task, tasks_in_group
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class FinetuneDataSection:
     """A CSV / TSV / JSONL file (own data), instead of ``path``."""
     validation: str | None = None
     test: list[str] = field(default_factory=list)
-    """Further files to score at the end, each as split ``test_<file stem>``."""
+    """Further files to score at the end, each as split ``test_<file stem>`` (``test_ts115.csv``: ``test_ts115``)."""
     eval_splits: list[str] | None = None
     """Task splits scored at the end besides validation (e.g. ``[test_cb513, test_new364]``); default: the task's."""
     text_columns: list[str] = field(default_factory=list)
@@ -86,11 +87,18 @@ class FinetuneDataSection:
     max_length: int = 128
     """Tokens per example; longer texts are truncated (and counted in the log); token tasks use windows instead."""
     train_limit: int | None = None
+    """Keep the first examples of the training split only."""
     eval_limit: int | None = None
+    """Keep the first examples of the validation splits only (the CPU defaults set one)."""
+    test_limit: int | None = None
+    """Keep the first examples of the test splits only; default: test splits are scored whole."""
 
     def __post_init__(self):
+        from .data import check_test_files
+
         check_at_least("data.max_length", self.max_length, 8)
-        for name in ("train_limit", "eval_limit"):
+        check_test_files(self.test)
+        for name in ("train_limit", "eval_limit", "test_limit"):
             if getattr(self, name) is not None:
                 check_at_least(f"data.{name}", getattr(self, name), 1)
         if self.problem_type is not None:
@@ -416,6 +424,8 @@ class Prepared:
     raw: object
     features: dict
     eval_splits: list
+    sources: dict
+    """Split -> `encoderlab.training.finetune.data.SplitSource`: where its examples came from, how many were kept."""
 
 
 def training_arguments(run: FinetuneRunConfig, point: dict, point_dir: Path, eval_steps: int, kind,
@@ -543,17 +553,18 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     model_config = load_model_config(run)
     check_head(task, model_config)
     check_length(run, model_config)
-    tokenizer = AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
+    tokenizer = without_load_time_keys(AutoTokenizer.from_pretrained(run.model.path,
+                                                                     trust_remote_code=run.model.trust_remote_code))
     # Saved with the model: the pipelines and `encoderlab predict` then cut inputs where fine-tuning did.
     tokenizer.model_max_length = run.data.max_length
-    raw = kind.load(task, run.data)
+    raw, sources = kind.load(task, run.data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = [split for split in raw if split not in ("train", "validation")]
     if kind.auto_class != "AutoModelForQuestionAnswering":
         eval_splits = eval_split_names(task, run.data)
-    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits)
+    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources)
 
 
 @dataclass
@@ -594,9 +605,7 @@ def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: 
         "task": task.name, "kind": task.kind, "problem_type": task.problem_type, "metric": task.metric,
         "metric_config": task.metric_config, "main_metric": task.main_metric,
         "label_names": None if task.label_names is None else list(task.label_names),
-        "base_model": run.model.path, "dataset": run.data.path or task.default_path or run.data.train,
-        "hub_dataset": None if task.hub is None else task.hub.dataset,
-        "hub_config": None if task.hub is None else task.hub.config,
+        **base_model_record(run.model.path), **data_record(prepared.sources),
         "pipeline_tag": prepared.kind.pipeline_tag,
         "lora": None if run.lora.r is None else dataclasses.asdict(run.lora),
         "examples": {split: len(prepared.raw[split]) for split in prepared.raw},
@@ -608,6 +617,18 @@ def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: 
         "grid": [{**p["point"], **{f"validation_{main}": p["metrics"]["validation"][main]
                                     for main in [task.main_metric]}} for p in points],
     }
+
+
+def data_record(sources: dict) -> dict:
+    """results.json's account of the data: ``data`` (each split's `SplitSource` report: Hub split or file name,
+    examples kept of how many), ``dataset`` (a Hub id when every split came from it, else the file names) and
+    ``hub_dataset`` / ``hub_config`` (the Hub dataset of the splits that came from it whole, else None)."""
+    data = {split: source.report() for split, source in sources.items()}
+    names = sorted({entry["name"] for entry in data.values()})
+    whole = [entry for entry in data.values() if entry["whole_hub_split"]]
+    from_hub = all(entry["origin"] == "hub" for entry in data.values())
+    return {"data": data, "dataset": names[0] if from_hub and len(names) == 1 else ", ".join(names),
+            "hub_dataset": whole[0]["name"] if whole else None, "hub_config": whole[0]["config"] if whole else None}
 
 
 def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: list, best: dict,
@@ -785,6 +806,10 @@ def format_results(results: dict) -> str:
                           if isinstance(value, float) and key not in ("runtime", "samples_per_second",
                                                                       "steps_per_second"))
         lines.append(f"  {split}: {shown}")
+    for split, source in results["data"].items():
+        if source["capped"]:
+            lines.append(f"  {split}: {source['examples']} of {source['available']} examples (capped by "
+                         f"{source['limit_key']}={source['limit']})")
     if results["initialised_weights"]:
         lines.append(f"  initialised fresh: {', '.join(results['initialised_weights'])}")
     return "\n".join(lines)

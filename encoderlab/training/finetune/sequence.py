@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from .data import check_columns, label_id, layout_columns, split_file, split_rows
+from .data import check_columns, label_id, layout_columns, split_rows
 
 logger = logging.getLogger(__name__)
 
@@ -20,21 +20,27 @@ def eval_split_names(task, data) -> list[str]:
     from .data import test_file_split
 
     named = task.eval_splits if data.eval_splits is None else tuple(data.eval_splits)
-    return [*named, *(test_file_split(file) for file in data.test)]
+    files = [test_file_split(file) for file in data.test]
+    clash = sorted(set(named) & set(files))
+    if clash:
+        raise ValueError(f"data.test={list(data.test)!r} would be scored as {clash}, which task {task.name!r} "
+                         f"already scores (data.eval_splits={list(named)}); rename the file(s)")
+    return [*named, *files]
 
 
 def load_splits(task, data, read_row):
-    """DatasetDict of train, validation and the evaluation splits, each row turned into a dict by `read_row`."""
+    """(DatasetDict, {split: `SplitSource`}) of train, validation and the evaluation splits, each row turned into a
+    dict by `read_row`; each split cut to its limit (`encoderlab.training.finetune.data.limit_key`)."""
     import datasets
 
-    splits = {}
+    splits, sources = {}, {}
     for split in ["train", "validation", *eval_split_names(task, data)]:
-        limit = data.train_limit if split == "train" else data.eval_limit
-        rows, source = split_rows(task, data, split, limit)
-        from_hub = split_file(task, data, split) is None
-        splits[split] = datasets.Dataset.from_list(read_row(rows, source, from_hub))
-        logger.info("%s: %d examples from %s", split, len(splits[split]), source)
-    return datasets.DatasetDict(splits)
+        rows, source = split_rows(task, data, split)
+        splits[split] = datasets.Dataset.from_list(read_row(rows, source, source.origin == "hub"))
+        sources[split] = source
+        logger.info("%s: %d of %d examples from %s%s", split, source.examples, source.available, source,
+                    f" (capped by data.{source.limit_key}={source.limit})" if source.capped else "")
+    return datasets.DatasetDict(splits), sources
 
 
 def tokenize_pairs(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, split_name: str) -> dict:

@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 HUB_DATASETS = {False: "rajpurkar/squad", True: "rajpurkar/squad_v2"}
 """version_2 -> the Hub dataset id of the full SQuAD train/dev sets."""
+HUB_CONFIGS = {False: "plain_text", True: "squad_v2"}
+"""version_2 -> the config of that Hub dataset (its only one; the model-index names it)."""
 
 LOCAL_FILES = {False: {"train": "train-v1.1.json", "validation": "dev-v1.1.json"},
                True: {"train": "train-v2.0.json", "validation": "dev-v2.0.json"}}
@@ -416,22 +418,30 @@ class QuestionAnsweringKind:
         return str(path), split
 
     def load(self, task, data):
-        """Train, validation and one ``test_<stem>`` split per ``data.test`` file; ``data.train_limit`` /
-        ``data.eval_limit`` keep the first questions of a split."""
+        """(DatasetDict, {split: `SplitSource`}) of train, validation and one ``test_<stem>`` split per
+        ``data.test`` file; ``data.train_limit`` / ``data.eval_limit`` / ``data.test_limit`` keep the first
+        questions of a split."""
         import datasets
 
-        from .data import test_file_split
+        from .data import kept_rows, public_file_name, test_file_split
 
         sources = {split: self.split_source(task, data, split) for split in ("train", "validation")}
         for file in getattr(data, "test", None) or ():
             sources[test_file_split(parse_source(file)[0])] = (file, "test")
-        splits = {}
+        splits, provenance = {}, {}
         for split, (source, hub_split) in sources.items():
             examples = load_squad(source, hub_split, self.version_2(task))
-            limit = getattr(data, "train_limit" if split == "train" else "eval_limit", None)
-            splits[split] = datasets.Dataset.from_list(examples[:limit])
-            logger.info("%s: %d questions from %s", split, len(splits[split]), source)
-        return datasets.DatasetDict(splits)
+            path, articles = parse_source(source)
+            if path.endswith(".json") or Path(path).exists():
+                origin = dict(origin="local", name=public_file_name(Path(path), getattr(data, "path", None)),
+                              articles=None if articles == slice(None) else str(source)[len(path) + 1:-1])
+            else:
+                origin = dict(origin="hub", name=path, config=task.hub.config if path == task.hub.dataset else None,
+                              hub_split=hub_split)
+            kept, provenance[split] = kept_rows(examples, data, split, text=str(source), **origin)
+            splits[split] = datasets.Dataset.from_list(kept)
+            logger.info("%s: %d of %d questions from %s", split, len(kept), len(examples), source)
+        return datasets.DatasetDict(splits), provenance
 
     def label_names(self, task, raw):
         return None
@@ -485,6 +495,7 @@ for _version_2 in (False, True):
         metric_config="v2" if _version_2 else "v1", main_metric="f1",
         description=("SQuAD 2.0 extractive QA with unanswerable questions (EM, F1, HasAns/NoAns, best threshold)"
                      if _version_2 else "SQuAD 1.1 extractive QA (EM, F1)"),
-        hub=HubLayout(dataset=HUB_DATASETS[_version_2]), default_path=HUB_DATASETS[_version_2],
+        hub=HubLayout(dataset=HUB_DATASETS[_version_2], config=HUB_CONFIGS[_version_2]),
+        default_path=HUB_DATASETS[_version_2],
         cpu_defaults=SQUAD_CPU_DEFAULTS,
     ))  # fmt: skip

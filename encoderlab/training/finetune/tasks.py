@@ -17,10 +17,12 @@ the question-answering kind of `encoderlab.training.finetune.squad`:
 ``options``
     a dataclass of the kind's own settings (the ``task_options`` section of the run config, validated like every
     other section before anything is read), e.g. ``doc_stride`` for QA.
-``load(task, data) -> datasets.DatasetDict``
+``load(task, data) -> (datasets.DatasetDict, {split: SplitSource})``
     raw examples of every split the run needs (``train``, ``validation`` and any further evaluation split such as
-    ``test_cb513``), from ``data`` (the run config's ``data`` section). Raise `ValueError` for a missing file,
-    column or bad label, naming the key, value and what is allowed.
+    ``test_cb513``), from ``data`` (the run config's ``data`` section), each cut to its limit
+    (`encoderlab.training.finetune.data.limit_key`), with where it came from
+    (`encoderlab.training.finetune.data.SplitSource`: results.json and the card report it). Raise `ValueError` for
+    a missing file, column or bad label, naming the key, value and what is allowed.
 ``label_names(task, raw) -> list[str] | None``
     class names in id order (``None`` for regression and QA).
 ``preprocess(raw_split, tokenizer, task, settings) -> datasets.Dataset``
