@@ -6,9 +6,18 @@ TORCH_VERSION ?= 2.13.0
 # Where the CPU build of torch comes from when no local CPU wheel is found (PyPI's default torch is a CUDA build).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE ?= 1
+# Threads of `make demo` and `make bench`; the environment's OMP_NUM_THREADS wins (`make test` keeps 1 per worker).
+OMP_NUM_THREADS ?= 2
+# `make test-min`: the lowest transformers version setup.cfg declares, in a second venv, on the test files that
+# cover what changed between it and the newest (gradient checkpointing, output capture, config checks).
+VENV_MIN ?= .venv-min
+TRANSFORMERS_MIN ?= 5.17.0
+MIN_TESTS ?= tests/test_settings_obeyed.py
+# Extra requirements of `make venv`, e.g. a pinned transformers for $(VENV_MIN).
+PIN ?=
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test test-min demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -24,17 +33,22 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 		  && $(PY) -m pip install "torch==$(TORCH_VERSION)+cpu" ) \
 		|| $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
 	fi
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[test]" $(PIN)
 	touch $@
 
 test: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q tests
 
+test-min:
+	$(MAKE) venv VENV=$(VENV_MIN) PIN="transformers==$(TRANSFORMERS_MIN)"
+	$(VENV_MIN)/bin/python -c "import transformers as t; assert t.__version__ == '$(TRANSFORMERS_MIN)', t.__version__"
+	OMP_NUM_THREADS=1 $(VENV_MIN)/bin/python -m pytest -n 2 -q $(MIN_TESTS)
+
 demo: venv
-	OMP_NUM_THREADS=2 $(VENV)/bin/encoderlab demo
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(VENV)/bin/encoderlab demo
 
 bench: venv
-	OMP_NUM_THREADS=2 $(PY) bench/run_all.py
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV_MIN) build *.egg-info

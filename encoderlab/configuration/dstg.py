@@ -1,6 +1,7 @@
 """Configuration of DSTG-NeoBERT, the NeoBERT encoder with disentangled semantic / absolute / relative streams."""
 
 from transformers.activations import ACT2FN
+from transformers.utils import logging
 
 from .base import EncoderConfig, check_bool, check_choice, check_divisible, check_positive_int, check_token_id
 
@@ -23,8 +24,24 @@ BERT_VOCAB_SIZE = 30522
 BERT_CLS_TOKEN_ID = 101
 BERT_SEP_TOKEN_ID = 102
 
+logger = logging.get_logger(__name__)
+
 # Names the classification head's ``ACT2FN[classifier_activation]`` can build.
 CLASSIFIER_ACTIVATIONS = tuple(sorted(ACT2FN))
+
+
+def bert_default_id(field, value, bert_id, vocab_size):
+    """`value` when given; else bert-base-uncased's id where the vocabulary holds it, else None (with a warning), so
+    that the defaults are valid for every vocabulary size."""
+    if value is not None:
+        return value
+    if isinstance(vocab_size, int) and bert_id < vocab_size:
+        return bert_id
+    logger.warning(
+        f"{field} not given and its default (bert-base-uncased's {bert_id}) is outside vocab_size={vocab_size}: "
+        f"left unset, so that token gets no special-token bias; pass {field}=<your tokenizer's id>"
+    )
+    return None
 
 
 def swiglu_width(intermediate_size):
@@ -55,7 +72,9 @@ class DSTGNeoBERTConfig(EncoderConfig):
         special_token_ids (`list[int]`, *optional*): token ids that get no AP attention term and the learned
             special-token biases instead of bucket biases (``dstg``); defaults to ``[cls_token_id, sep_token_id]``.
             Found by id in every row, so left, right and no padding treat a sequence alike.
-        cls_token_id, sep_token_id (`int`, defaults to 101, 102): the bert-base-uncased ids.
+        cls_token_id, sep_token_id (`int`, *optional*): default to the bert-base-uncased ids 101 and 102 when
+            ``vocab_size`` holds them; a smaller vocabulary has no default (None, with a warning: pass your
+            tokenizer's ids, or the sequence's special tokens get bucket biases like any other token).
         position_shift (`bool`, *optional*): random shifting of the learned absolute positions in training
             (each sequence of n tokens gets positions ``k .. k+n-1`` with ``k`` uniform in
             ``[0, max_position_embeddings - n]``; none at eval). Defaults to True for ``dstg``, False for ``ap``;
@@ -93,8 +112,8 @@ class DSTGNeoBERTConfig(EncoderConfig):
         relative_attention_num_buckets=32,
         relative_attention_max_distance=128,
         special_token_ids=None,
-        cls_token_id=BERT_CLS_TOKEN_ID,
-        sep_token_id=BERT_SEP_TOKEN_ID,
+        cls_token_id=None,
+        sep_token_id=None,
         position_shift=None,
         classifier_activation="tanh",
         mlm_on_full_hidden=False,
@@ -113,10 +132,10 @@ class DSTGNeoBERTConfig(EncoderConfig):
         self.ap_size = DSTG_AP_SIZE if ap_size is None and preset == "dstg" else ap_size
         self.relative_attention_num_buckets = relative_attention_num_buckets
         self.relative_attention_max_distance = relative_attention_max_distance
-        self.cls_token_id = cls_token_id
-        self.sep_token_id = sep_token_id
+        self.cls_token_id = bert_default_id("cls_token_id", cls_token_id, BERT_CLS_TOKEN_ID, vocab_size)
+        self.sep_token_id = bert_default_id("sep_token_id", sep_token_id, BERT_SEP_TOKEN_ID, vocab_size)
         if special_token_ids is None:
-            special_token_ids = [cls_token_id, sep_token_id]
+            special_token_ids = [i for i in (self.cls_token_id, self.sep_token_id) if i is not None]
         # JSON keeps lists; a tuple from Python is stored as one. Anything else is left for validate() to name.
         self.special_token_ids = list(special_token_ids) if isinstance(special_token_ids, tuple) else special_token_ids
         self.position_shift = (preset == "dstg") if position_shift is None else position_shift
@@ -221,8 +240,10 @@ class DSTGNeoBERTConfig(EncoderConfig):
             )
 
     def validate_special_token_ids(self):
-        # The base config lets a *_token_id be None; DSTG's special-token defaults need both of these.
+        # None: no such token (a vocabulary too small for the bert-base-uncased default, see `bert_default_id`).
         for field in ("cls_token_id", "sep_token_id"):
+            if getattr(self, field) is None:
+                continue
             check_token_id(field, getattr(self, field), self.vocab_size)
             if getattr(self, field) == self.pad_token_id:
                 raise ValueError(

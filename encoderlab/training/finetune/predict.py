@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .model_path import check_model_path, not_found_error
 from .tokens import as_words, encode_words
 
 AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
@@ -34,10 +35,14 @@ def load_classifier(path: str, task: str = "classify", trust_remote_code: bool =
 
     if task not in AUTO_CLASSES:
         raise ValueError(f"task={task!r}; allowed: {sorted(AUTO_CLASSES)}")
-    if not Path(path).is_dir() and Path(path).exists():
-        raise ValueError(f"--model={path!r} is a file; give a fine-tuned run folder or a Hub model id")
-    model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(path, trust_remote_code=trust_remote_code)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    check_model_path(path, key="--model")
+    try:
+        model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as error:
+        if Path(path).is_dir():
+            raise
+        raise not_found_error(path, error, key="--model") from None
     return model.eval(), tokenizer
 
 
@@ -126,8 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text", action="append", default=[], help="an input text (repeatable)")
     parser.add_argument("--text-pair", action="append", default=[], help="classify: the second text of a pair")
     parser.add_argument("--file", help='JSONL, one {"text": ..., "text_pair": ...} per line')
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the model code stored with a Hub model (for encoders not in transformers; "
+                             "encoderlab run folders load without it)")
 
 
 def run(args: argparse.Namespace) -> int:

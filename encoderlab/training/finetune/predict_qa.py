@@ -167,17 +167,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-best", type=int, default=20, help="candidate spans per question")
     parser.add_argument("--null-threshold", type=float, default=None,
                         help="answer '' when null score - best span score > this (default: the model's own, v2)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="windows per forward pass (default 32)")
 
 
 def load_model(path: str):
     import encoderlab  # noqa: F401  (registers the encoderlab families with the Auto classes)
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
+    from .model_path import check_model_path, not_found_error
+
+    check_model_path(path, key="--model")
     try:
         return AutoModelForQuestionAnswering.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     except OSError as error:
-        raise ValueError(f"--model={path!r} is neither a model folder nor a reachable Hub model: {error}") from None
+        if Path(path).is_dir():
+            raise
+        raise not_found_error(path, error, key="--model") from None
 
 
 def run(args: argparse.Namespace) -> int:

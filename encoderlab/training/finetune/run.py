@@ -15,6 +15,7 @@ A run is described like a pretraining run: a YAML/JSON file of sections (`Finetu
 4. the run folder: the best point's model + tokenizer (loadable with the Auto classes and in the pipelines, with
    and without encoderlab), ``results.json``, ``metrics.csv``, ``dev_curve.png``, ``grid.csv`` and
    ``grid.png`` (every point), ``run_config.yaml`` and a model card (README.md); with LoRA also ``adapter/``.
+   ``grid/<point>/`` keeps each point's results; its model only with ``search.keep_all_models``.
 
 ``--resume`` continues an interrupted run with the same run config: finished grid points are read back, the
 unfinished one resumes from its last checkpoint.
@@ -64,6 +65,9 @@ class FinetuneModelSection:
     freeze: list[str] = field(default_factory=list)
     """Parameters kept fixed during training: `fnmatch` patterns of their names (``model.layers.*.attention.query.*``);
     a pattern that matches no parameter is an error."""
+    new_head: bool = False
+    """Train a freshly initialised head when the checkpoint's head was trained for other labels (its ``id2label``);
+    without it such a run is an error, so that a trained head is never silently relabelled."""
 
 
 @dataclass
@@ -153,6 +157,9 @@ class SearchSection:
     lr: list[float] = field(default_factory=list)
     batch_size: list[int] = field(default_factory=list)
     weight_decay: list[float] = field(default_factory=list)
+    keep_all_models: bool = False
+    """Keep every point's model under ``grid/<point>/model``; default: the best point's only, in the run folder (a
+    point's model is deleted as soon as a better point has finished)."""
 
     def __post_init__(self):
         for value in self.lr:
@@ -282,16 +289,16 @@ def load_model_config(run: FinetuneRunConfig):
     import encoderlab  # noqa: F401  (registers the families)
     from transformers import AutoConfig
 
-    from .data import is_local
+    from .model_path import check_model_path, not_found_error
 
     path = run.model.path
-    if is_local(path) and not (Path(path) / "config.json").is_file():
-        raise ValueError(f"model.path={path!r} is not a checkpoint folder (no config.json there); give a folder "
-                         "written by save_pretrained or a Hub model id")
+    check_model_path(path)  # a typo'd local path is named as such, before any Hub call
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=run.model.trust_remote_code)
     except OSError as error:
-        raise ValueError(f"model.path={path!r} could not be loaded as a checkpoint: {error}") from None
+        if Path(path).is_dir():
+            raise ValueError(f"model.path={path!r} could not be loaded as a checkpoint: {error}") from None
+        raise not_found_error(path, error) from None
 
 
 def check_head(task, config) -> None:
@@ -302,6 +309,29 @@ def check_head(task, config) -> None:
     if (saved == "regression") != (task.problem_type == "regression"):
         raise ValueError(f"model.path has a {saved} head (config.problem_type) but task {task.name!r} is "
                          f"{task.problem_type}; start from a checkpoint without that head or pick a matching task")
+
+
+def trained_label_names(config) -> list[str] | None:
+    """The label names a checkpoint's head was trained for (``id2label`` in id order); None for transformers'
+    placeholders (``LABEL_0``, ...), which a checkpoint without a trained classifier carries."""
+    names = [str(config.id2label[i]) for i in sorted(config.id2label or {}, key=int)]
+    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def needs_new_head(run: FinetuneRunConfig, task, config) -> bool:
+    """True when the checkpoint's trained head is for other labels than the data's: then the head is initialised
+    fresh with ``model.new_head=true``, and without it the run stops before anything is written."""
+    trained = trained_label_names(config)
+    if task.label_names is None or trained is None or trained == list(task.label_names):
+        return False
+    if not run.model.new_head:
+        raise ValueError(f"model.path={run.model.path!r} has a head trained for the labels {trained} "
+                         f"(config.id2label), but the data's labels are {list(task.label_names)}; reusing it would "
+                         "relabel its classes. Set model.new_head=true to train a freshly initialised head, or give "
+                         f"data.label_names={trained} if the data uses the same classes")
+    logger.warning("model.path's head was trained for the labels %s; the labels here are %s: training a freshly "
+                   "initialised head (model.new_head=true)", trained, list(task.label_names))
+    return True
 
 
 def check_length(run: FinetuneRunConfig, config) -> None:
@@ -317,8 +347,9 @@ def check_length(run: FinetuneRunConfig, config) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_model(run: FinetuneRunConfig, task, kind):
-    """The checkpoint with the task's head; returns (model, names of the weights initialised fresh)."""
+def load_model(run: FinetuneRunConfig, task, kind, new_head: bool = False):
+    """The checkpoint with the task's head (initialised fresh with `new_head`); returns (model, names of the weights
+    initialised fresh)."""
     import transformers
 
     auto_class = getattr(transformers, kind.auto_class)
@@ -333,11 +364,27 @@ def load_model(run: FinetuneRunConfig, task, kind):
         labels["problem_type"] = task.problem_type
     model, info = auto_class.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code,
                                              output_loading_info=True, **labels)
-    initialised = sorted(info["missing_keys"])
+    initialised = set(info["missing_keys"])
+    if new_head:
+        initialised |= reinitialise(model, head_module_names(model))
+    initialised = sorted(initialised)
     if initialised:
-        logger.info("Initialised fresh (not in the checkpoint): %s", ", ".join(initialised))
+        logger.info("Initialised fresh: %s", ", ".join(initialised))
     freeze_parameters(model, run.model.freeze)
     return model, initialised
+
+
+def reinitialise(model, module_names: list[str]) -> set[str]:
+    """Fresh weights for the named top-level modules, drawn as the model draws weights missing from a checkpoint;
+    returns their parameter names."""
+    for name in module_names:
+        for module in model.get_submodule(name).modules():
+            for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+                tensor.__dict__.pop("_is_hf_initialized", None)  # transformers skips tensors marked as loaded
+            module.__dict__.pop("_is_hf_initialized", None)
+            model._init_weights(module)
+    return {f"{name}.{parameter}" for name in module_names
+            for parameter, _ in model.get_submodule(name).named_parameters()}
 
 
 def freeze_parameters(model, patterns) -> None:
@@ -393,11 +440,27 @@ def point_name(point: dict) -> str:
     return f"lr{point['lr']:g}_bs{point['batch_size']}_wd{point['weight_decay']:g}"
 
 
+def steps_per_epoch(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:
+    """Optimizer steps in one pass over the training split (the Trainer's count: the last batch may be short)."""
+    return max(1, math.ceil(train_size / (batch_size * run.train.gradient_accumulation_steps * world_size)))
+
+
 def evaluation_interval(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:
     if run.train.eval_steps is not None:
         return run.train.eval_steps
-    steps_per_epoch = math.ceil(train_size / (batch_size * run.train.gradient_accumulation_steps * world_size))
-    return max(1, min(500, steps_per_epoch // 10))
+    return max(1, min(500, steps_per_epoch(run, train_size, batch_size, world_size) // 10))
+
+
+def step_limit(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:
+    """The Trainer's ``max_steps``: whichever of ``train.epochs`` and ``train.max_steps`` ends training first (the
+    Trainer alone would let ``max_steps`` override ``epochs``, and every CPU default sets it); -1: epochs only."""
+    if run.train.max_steps is None:
+        return -1
+    epoch_steps = math.ceil(run.train.epochs * steps_per_epoch(run, train_size, batch_size, world_size))
+    if epoch_steps < run.train.max_steps:
+        logger.info("train.epochs=%g ends training after %d steps, before train.max_steps=%d", run.train.epochs,
+                    epoch_steps, run.train.max_steps)
+    return min(epoch_steps, run.train.max_steps)
 
 
 def evaluate_at_end_callback():
@@ -426,9 +489,11 @@ class Prepared:
     eval_splits: list
     sources: dict
     """Split -> `encoderlab.training.finetune.data.SplitSource`: where its examples came from, how many were kept."""
+    new_head: bool = False
+    """The checkpoint's head was trained for other labels and is initialised fresh (``model.new_head``)."""
 
 
-def training_arguments(run: FinetuneRunConfig, point: dict, point_dir: Path, eval_steps: int, kind,
+def training_arguments(run: FinetuneRunConfig, point: dict, point_dir: Path, eval_steps: int, max_steps: int, kind,
                        main_metric: str):
     from transformers import TrainingArguments
 
@@ -438,7 +503,7 @@ def training_arguments(run: FinetuneRunConfig, point: dict, point_dir: Path, eva
     return TrainingArguments(
         output_dir=str(point_dir), learning_rate=point["lr"], per_device_train_batch_size=point["batch_size"],
         weight_decay=point["weight_decay"], per_device_eval_batch_size=run.train.eval_batch_size or point["batch_size"],
-        num_train_epochs=run.train.epochs, max_steps=run.train.max_steps or -1,
+        num_train_epochs=run.train.epochs, max_steps=max_steps,
         gradient_accumulation_steps=run.train.gradient_accumulation_steps, max_grad_norm=run.train.max_grad_norm,
         warmup_steps=run.train.warmup_fraction, lr_scheduler_type="linear",
         eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
@@ -462,14 +527,16 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         return json.loads(finished.read_text(encoding="utf-8"))
     task, kind, settings = prepared.task, prepared.kind, prepared.settings
     set_seed(run.train.seed)  # the same head initialisation at every point and in every resumption
-    model, initialised = load_model(run, task, kind)
+    model, initialised = load_model(run, task, kind, prepared.new_head)
     if run.lora.r is not None:
         model = with_lora(model, run.lora)
     if fsdp.fsdp_requested():
         fsdp.reshape_scalar_parameters(model)
-    eval_steps = evaluation_interval(run, len(prepared.features["train"]), point["batch_size"], world_size)
+    sizes = (len(prepared.features["train"]), point["batch_size"], world_size)
+    eval_steps = evaluation_interval(run, *sizes)
+    args = training_arguments(run, point, point_dir, eval_steps, step_limit(run, *sizes), kind, task.main_metric)
     trainer = Trainer(
-        model=model, args=training_arguments(run, point, point_dir, eval_steps, kind, task.main_metric),
+        model=model, args=args,
         train_dataset=prepared.features["train"], eval_dataset=prepared.features["validation"],
         processing_class=prepared.tokenizer, data_collator=kind.collator(prepared.tokenizer),
         compute_metrics=kind.compute_metrics(task, prepared.raw["validation"], prepared.features["validation"],
@@ -560,11 +627,12 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     raw, sources = kind.load(task, run.data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
+    new_head = needs_new_head(run, task, model_config)
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = [split for split in raw if split not in ("train", "validation")]
     if kind.auto_class != "AutoModelForQuestionAnswering":
         eval_splits = eval_split_names(task, run.data)
-    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources)
+    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, new_head)
 
 
 @dataclass
@@ -588,10 +656,16 @@ def finetune(run: FinetuneRunConfig, *, resume: bool = False) -> FinetuneResult:
     if state.is_main_process:
         start_run_folder(run_dir, COMMAND, run)
     state.wait_for_everyone()
-    points = [train_point(run, point, prepared, run_dir / "grid" / point_name(point), state.num_processes)
-              for point in grid_points(run)]
     main = prepared.task.main_metric
-    best = max(points, key=lambda p: p["metrics"]["validation"][main])
+    points, best = [], None
+    for point in grid_points(run):
+        points.append(train_point(run, point, prepared, run_dir / "grid" / point_name(point), state.num_processes))
+        if best is None or points[-1]["metrics"]["validation"][main] > best["metrics"]["validation"][main]:
+            beaten, best = best, points[-1]
+        else:
+            beaten = points[-1]
+        if beaten is not None and not run.search.keep_all_models and state.is_main_process:
+            drop_point_model(run_dir, beaten)
     results = run_results(run, prepared, points, best)
     if state.is_main_process:
         save_run(run_dir, run, prepared, points, best, results)
@@ -641,15 +715,21 @@ def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: 
     shutil.copytree(best_dir / "model", run_dir, dirs_exist_ok=True)
     if run.lora.r is not None:
         shutil.copytree(best_dir / ADAPTER_DIR, run_dir / ADAPTER_DIR, dirs_exist_ok=True)
-    for point in points:  # keep the best point's model only
-        if point is not best:
-            shutil.rmtree(run_dir / "grid" / point_name(point["point"]) / "model", ignore_errors=True)
     write_results(run_dir, results)
     write_metrics_csv(best["log_history"], run_dir / "metrics.csv")
     plot_dev_curve(best["log_history"], prepared.task.main_metric, run_dir / DEV_CURVE,
                    title=f"{prepared.task.name}: {point_name(best['point'])}")
     write_grid(results["grid"], prepared.task.main_metric, run_dir)
     build_model_card(run_dir).save(run_dir / "README.md")
+    if not run.search.keep_all_models:  # last: the run folder now holds the best point's model, the others are gone
+        drop_point_model(run_dir, best)
+
+
+def drop_point_model(run_dir: Path, point: dict) -> None:
+    """Delete a finished point's saved model (and LoRA adapter); its results and point_results.json stay."""
+    point_dir = run_dir / "grid" / point_name(point["point"])
+    for name in ("model", ADAPTER_DIR):
+        shutil.rmtree(point_dir / name, ignore_errors=True)
 
 
 def plot_dev_curve(log_history: list, main_metric: str, path: Path, title: str) -> None:
@@ -780,6 +860,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML/JSON run config, or a bundled name (finetune_grid)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set train.lr=3e-5 --set data.path=glue_data")
+    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR); new or empty, default "
+                        "runs/finetune/TASK (glue: runs/finetune/glue/TASK)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run in output_dir")
     parser.add_argument("--list", action="store_true", help="print every task and exit")
 
@@ -788,6 +870,8 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print(task_list())
         return 0
+    if args.output_dir is not None:  # JSON-quoted: read back as a string whatever the folder's name
+        args.overrides = [*args.overrides, f"output_dir={json.dumps(args.output_dir)}"]
     if args.task == "glue":
         finetune_glue(args.model, args.config, args.overrides, args.resume)
         return 0
