@@ -330,6 +330,31 @@ KILLER = """
     pretrain(load_run_config(sys.argv[1], ["output_dir=" + sys.argv[2]]), callbacks=[KillAfterFirstCheckpoint()])
 """
 
+RESUMER = """
+    import json, sys
+    from transformers import TrainerCallback
+    import encoderlab.training.pretrain as pretrain_module
+    from encoderlab.cli import main
+
+    class RecordSteps(TrainerCallback):
+        \"\"\"What the Trainer itself did in this process: the step it began at and the steps it trained.\"\"\"
+        start, trained = None, 0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            RecordSteps.start = state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            RecordSteps.trained += 1
+
+    build_trainer = pretrain_module.build_trainer
+    pretrain_module.build_trainer = lambda run, model, tokenizer, data, plan, callbacks=(): build_trainer(
+        run, model, tokenizer, data, plan, [*callbacks, RecordSteps()])
+    code = main(sys.argv[2:])  # encoderlab pretrain ... --resume, in this process
+    with open(sys.argv[1], "w") as record:
+        json.dump({"start": RecordSteps.start, "trained": RecordSteps.trained}, record)
+    sys.exit(code)
+"""
+
 
 def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     config = tmp_path / "run.yaml"
@@ -345,7 +370,16 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert [p.name for p in resumed.glob("checkpoint-*")] == ["checkpoint-4"]
     assert not (resumed / "model.safetensors").exists()
-    subprocess.run([*cli, "--set", f"output_dir={resumed}", "--resume"], env=ENV, check=True, capture_output=True)
+    steps_file = tmp_path / "resumed_steps.json"
+    resume = [sys.executable, "-c", textwrap.dedent(RESUMER), str(steps_file), *cli[3:], "--set",
+              f"output_dir={resumed}", "--resume"]
+    done = subprocess.run(resume, env=ENV, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    straight_steps = json.loads((straight / "results.json").read_text())["steps"]
+    assert straight_steps > 4
+    # The resumed process starts at the checkpoint's step and trains only the rest (a retrain from step 0 reaches
+    # the same weights, deterministically, so the weights alone cannot tell).
+    assert json.loads(steps_file.read_text()) == {"start": 4, "trained": straight_steps - 4}
     expected, actual = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert expected.keys() == actual.keys()
     for name in expected:
@@ -353,5 +387,6 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     straight_results = json.loads((straight / "results.json").read_text())
     resumed_results = json.loads((resumed / "results.json").read_text())
     assert resumed_results["tokens_seen"] == straight_results["tokens_seen"]
+    assert resumed_results["steps"] == straight_steps
     for length in ("short", "long"):
         assert resumed_results["test"][length] == pytest.approx(straight_results["test"][length], abs=1e-6)
