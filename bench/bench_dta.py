@@ -16,8 +16,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from common import interleaved_times, markdown_table, paired_ratio, write_section
 from encoderlab import DTABertConfig, DTABertForMaskedLM
-from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.dual_triangle import attend
+from encoderlab.modeling.attention import AttentionMask, attend
 
 
 def attention_step(attention_type, batch, heads, length, head_dim):

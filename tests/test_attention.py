@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.dual_triangle import attend, causal_sdpa
+from encoderlab.modeling.attention import AttentionMask, attend
+from encoderlab.modeling.dual_triangle import causal_sdpa
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from naive_reference import naive_attention, padding_mask
 

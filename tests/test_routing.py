@@ -9,9 +9,8 @@ import torch
 from encoderlab import DTABertConfig, DTABertForMaskedLM, DTABertForSequenceClassification
 from encoderlab.cli import main as cli_main
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling.attention import AttentionMask
+from encoderlab.modeling.attention import AttentionMask, attend
 from encoderlab.modeling.convert import check_convertible, convert_routing, load_checkpoint, routing_permutation
-from encoderlab.modeling.dual_triangle import attend
 from encoderlab.modeling.positions import ALiBiBias
 from naive_reference import padding_mask
 

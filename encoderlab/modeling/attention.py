@@ -1,19 +1,27 @@
 """What every encoderlab family shares about attention: the padding and document mask of a forward, and the dispatch
-of transformers' implementation names (``eager``, ``sdpa``, ``flex_attention``) to our kernels.
+of the implementation names (transformers' ``eager``, ``sdpa``, ``flex_attention``, and our ``varlen``) to our
+kernels, one function per implementation.
 
 Packed (padding-free) input follows transformers' convention (`DataCollatorWithFlattening`): ``position_ids`` that
 restart at 0 where a document begins, optionally ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32 cumulative lengths over
 the flattened batch). Attention never crosses a document boundary.
 
-The kernels themselves (triangles, padding reordering, block masks) are in `dual_triangle`; the HOMA kernels in
-`homa_kernel`.
+The kernels themselves (triangles, padding reordering, block masks) are in `dual_triangle`, FlashAttention over
+packed documents in `varlen`, the HOMA kernels in `homa_kernel`.
 """
 
 import torch
 from transformers.modeling_utils import AttentionInterface
 from transformers.utils import logging
 
-from .dual_triangle import ATTENTION_IMPLEMENTATIONS, attend, check_attention_implementation
+from .dual_triangle import (
+    ATTENTION_IMPLEMENTATIONS,
+    check_attention_implementation,
+    eager_attention_forward,
+    flex_attention_forward,
+    sdpa_attention_forward,
+)
+from .varlen import varlen_attention_forward
 
 logger = logging.get_logger(__name__)
 
@@ -142,26 +150,35 @@ class AttentionMask:
 
 
 
-def _interface_function(implementation):
-    """Our kernel for ``implementation`` with transformers' attention-function signature: (module, query, key,
-    value, attention_mask, **kwargs) -> (output, probs), here with our [`AttentionMask`] and `attend`'s keywords."""
-
-    def attention_forward(module, query, key, value, attention_mask, **kwargs):
-        return attend(query, key, value, mask=attention_mask, implementation=implementation,
-                      training=module.training, **kwargs)
-
-    attention_forward.__name__ = f"{implementation}_attention_forward"
-    return attention_forward
-
-
-# Transformers' implementation names mapped to our kernels (dual triangles, additive biases, padding reordering) on a
+# Our implementation names mapped to our kernels (dual triangles, additive biases, padding reordering, documents) on a
 # local instance, as transformers does for a model that overrides its functions: registered globally they would
 # replace every other model's. Attention modules look their function up here at each call, so
 # `model.set_attn_implementation(...)` takes effect at once.
 ALL_ATTENTION_FUNCTIONS = AttentionInterface()
-for _implementation in ATTENTION_IMPLEMENTATIONS:
-    ALL_ATTENTION_FUNCTIONS[_implementation] = _interface_function(_implementation)
-eager_attention_forward = ALL_ATTENTION_FUNCTIONS["eager"]
+ALL_ATTENTION_FUNCTIONS["eager"] = eager_attention_forward
+ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa_attention_forward
+ALL_ATTENTION_FUNCTIONS["flex_attention"] = flex_attention_forward
+ALL_ATTENTION_FUNCTIONS["varlen"] = varlen_attention_forward
+
+
+def _refuse_other_models(module, query, key, value, attention_mask, **kwargs):
+    raise ValueError(
+        f"attn_implementation='varlen' is encoderlab's FlashAttention path for its own models; "
+        f"{type(module).__name__} cannot use it (use 'sdpa', 'eager', 'flex_attention' or 'flash_attention_2')"
+    )
+
+
+# transformers accepts an implementation name only when its global registry knows it; "varlen" is new there, so the
+# global entry only makes the name valid, and refuses models that are not ours (ours use the local mapping above).
+if "varlen" not in AttentionInterface().valid_keys():
+    AttentionInterface.register("varlen", _refuse_other_models)
+
+
+def attend(query, key, value, *, mask, implementation, training=False, **kwargs):
+    """One attention call without a module (kernel tests, benchmarks): ``implementation``'s function with
+    ``mask`` (an [`AttentionMask`]) and the keywords of `eager_attention_forward`."""
+    check_attention_implementation(implementation)
+    return ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, mask, training=training, **kwargs)
 
 
 def attention_implementation(config, output_attentions=False):

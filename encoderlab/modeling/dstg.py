@@ -58,8 +58,26 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(batch_size, seq_len, -1)
 
 
+class Streams(tuple):
+    """The residual state of ``dstg``: the (ap, semantic) pair, both views of one joined ``[ap | semantic]`` tensor
+    (``.joined``). Layers read the views, so the joined tensor, the one ``output_hidden_states`` returns, lies on the
+    autograd path as much as the streams do (``retain_grad`` on either gets its gradient)."""
+
+    def __new__(cls, ap, semantic):
+        joined = torch.cat([ap, semantic], dim=-1)  # (B, L, ap_size + semantic_size)
+        pair = super().__new__(cls, joined.split([ap.shape[-1], semantic.shape[-1]], dim=-1))
+        pair.joined = joined
+        return pair
+
+    def __reduce__(self):  # a plain pair when copied or pickled: the views would not survive it
+        return tuple, (tuple(self),)
+
+
 def join_streams(state):
-    """(ap, semantic) -> [ap | semantic] (B, L, hidden); a baseline's single stream is returned as is."""
+    """(ap, semantic) -> [ap | semantic] (B, L, hidden), the tensor the streams are views of where there is one; a
+    baseline's single stream is returned as is."""
+    if isinstance(state, Streams):
+        return state.joined
     return torch.cat(state, dim=-1) if isinstance(state, tuple) else state
 
 
@@ -367,7 +385,7 @@ class DSTGLayer(GradientCheckpointingLayer):
         ap_update, semantic_update = self.mlp(
             torch.cat([self.ap_mlp_norm(ap), self.semantic_mlp_norm(semantic)], dim=-1)
         )
-        return (ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)), probs
+        return Streams(ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)), probs
 
 
 class DSTGEmbeddings(nn.Module):
@@ -385,13 +403,13 @@ class DSTGEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, position_ids):
-        """input_ids (B, L), position_ids (B|1, L) -> ap (B, L, ap_size), semantic (B, L, semantic_size)."""
+        """input_ids (B, L), position_ids (B|1, L) -> [`Streams`] ap (B, L, ap_size), semantic (B, L, semantic_size)."""
         semantic = self.word_embeddings(input_ids)
         if self.config.use_positions:
             ap = self.ap_embeddings(position_ids).expand(semantic.shape[0], -1, -1)
         else:
             ap = semantic.new_zeros(*semantic.shape[:2], self.config.ap_size)
-        return self.dropout(self.ap_norm(ap)), self.dropout(self.semantic_norm(semantic))
+        return Streams(self.dropout(self.ap_norm(ap)), self.dropout(self.semantic_norm(semantic)))
 
 
 class DSTGFinalNorm(nn.Module):

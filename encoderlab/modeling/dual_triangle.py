@@ -11,8 +11,9 @@ Three attention patterns:
   them down and the rest up. Both are one split of (B, H, L, D) into a down and an up (B, H, L, D/2) tensor
   (`split_triangles`) and its inverse (`merge_triangles`); the kernels below see only the split.
 
-Three implementations, chosen by ``config._attn_implementation``; they agree to rounding error and are tested
-against each other and against a naive reference:
+Three implementations here, one function each (``*_attention_forward``, registered in
+`attention.ALL_ATTENTION_FUNCTIONS`), chosen by ``config._attn_implementation``; they agree to rounding error and are
+tested against each other and against a naive reference (the fourth, ``varlen``, is in `varlen`):
 
 * ``eager``: materialised (B, H, L, L) scores; the only one that returns attention probabilities. For dual triangle
   the probabilities have 2H maps, the first H down (j <= i), the last H up (j >= i): with ``channel_halves`` index h
@@ -24,8 +25,13 @@ against each other and against a naive reference:
   query and no dense L x L mask is built. On CPU a causal call of 256..512 tokens runs as two query halves
   (`causal_sdpa`), which skips the quarter of the work torch's kernel would spend above the diagonal.
 * ``flex_attention``: one block-sparse call with a BlockMask (for dual triangle: 2H half-width sub-heads, head-routed
-  mask), cached per length when there is no padding. The GPU path; on CPU it serves inference (torch 2.13 has no
-  CPU backward for it) and compiles for a few seconds on first use.
+  mask), cached per length when there is no padding, else built once per batch (reading padding and documents). The
+  GPU path; on CPU it serves inference (torch 2.13 has no CPU backward for it) and compiles for a few seconds on
+  first use (a float64 model runs it uncompiled, after a warning: Inductor has no float64 CPU kernel for it).
+
+Packed documents (``mask.document_ids``): a query only sees keys of its own document. eager and flex_attention add
+the term to their mask; sdpa then takes one dense (B, 1, L, L) mask instead of reordering (a reordered causal call
+would run across the documents of a row).
 
 Padding: a query may only see real keys. A padded query row sees itself (and, in the SDPA paths, whatever precedes
 it in its reordered row), which keeps every row finite; nothing downstream reads padded rows.
@@ -38,7 +44,7 @@ import torch.nn.functional as F
 
 from ..configuration.choices import DUAL_TRIANGLE_ROUTINGS
 
-ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "varlen")  # varlen: `varlen.py`, CUDA only
 
 # Which keys a triangle admits: "all" (bidirectional), "lower" (j <= i) or "upper" (j >= i).
 _TRIANGLES_BY_TYPE = {"bidirectional": ("all",), "causal": ("lower",), "dual_triangle": ("lower", "upper")}
@@ -169,11 +175,25 @@ _compiled_flex_attention = None
 FLEX_COMPILE = True  # tests switch compilation off to check the mask/score logic over many shapes quickly
 
 
-def _flex_attention_fn():
+# Dtypes torch's compiled (Inductor) flex_attention kernel takes on CPU; others raise a raw InductorError there.
+_FLEX_CPU_COMPILED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _flex_attention_fn(query):
+    """flex_attention, compiled unless tests switched that off or the compiled CPU kernel lacks ``query``'s dtype
+    (float64: then the uncompiled one, which is exact but materialises the scores, after a warning)."""
     global _compiled_flex_attention
     from torch.nn.attention.flex_attention import flex_attention
 
     if not FLEX_COMPILE:
+        return flex_attention
+    if query.device.type == "cpu" and query.dtype not in _FLEX_CPU_COMPILED_DTYPES:
+        _warn_once(
+            "flex_uncompiled_dtype",
+            f"compiled flex_attention has no CPU kernel for {query.dtype} (torch's Inductor takes float32, float16 "
+            "and bfloat16); running flex_attention uncompiled, which is exact but slow and materialises the scores. "
+            "Use float32 or bfloat16, or attn_implementation='sdpa', for speed.",
+        )
         return flex_attention
     if _compiled_flex_attention is None:
         _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
@@ -207,28 +227,34 @@ def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len, document_i
 
 
 def flex_block_mask(mask, triangles, heads_per_triangle, padded_len):
+    """The BlockMask of one call: built per batch (and kept for every layer of the forward) when there is padding or
+    there are packed documents, else cached per length. A mask of one triangle is the same for every head (H=1)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    num_heads = heads_per_triangle * len(triangles)
+    heads = heads_per_triangle * len(triangles) if len(triangles) == 2 else None
     if mask.has_padding or mask.has_documents:
-        block_padding = padded_len - mask.seq_len
-        key_valid = torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
-        key_valid = F.pad(mask.key_valid if mask.has_padding else key_valid, (0, block_padding), value=False)
-        document_ids = None
-        if mask.has_documents:  # the block padding joins the last document; its keys are masked as padding
-            last = mask.document_ids[:, -1:]
-            document_ids = torch.cat([mask.document_ids, last.expand(-1, block_padding)], dim=1)
-        mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len, document_ids)
-        return mask._cached(
-            ("flex", triangles, heads_per_triangle),
-            lambda: create_block_mask(mask_mod, mask.batch_size, num_heads, padded_len, padded_len, mask.device),
-        )
+        return mask._cached(("flex", triangles, heads_per_triangle),
+                            lambda: _batch_block_mask(mask, triangles, heads_per_triangle, heads, padded_len))
     cache_key = (triangles, heads_per_triangle, mask.seq_len, str(mask.device))
     if cache_key not in _FLEX_BLOCK_MASKS:
         mask_mod = _flex_mask_mod(triangles, heads_per_triangle, None, mask.seq_len)
-        heads = num_heads if len(triangles) == 2 else None
         _FLEX_BLOCK_MASKS[cache_key] = create_block_mask(mask_mod, None, heads, padded_len, padded_len, mask.device)
     return _FLEX_BLOCK_MASKS[cache_key]
+
+
+def _batch_block_mask(mask, triangles, heads_per_triangle, heads, padded_len):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    block_padding = padded_len - mask.seq_len
+    key_valid = mask.key_valid if mask.has_padding else torch.ones(
+        mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
+    key_valid = F.pad(key_valid, (0, block_padding), value=False)
+    document_ids = None
+    if mask.has_documents:  # the block padding joins the last document; its keys are masked as padding
+        last = mask.document_ids[:, -1:]
+        document_ids = torch.cat([mask.document_ids, last.expand(-1, block_padding)], dim=1)
+    mask_mod = _flex_mask_mod(triangles, heads_per_triangle, key_valid, mask.seq_len, document_ids)
+    return create_block_mask(mask_mod, mask.batch_size, heads, padded_len, padded_len, mask.device)
 
 
 def flex_attention_call(query, key, value, mask, triangles, bias_module, logical_heads, scale):
@@ -246,7 +272,7 @@ def flex_attention_call(query, key, value, mask, triangles, bias_module, logical
     if padded_len != seq_len:
         query, key, value = (F.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
     score_mod = None if bias_module is None else bias_module.score_mod(logical_heads)
-    output = _flex_attention_fn()(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return output[:, :, :seq_len]
 
 
@@ -254,18 +280,21 @@ def _needs_cpu_backward(*tensors):
     return torch.is_grad_enabled() and any(t.device.type == "cpu" and t.requires_grad for t in tensors)
 
 
-_warned_flex_cpu_backward = False
+_warned = set()
+
+
+def _warn_once(topic, message):
+    if topic not in _warned:
+        warnings.warn(message, stacklevel=4)
+        _warned.add(topic)
 
 
 def _warn_flex_cpu_backward():
-    global _warned_flex_cpu_backward
-    if not _warned_flex_cpu_backward:
-        warnings.warn(
-            "flex_attention has no backward pass on CPU in this torch version; attention runs through sdpa "
-            "(same results) while gradients are needed. Use torch.no_grad() for CPU inference with flex_attention.",
-            stacklevel=3,
-        )
-        _warned_flex_cpu_backward = True
+    _warn_once(
+        "flex_cpu_backward",
+        "flex_attention has no backward pass on CPU in this torch version; attention runs through sdpa (same "
+        "results) while gradients are needed. Use torch.no_grad() for CPU inference with flex_attention.",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -296,7 +325,8 @@ def merge_triangles(outputs, routing):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# dispatch
+# one attention function per implementation, in transformers' signature: (module, query, key, value, attention_mask,
+# **kwargs) -> (output, probs). `attention.ALL_ATTENTION_FUNCTIONS` registers them.
 
 
 def check_attention_implementation(implementation):
@@ -307,52 +337,88 @@ def check_attention_implementation(implementation):
         )
 
 
-def attend(query, key, value, *, mask, attention_type, implementation, bias_module=None, scale=None, dropout=0.0,
-           training=False, output_attentions=False, routing="channel_halves"):
-    """Runs ``attention_type`` attention with the chosen implementation.
-
-    Args:
-        query, key, value: (B, H, L, D). For dual triangle, D is the full head size; it is split here.
-        mask: the [`AttentionMask`] of this forward.
-        bias_module: an additive bias with ``dense``/``score_mod`` (ALiBi, T5) or None; its H matches the logical
-            heads, and the i-th sub-head of each triangle gets bias head i (with ``channel_halves``, both halves
-            of head i).
-        scale: score scale; defaults to ``1/sqrt(D)`` (``1/sqrt(D/2)`` for the dual-triangle halves).
-        routing: which half-width sub-heads go to which triangle (`split_triangles`); dual triangle only.
-
-    Returns:
-        output (B, H, L, D), and probs (B, H or 2H, L, L) for eager with ``output_attentions`` else None.
-    """
-    check_attention_implementation(implementation)
-    if output_attentions and implementation != "eager":
+def refuse_probabilities(implementation, output_attentions):
+    if output_attentions:
         raise ValueError(
             f"output_attentions=True needs attn_implementation='eager' (got {implementation!r}): only eager "
             "attention materialises the attention probabilities"
         )
+
+
+def triangle_parts(query, key, value, attention_type, routing, scale):
+    """The triangles of ``attention_type``, the per-triangle (query, key, value) parts (`split_triangles`) and the
+    score scale (default ``1/sqrt(part width)``)."""
     if routing not in DUAL_TRIANGLE_ROUTINGS:
         raise ValueError(f"routing={routing!r} is not supported; allowed values: "
                          f"{', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}")
     triangles = _TRIANGLES_BY_TYPE[attention_type]
-    num_heads, head_dim = query.shape[1], query.shape[-1]
-    split = head_dim // len(triangles)
-    parts = list(zip(triangles, *(split_triangles(x, len(triangles), routing) for x in (query, key, value))))
-    scale = split**-0.5 if scale is None else scale
+    parts = list(zip(*(split_triangles(x, len(triangles), routing) for x in (query, key, value))))
+    width = query.shape[-1] // len(triangles)
+    return triangles, parts, width**-0.5 if scale is None else scale
 
-    if implementation == "flex_attention" and _needs_cpu_backward(query, key, value):
-        _warn_flex_cpu_backward()
-        implementation = "sdpa"
-    if implementation == "flex_attention":
-        if dropout and training:
-            raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
-        q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
-        output = flex_attention_call(q, k, v, mask, triangles, bias_module, num_heads, scale)
-        return merge_triangles(output.split(num_heads, dim=1), routing), None
 
-    if implementation == "sdpa":
-        outputs = [sdpa_triangle(q, k, v, mask, t, bias_module, scale, dropout, training) for t, q, k, v in parts]
-        return merge_triangles(outputs, routing), None
+def is_training(module, training):
+    """Dropout is on when the calling module trains (or ``training`` says so, for calls without a module)."""
+    return training if training is not None else module is not None and module.training
 
-    q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2, 3))
+
+def _grouped(parts):
+    """Per-triangle (q, k, v) parts -> q, k, v (B, T * H, L, D) grouped by triangle."""
+    return (torch.cat([part[i] for part in parts], dim=1) for i in range(3))
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, *, attention_type="bidirectional",
+                            routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
+                            output_attentions=False, training=None, **kwargs):
+    """Materialised scores; the only implementation that returns the probabilities.
+
+    Args:
+        query, key, value: (B, H, L, D). For dual triangle, D is the full head size; it is split here.
+        attention_mask: the [`AttentionMask`] of this forward (padding and packed documents).
+        attention_type: ``bidirectional``, ``causal`` or ``dual_triangle``.
+        routing: which half-width sub-heads go to which triangle (`split_triangles`); dual triangle only.
+        bias_module: an additive bias with ``dense``/``score_mod`` (ALiBi, T5) or None; its H matches the logical
+            heads, and the i-th sub-head of each triangle gets bias head i.
+        scale: score scale; defaults to ``1/sqrt(D)`` (``1/sqrt(D/2)`` for the dual-triangle halves).
+
+    Returns:
+        output (B, H, L, D), and probs (B, H or 2H, L, L) with ``output_attentions`` else None.
+    """
+    triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
     bias = _bias_or_none(bias_module, query.shape[2], query.device, query.dtype)
-    output, probs = eager_attention(q, k, v, mask, triangles, bias, scale, dropout, training)
-    return merge_triangles(output.split(num_heads, dim=1), routing), probs if output_attentions else None
+    output, probs = eager_attention(*_grouped(parts), attention_mask, triangles, bias, scale, dropout,
+                                    is_training(module, training))
+    output = merge_triangles(output.split(query.shape[1], dim=1), routing)
+    return output, probs if output_attentions else None
+
+
+def sdpa_attention_forward(module, query, key, value, attention_mask, *, attention_type="bidirectional",
+                           routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
+                           output_attentions=False, training=None, **kwargs):
+    """``scaled_dot_product_attention``, one call per triangle (`sdpa_triangle`); arguments as
+    `eager_attention_forward`. Returns (output (B, H, L, D), None)."""
+    refuse_probabilities("sdpa", output_attentions)
+    triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
+    training = is_training(module, training)
+    outputs = [sdpa_triangle(q, k, v, attention_mask, triangle, bias_module, scale, dropout, training)
+               for triangle, (q, k, v) in zip(triangles, parts)]
+    return merge_triangles(outputs, routing), None
+
+
+def flex_attention_forward(module, query, key, value, attention_mask, *, attention_type="bidirectional",
+                           routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
+                           output_attentions=False, training=None, **kwargs):
+    """One block-sparse flex_attention call for all triangles (`flex_attention_call`); arguments as
+    `eager_attention_forward`. On CPU, while gradients are needed, it runs sdpa (torch has no CPU backward for
+    flex_attention). Returns (output (B, H, L, D), None)."""
+    refuse_probabilities("flex_attention", output_attentions)
+    if _needs_cpu_backward(query, key, value):
+        _warn_flex_cpu_backward()
+        return sdpa_attention_forward(module, query, key, value, attention_mask, attention_type=attention_type,
+                                      routing=routing, bias_module=bias_module, scale=scale, dropout=dropout,
+                                      training=training)
+    if dropout and is_training(module, training):
+        raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
+    triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
+    output = flex_attention_call(*_grouped(parts), attention_mask, triangles, bias_module, query.shape[1], scale)
+    return merge_triangles(output.split(query.shape[1], dim=1), routing), None

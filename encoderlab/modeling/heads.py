@@ -16,6 +16,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
+from .attention import is_tracing, packed_document_ids
 from .base import IGNORE_INDEX, check_labels, masked_mean
 
 
@@ -54,6 +55,30 @@ def sequence_classification_loss(config, logits, labels):
             logits, labels = logits.squeeze(-1), labels.reshape(logits.shape[0])
         return MSELoss()(logits, labels.to(logits.dtype))
     return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+
+
+def pool_documents(hidden_states, document_ids, attention_mask, pooling):
+    """One vector per document of packed rows, in row-major order: the first real token of each (``"cls"``) or the
+    mean over its real tokens (``"mean"``).
+
+    hidden_states (B, L, D), document_ids (B, L), attention_mask (B, L) or None -> (N, D) for the N documents.
+    """
+    batch_size, seq_len, width = hidden_states.shape
+    row = torch.arange(batch_size, device=hidden_states.device).repeat_interleave(seq_len)
+    document = document_ids.reshape(-1)
+    real = None if attention_mask is None else attention_mask.reshape(-1).bool().nonzero().squeeze(-1)
+    states = hidden_states.reshape(-1, width)
+    if real is not None:
+        row, document, states = row[real], document[real], states[real]
+    starts = torch.ones_like(row, dtype=torch.bool)
+    starts[1:] = (row[1:] != row[:-1]) | (document[1:] != document[:-1])
+    if pooling != "mean":
+        return states[starts]
+    segment = starts.long().cumsum(0) - 1  # (T,) document index of every real token
+    count = int(starts.sum())
+    sums = states.new_zeros(count, width).index_add(0, segment, states)
+    sizes = torch.bincount(segment, minlength=count).to(states.dtype)
+    return sums / sizes.unsqueeze(-1)
 
 
 class SequenceClassificationHead(nn.Module):
@@ -139,7 +164,12 @@ class EncoderForMaskedLM(EncoderTaskModel):
 
 class EncoderForSequenceClassification(EncoderTaskModel):
     """Sequence classification or regression on the CLS vector or the mean over real tokens
-    (``config.classifier_pooling``)."""
+    (``config.classifier_pooling``).
+
+    Packed rows (``position_ids`` restarting at 0, or ``cu_seq_lens_q``) are pooled per document: logits are then
+    (num_documents, num_labels) in row-major document order, and ``labels`` has one entry per document. While
+    compiling or exporting, documents are read from ``cu_seq_lens_q`` only (finding them from positions would read
+    values)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -169,7 +199,13 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
                             output_hidden_states, kwargs)
         hidden = self.sequence_features(outputs)
-        if self.config.classifier_pooling == "mean":
+        cu_seq_lens = kwargs.get("cu_seq_lens_q", kwargs.get("cu_seq_lens_k"))
+        document_ids = None
+        if cu_seq_lens is not None or not is_tracing():
+            document_ids = packed_document_ids(position_ids, cu_seq_lens, *hidden.shape[:2], hidden.device)
+        if document_ids is not None:
+            pooled = pool_documents(hidden, document_ids, attention_mask, self.config.classifier_pooling)
+        elif self.config.classifier_pooling == "mean":
             pooled = masked_mean(hidden, attention_mask)
         else:
             pooled = hidden[:, 0]
@@ -239,6 +275,7 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
 
 __all__ = [
     "EncoderForMaskedLM",
+    "pool_documents",
     "SequenceClassificationHead",
     "sequence_classification_loss",
     "EncoderForSequenceClassification",
