@@ -356,9 +356,24 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_run(shared_data, 
     monkeypatch.setattr(run_module, "evaluate_at_end_callback", lambda: [original(), Interrupt()][1])
     with pytest.raises(KeyboardInterrupt):
         quick_run("mrpc", tiny_dta, tmp_path / "resumed", glue)
-    monkeypatch.setattr(run_module, "evaluate_at_end_callback", original)
+    recorded = {"trained": 0}
+
+    class RecordSteps(type(original())):
+        """The original end-of-run callback, also noting the step the Trainer began at and the steps it trained."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            recorded["start"] = state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            recorded["trained"] += 1
+            return super().on_step_end(args, state, control, **kwargs)
+
+    monkeypatch.setattr(run_module, "evaluate_at_end_callback", RecordSteps)
     config = load_finetune_config("mrpc", str(tiny_dta), None, [*QUICK, f"output_dir={tmp_path / 'resumed'}", glue])
     resumed = finetune(config, resume=True).results
+    # It went on from the checkpoint: a retrain from step 0 reaches the same weights, so they alone cannot tell.
+    assert straight["steps"] > 4 and resumed["steps"] == straight["steps"]
+    assert recorded == {"start": 4, "trained": straight["steps"] - 4}
     assert resumed["metrics"]["validation"]["f1"] == pytest.approx(straight["metrics"]["validation"]["f1"])
     expected = load_file(tmp_path / "straight/model.safetensors")
     actual = load_file(tmp_path / "resumed/model.safetensors")
