@@ -21,6 +21,7 @@ from huggingface_hub import ModelCard
 
 from encoderlab.cli import main
 from encoderlab.hub_cards.card import _finetune_eval_results, validate_model_card
+from encoderlab.hub_cards.publish import stage_run
 from encoderlab.training.finetune import data as finetune_data
 from encoderlab.training.finetune.run import FinetuneDataSection, finetune, format_results, load_finetune_config
 from encoderlab.training.finetune.tasks import get_task
@@ -141,6 +142,15 @@ def test_publish_uploads_no_machine_path_and_says_why_there_is_no_base_model(squ
     # the run folder keeps its full run config (--resume compares it)
     assert yaml.safe_load((squad_run / "run_config.yaml").read_text())["output_dir"] == str(squad_run)
     assert ModelCard.load(out / "README.md").data.base_model is None
+    # a path that slipped into an uploaded file (here grid.csv) stops staging, naming the file
+    grid = squad_run / "grid.csv"
+    original = grid.read_text()
+    grid.write_text(original + f"# written in {squad_run}\n")
+    try:
+        with pytest.raises(ValueError, match=f"grid.csv of the upload names the local folder '{squad_run}'"):
+            stage_run(squad_run, tmp_path / "again", "acme/squad-tiny")
+    finally:
+        grid.write_text(original)
 
 
 # ---------------------------------------------------------------------------------------------

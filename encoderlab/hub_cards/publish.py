@@ -8,7 +8,8 @@ OUT_DIR`` writes exactly the folder that would be uploaded and stops there.
 
 No path of the user's machine is uploaded: the staged ``run_config.yaml`` holds the last component of every path
 (`PATH_KEYS`; the run folder keeps its full copy, which ``--resume`` compares), the tokenizer config loses the keys
-of how it was loaded (``local_files_only``), and staging fails if a text file still names the run's folder. After an
+of how it was loaded (``local_files_only``), and staging fails if a text file still names the run's folder or the
+home folder. After an
 upload the repo id is recorded in the run folder (``published.json``), so a run fine-tuned from it names it as its
 ``base_model``; a fine-tuned run without one is published with a warning that says why.
 """
@@ -75,11 +76,13 @@ def _make_public(out_dir: Path, run_dir: Path) -> None:
         saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
         tokenizer_config.write_text(json.dumps({k: v for k, v in saved.items() if k not in LOAD_TIME_KEYS},
                                                indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    location = str(run_dir.resolve().parent)
+    locations = [str(run_dir.resolve())] + [str(Path.home())] * (len(Path.home().parts) > 1)
     for path in out_dir.rglob("*"):
-        if path.is_file() and path.suffix in TEXT_SUFFIXES and location in path.read_text(encoding="utf-8"):
-            raise ValueError(f"{path.name} of the upload names the local folder {location!r}; nothing is "
-                             "uploaded (a run written by an older encoderlab? run it again)")
+        text = path.read_text(encoding="utf-8") if path.is_file() and path.suffix in TEXT_SUFFIXES else ""
+        for location in locations:
+            if location in text:
+                raise ValueError(f"{path.name} of the upload names the local folder {location!r}; nothing is "
+                                 "uploaded (a run written by an older encoderlab? run it again)")
 
 
 def base_model_warning(run_dir: str | Path) -> str | None:
