@@ -39,7 +39,7 @@ class GlueData:
 
 
 def texts_and_labels(task, path: Path, limit=None):
-    rows = read_table(path, task.local.columns, limit)
+    rows = read_table(path, task.local.columns)[:limit]
     columns = task.local.text_columns
     texts = [[row[column] for row in rows] for column in columns]  # one list per text column
     raw = [row[task.local.label_column] for row in rows]
