@@ -179,6 +179,23 @@ def run_files(run_dir):
     return {path.name for path in run_dir.iterdir()}
 
 
+def saved_model_logits(run_dir, texts):
+    """float64 logits of the run's saved model and tokenizer on `texts`, one padded batch."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    with torch.no_grad():
+        batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        return model(**batch).logits.double().numpy()
+
+
+def first_rows(path, count, delimiter=","):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t"
+                                   else csv.QUOTE_MINIMAL))[:count]
+
+
 RUN_FILES = {"config.json", "model.safetensors", "tokenizer.json", "results.json", "metrics.csv", "dev_curve.png",
              "grid.csv", "grid.png", "run_config.yaml", "README.md"}  # fmt: skip
 
@@ -212,7 +229,11 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     assert results["steps"] == 8 and results["best_step"] in (4, 8)
     # the new head is listed, under its current names
     assert {"classifier.dense.weight", "classifier.out_proj.weight"} <= set(results["initialised_weights"])
-    assert 0 <= results["metrics"]["validation"]["accuracy"] <= 1
+    # The reported accuracy is the saved model's on the 32 validation sentences scored.
+    rows = first_rows(shared_data / "glue/SST-2/dev.tsv", 32, delimiter="\t")
+    predicted = saved_model_logits(run_dir, [row["sentence"] for row in rows]).argmax(-1)
+    assert results["metrics"]["validation"]["accuracy"] == pytest.approx(
+        np.mean(predicted == [int(row["label"]) for row in rows]))
 
     card = ModelCard.load(run_dir / "README.md")
     assert card.data.pipeline_tag == "text-classification"
@@ -248,9 +269,10 @@ def test_stsb_regression_on_a_plain_bert(shared_data, tiny_bert, tmp_path):
 
 
 def test_glue_group_runs_every_task_found_and_averages_without_wnli():
+    dev = {"examples": 100, "available": 100, "capped": False}
     table = glue_table({"cola": {"matthews_correlation": 0.2}, "mrpc": {"f1": 0.8, "accuracy": 0.7},
-                        "wnli": {"accuracy": 0.1}})
-    assert "| cola | matthews_correlation 0.2000 | 20.0 |" in table
+                        "wnli": {"accuracy": 0.1}}, {"cola": dev, "mrpc": dev, "wnli": dev})
+    assert "| cola | matthews_correlation 0.2000 | 100 | 20.0 |" in table
     assert "**47.5**" in table  # (20 + 75) / 2: WNLI left out
 
 
@@ -267,9 +289,15 @@ def test_secondary_structure_scores_every_residue_and_tags_with_names(shared_dat
     assert results["features"]["test_cb513"] > results["examples"]["test_cb513"]  # long chains became windows
     with open(shared_data / "tape/secondary_structure/test_cb513.csv") as handle:
         rows = list(csv.DictReader(handle))[:8]
-    assert results["metrics"]["test_cb513"]["q3"] >= 0
     model = AutoModelForTokenClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    # Q3 is the saved model's per-residue accuracy over every resolved residue of the 8 chains scored.
+    right = counted = 0
+    for row, tagged in zip(rows, tag(model, tokenizer, [row["sequence"] for row in rows])):
+        for residue, label, resolved in zip(tagged, row["ss3"], row["resolved"], strict=True):
+            counted += resolved == "1"
+            right += resolved == "1" and residue["label"] == label
+    assert results["metrics"]["test_cb513"]["q3"] == pytest.approx(right / counted)
     assert model.config.id2label == {0: "H", 1: "E", 2: "C"}
     chain = rows[0]["sequence"][:50]
     tagged = tag(model, tokenizer, [chain])[0]
@@ -290,7 +318,14 @@ def test_fluorescence_regression(shared_data, tiny_protein_dta, tmp_path):
                         f"data.path={shared_data / 'tape/fluorescence'}").results
     assert results["main_metric"] == "spearmanr"
     assert set(results["metrics"]) == {"validation", "test"}
-    assert np.isfinite(results["metrics"]["test"]["mse"])
+    # The test scores are the saved model's on the 32 test sequences scored.
+    rows = first_rows(shared_data / "tape/fluorescence/test.csv", 32)
+    predicted = saved_model_logits(tmp_path / "gfp", [row["seq"] for row in rows])[:, 0]
+    labels = np.array([float(row["label"]) for row in rows])
+    test = results["metrics"]["test"]
+    assert test["mse"] == pytest.approx(mean_squared_error(labels, predicted), rel=1e-5)
+    assert test["mse"] == pytest.approx(test["loss"], rel=1e-5)  # the regression head's loss is the MSE
+    assert test["spearmanr"] == pytest.approx(spearmanr(predicted, labels).statistic, abs=1e-6)
 
 
 def write_own_csv(path, rows):

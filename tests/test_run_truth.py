@@ -293,3 +293,14 @@ def test_data_test_file_names_keep_a_single_test_prefix():
     assert finetune_data.test_file_split("casp12.jsonl") == "test_casp12"
     with pytest.raises(ValueError, match=r"data.test.*'test_ts115'.*twice"):
         FinetuneDataSection(test=["a/test_ts115.csv", "b/ts115.csv"])
+
+
+def test_glue_table_says_which_dev_sets_were_capped():
+    from encoderlab.training.finetune.run import glue_table
+
+    whole = {"examples": 1043, "available": 1043, "capped": False, "limit_key": None, "limit": 1000}
+    capped = {"examples": 1000, "available": 9815, "capped": True, "limit_key": "data.eval_limit", "limit": 1000}
+    table = glue_table({"cola": {"matthews_correlation": 0.2}, "mnli": {"accuracy": 0.5}},
+                       {"cola": whole, "mnli": capped})
+    assert "| cola | matthews_correlation 0.2000 | 1043 | 20.0 |" in table
+    assert "| mnli | accuracy 0.5000 | 1000 of 9815 (data.eval_limit=1000) | 50.0 |" in table

@@ -800,11 +800,12 @@ def finetune_glue(model: str, config: str | None, overrides: list[str], resume: 
         raise ValueError(f"data.path={probe.data.path!r} holds no GLUE task folder with train and dev files")
     given = probe.output_dir != str(DEFAULT_OUTPUT_ROOT / "sst2")
     root = Path(probe.output_dir) if given else DEFAULT_OUTPUT_ROOT / "glue"
-    scores = {}
+    scores, dev_sets = {}, {}
     for task in tasks:
         run = load_finetune_config(task.name, model, config, [*overrides, f"output_dir={root / task.name}"])
-        scores[task.name] = finetune(run, resume=resume).results["metrics"]["validation"]
-    table = glue_table(scores)
+        results = finetune(run, resume=resume).results
+        scores[task.name], dev_sets[task.name] = results["metrics"]["validation"], results["data"]["validation"]
+    table = glue_table(scores, dev_sets)
     root.mkdir(parents=True, exist_ok=True)
     (root / "glue_results.md").write_text(table + "\n", encoding="utf-8")
     (root / "glue_results.json").write_text(json.dumps(scores, indent=2), encoding="utf-8")
@@ -818,9 +819,10 @@ GLUE_SCORE_METRICS = {"cola": ("matthews_correlation",), "stsb": ("pearson", "sp
 averages them."""
 
 
-def glue_table(scores: dict) -> str:
-    """A Markdown table of every task's metrics and the GLUE average over the tasks run (WNLI excluded)."""
-    rows = ["| task | metrics | score |", "|---|---|---|"]
+def glue_table(scores: dict, dev_sets: dict) -> str:
+    """A Markdown table of every task's metrics, dev examples (`dev_sets`: each task's validation source from
+    results.json, so a capped dev set says so) and the GLUE average over the tasks run (WNLI excluded)."""
+    rows = ["| task | metrics | dev examples | score |", "|---|---|---|---|"]
     averaged = []
     for name, metrics in scores.items():
         keys = GLUE_SCORE_METRICS.get(name, ("accuracy",))
@@ -828,9 +830,12 @@ def glue_table(scores: dict) -> str:
         if name != "wnli":
             averaged.append(score)
         shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys)
-        rows.append(f"| {name} | {shown} | {100 * score:.1f} |")
+        dev = dev_sets[name]
+        examples = f"{dev['examples']} of {dev['available']} ({dev['limit_key']}={dev['limit']})" if dev["capped"] \
+            else str(dev["examples"])
+        rows.append(f"| {name} | {shown} | {examples} | {100 * score:.1f} |")
     average = f"{100 * sum(averaged) / len(averaged):.1f}" if averaged else "n/a"
-    rows.append(f"| **GLUE average** ({len(averaged)} tasks, WNLI excluded) | | **{average}** |")
+    rows.append(f"| **GLUE average** ({len(averaged)} tasks, WNLI excluded) | | | **{average}** |")
     return "\n".join(rows)
 
 
