@@ -12,7 +12,8 @@ OMP_NUM_THREADS ?= 2
 # cover what changed between it and the newest (gradient checkpointing, output capture, config checks).
 VENV_MIN ?= .venv-min
 TRANSFORMERS_MIN ?= 5.17.0
-MIN_TESTS ?= tests/test_settings_obeyed.py
+MIN_TESTS ?= tests/test_output_capture.py tests/test_family_contract.py tests/test_config_validation.py \
+    tests/test_settings_obeyed.py
 # Extra requirements of `make venv`, e.g. a pinned transformers for $(VENV_MIN).
 PIN ?=
 export TOKENIZERS_PARALLELISM ?= false

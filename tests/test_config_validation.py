@@ -105,7 +105,7 @@ MORE_CASES = [
     (HOMAConfig, dict(fusion_hidden_size=False), "fusion_hidden_size=False", "positive integer"),
     (DSTGNeoBERTConfig, dict(cls_token_id=96), "cls_token_id=96", "[0, vocab_size=96)"),
     (DSTGNeoBERTConfig, dict(sep_token_id=-2), "sep_token_id=-2", "[0, vocab_size=96)"),
-    (DSTGNeoBERTConfig, dict(sep_token_id=None), "sep_token_id=None", "[0, vocab_size=96)"),
+    (DSTGNeoBERTConfig, dict(sep_token_id="2"), "sep_token_id='2'", "[0, vocab_size=96)"),
     (DSTGNeoBERTConfig, dict(cls_token_id=0), "cls_token_id=0 equals pad_token_id=0", "cannot also mark"),
     (DSTGNeoBERTConfig, dict(special_token_ids=5), "special_token_ids=5", "list of token ids"),
     (DSTGNeoBERTConfig, dict(special_token_ids=[1, True]), "special_token_ids=[1, True]", "list of token ids"),

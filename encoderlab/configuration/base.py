@@ -220,6 +220,8 @@ class EncoderConfig(PreTrainedConfig):
             check_positive_int(field, getattr(self, field))
         if "num_labels" in kwargs:
             check_positive_int("num_labels", kwargs["num_labels"], MAX_NUM_LABELS, " (one id2label entry per label)")
+        if "problem_type" in kwargs:  # transformers 5.17 checks it in its __init__, with its own message
+            check_choice("problem_type", kwargs["problem_type"], PROBLEM_TYPES)
         try:
             super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         except StrictDataclassError as error:  # a typed transformers field (problem_type, id2label, ...)

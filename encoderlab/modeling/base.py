@@ -12,6 +12,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
+from transformers.utils import output_capturing
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import AttentionMask, is_tracing, packed_document_ids, positions_in_documents
@@ -281,19 +282,25 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
         if hasattr(module, "init_scalars"):
             module.init_scalars()
 
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
-        """Activation (gradient) checkpointing, always with torch's non-reentrant variant: the reentrant one sends
-        gradients back only through tensors passed to a layer positionally, and our layers also read tensors that
-        need gradients from their context (DTA's x0 and value embeddings) or a tuple state (DSTG's two streams),
-        whose gradients it would silently drop. ``gradient_checkpointing_enable`` comes here too."""
-        activation_checkpointing_kwargs = dict(activation_checkpointing_kwargs or {})
-        if activation_checkpointing_kwargs.get("use_reentrant"):
-            logger.warning_once(
-                "use_reentrant=True is not supported by encoderlab models (it would drop gradients of tensors a "
-                "layer reads from its context); checkpointing with use_reentrant=False instead"
-            )
-        activation_checkpointing_kwargs["use_reentrant"] = False
-        super().activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+    # Activation (gradient) checkpointing, always with torch's non-reentrant variant: the reentrant one sends
+    # gradients back only through tensors passed to a layer positionally, and our layers also read tensors that need
+    # gradients from their context (DTA's x0 and value embeddings) or a tuple state (DSTG's two streams), whose
+    # gradients it would silently drop. The entry point every caller reaches is `activation_checkpointing_enable`
+    # where transformers has it (``gradient_checkpointing_enable`` is then its deprecated alias), and
+    # `gradient_checkpointing_enable` before that (5.17): the override goes where the calls go.
+    if hasattr(PreTrainedModel, "activation_checkpointing_enable"):
+
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+            super().activation_checkpointing_enable(non_reentrant(activation_checkpointing_kwargs), **kwargs)
+
+    else:
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
+            super().gradient_checkpointing_enable(non_reentrant(gradient_checkpointing_kwargs), **kwargs)
+
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+            """The newer name, so that code written for it runs here too."""
+            self.gradient_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
 
     def set_positions_enabled(self, enabled):
         """Turns every position signal on or off without touching weights (DroPE-style dropping).
@@ -301,6 +308,18 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
         The switch lives in ``config.use_positions``, so a saved model keeps it.
         """
         self.config.use_positions = bool(enabled)
+
+
+def non_reentrant(checkpoint_kwargs):
+    """`checkpoint_kwargs` for torch.utils.checkpoint with ``use_reentrant=False``, warning when True was asked."""
+    checkpoint_kwargs = dict(checkpoint_kwargs or {})
+    if checkpoint_kwargs.get("use_reentrant"):
+        logger.warning_once(
+            "use_reentrant=True is not supported by encoderlab models (it would drop gradients of tensors a "
+            "layer reads from its context); checkpointing with use_reentrant=False instead"
+        )
+    checkpoint_kwargs["use_reentrant"] = False
+    return checkpoint_kwargs
 
 
 class EncoderBackbone:
@@ -335,6 +354,24 @@ class EncoderBackbone:
         return mask, PositionContext(rope=rope, bias_module=self.position_bias)
 
 
+# ``output_hidden_states=[0, -1]`` selects entries of the whole tuple (0: the embeddings' output, -1: the last
+# layer's) from the transformers version that has `resolve_hidden_states_indices`; 5.17 numbers the layers' outputs
+# only and drops negative indices. There the selection is made after a forward that records every entry.
+SELECTS_HIDDEN_STATES_BY_INDEX = hasattr(output_capturing, "resolve_hidden_states_indices")
+
+
+def select_after_forward(forward, model, args, kwargs, selected):
+    """`forward` with every hidden state recorded, then None in place of those `selected` leaves out."""
+    return_dict = kwargs.pop("return_dict", getattr(model.config, "return_dict", True))
+    kwargs.update(output_hidden_states=True, return_dict=True)
+    outputs = forward(model, *args, **kwargs)
+    count = len(outputs.hidden_states)
+    keep = {index % count for index in selected if -count <= index < count}
+    for name in [name for name in outputs.keys() if name.endswith("hidden_states")]:
+        outputs[name] = tuple(state if index in keep else None for index, state in enumerate(outputs[name]))
+    return outputs if return_dict else outputs.to_tuple()
+
+
 def unset_flags_read_from_config(forward):
     """Drops ``output_attentions``/``output_hidden_states``/``return_dict`` passed as None, so `capture_outputs`
     falls back to the config for them (it would read an explicit None as False); the task heads pass None for
@@ -345,6 +382,9 @@ def unset_flags_read_from_config(forward):
         for flag in ("output_attentions", "output_hidden_states", "return_dict"):
             if flag in kwargs and kwargs[flag] is None:
                 del kwargs[flag]
+        selected = kwargs.get("output_hidden_states")
+        if isinstance(selected, (list, tuple, set)) and not SELECTS_HIDDEN_STATES_BY_INDEX:
+            return select_after_forward(forward, self, args, kwargs, selected)
         return forward(self, *args, **kwargs)
 
     return wrapper
