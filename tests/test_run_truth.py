@@ -12,6 +12,7 @@
 
 import csv
 import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -151,6 +152,15 @@ def test_publish_uploads_no_machine_path_and_says_why_there_is_no_base_model(squ
             stage_run(squad_run, tmp_path / "again", "acme/squad-tiny")
     finally:
         grid.write_text(original)
+    # a run written before results.json said where its data came from is refused, not published with its paths
+    old = tmp_path / "old-run"
+    shutil.copytree(squad_run, old, ignore=shutil.ignore_patterns("grid", "*.safetensors"))
+    (old / "model.safetensors").touch()
+    results = json.loads((old / "results.json").read_text())
+    del results["data"]
+    (old / "results.json").write_text(json.dumps({**results, "base_model": str(squad_checkpoint)}))
+    with pytest.raises(ValueError, match="written by an older encoderlab"):
+        stage_run(old, tmp_path / "old-upload", "acme/squad-tiny")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,8 +64,7 @@ def public_run_config(run: dict, base_model: str | None) -> dict:
 def _make_public(out_dir: Path, run_dir: Path) -> None:
     """Rewrite the staged run config and tokenizer config as published (see the module docstring), then check
     that no staged text file names the run folder's location."""
-    results = json.loads((out_dir / RESULTS_FILE).read_text(encoding="utf-8")) if (out_dir / RESULTS_FILE).is_file() \
-        else {}
+    results = _results(out_dir)
     if (out_dir / RUN_CONFIG_FILE).is_file():
         run = yaml.safe_load((out_dir / RUN_CONFIG_FILE).read_text(encoding="utf-8")) or {}
         public = public_run_config(run, results.get("base_model") if "base_checkpoint" in results else None)
@@ -85,10 +84,14 @@ def _make_public(out_dir: Path, run_dir: Path) -> None:
                                  "uploaded (a run written by an older encoderlab? run it again)")
 
 
+def _results(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / RESULTS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def base_model_warning(run_dir: str | Path) -> str | None:
     """Why a fine-tuned run's card has no ``base_model``, or None when it has one (or is a pretraining run)."""
-    path = Path(run_dir) / RESULTS_FILE
-    results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    results = _results(run_dir)
     if "task" not in results or results.get("base_model") and "base_checkpoint" in results:
         return None
     note = results.get("base_model_note") or "the run does not record its base checkpoint's Hub id"
@@ -102,6 +105,9 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{str(run_dir)!r} holds no saved model (config.json); is it a finished run?")
+    if "task" in _results(run_dir) and "data" not in _results(run_dir):
+        raise ValueError(f"the results.json of {str(run_dir)!r} was written by an older encoderlab: it does not say "
+                         "where each split's data came from (and may hold local paths); fine-tune again to publish")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"--dry-run folder {str(out_dir)!r} is not empty")
     out_dir.mkdir(parents=True, exist_ok=True)
