@@ -312,3 +312,25 @@ def test_dstg_keeps_the_bert_ids_where_they_fit_and_names_a_bad_explicit_id():
     assert DSTGNeoBERTConfig(vocab_size=102).special_token_ids == [101]
     with pytest.raises(ValueError, match=r"cls_token_id=101 must be an integer token id in \[0, vocab_size=33\)"):
         DSTGNeoBERTConfig(vocab_size=33, cls_token_id=101)
+
+
+# ---------------------------------------------------------------------------------------------
+# 15. The transformers versions setup.cfg declares are the ones tested
+# ---------------------------------------------------------------------------------------------
+
+
+def test_declared_lowest_transformers_is_the_one_make_test_min_installs():
+    import configparser
+    import re
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    requirements = [Requirement(line) for line in setup["options"]["install_requires"].split("\n") if line.strip()]
+    (transformers,) = [r for r in requirements if r.name == "transformers"]
+    lowest = min(Version(spec.version) for spec in transformers.specifier if spec.operator == ">=")
+    tested = Version(re.search(r"^TRANSFORMERS_MIN \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1))
+    assert lowest == tested, f"setup.cfg declares transformers >= {lowest}, make test-min tests {tested}"
+    assert "make test-min" in (REPO / ".ci" / "run").read_text()
