@@ -145,12 +145,12 @@ def alone(model, document):
     return [h[0] for h in out.hidden_states], out.logits[0]
 
 
-def assert_documents_match_alone(model, rows, out):
+def assert_documents_match_alone(model, rows, out, atol=1e-10):
     for row, start, stop, document in spans(rows):
         hidden_alone, logits_alone = alone(model, document)
         for packed_hidden, lone_hidden in zip(out.hidden_states, hidden_alone, strict=True):
-            torch.testing.assert_close(packed_hidden[row, start:stop], lone_hidden, rtol=0, atol=1e-10)
-        torch.testing.assert_close(out.logits[row, start:stop], logits_alone, rtol=0, atol=1e-10)
+            torch.testing.assert_close(packed_hidden[row, start:stop], lone_hidden, rtol=0, atol=atol)
+        torch.testing.assert_close(out.logits[row, start:stop], logits_alone, rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
@@ -173,6 +173,32 @@ def test_packed_documents_match_alone_with_rope_and_continued_padding_positions(
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 output_hidden_states=True)
     assert_documents_match_alone(model, rows, out)
+
+
+def test_pairwise_eager_keeps_packed_documents_apart():
+    """The pairwise arm goes through the shared attention path; sdpa is covered above."""
+    model = model_for("pairwise", GRIDS[0])
+    model.set_attn_implementation("eager")
+    rows = [documents_of(lengths, seed + 3) for seed, lengths in enumerate(PACKS[1])]
+    input_ids, attention_mask, position_ids = pack(rows, padding=2)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                output_hidden_states=True)
+    assert_documents_match_alone(model, rows, out)
+
+
+def test_pairwise_flex_attention_gives_the_packed_sdpa_result():
+    """flex_attention's CPU forward (float32 at most, no backward: so under no_grad) on the same packed rows gives
+    what sdpa gives, which the tests above hold to each document alone. One packed call: every other shape would
+    compile flex again."""
+    model = model_for("pairwise", GRIDS[0]).float()
+    rows = [documents_of(lengths, seed + 3) for seed, lengths in enumerate(PACKS[1])]
+    inputs = dict(zip(("input_ids", "attention_mask", "position_ids"), pack(rows, padding=2), strict=True))
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        model.set_attn_implementation("flex_attention")
+        logits = model(**inputs).logits
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(logits[real], expected[real], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("attention_type", ["blockwise", "homa", "linformer"])
