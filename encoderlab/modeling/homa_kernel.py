@@ -93,7 +93,7 @@ class DocumentSegments:
 
     @property
     def count(self):
-        """The most documents a row holds, at least 1 (read from the values: eager only)."""
+        """The most documents a row holds, at least 1 (read from the values: a graph break under torch.compile)."""
         return max(int(self.index[:, -1].max()) + 1, 1)
 
 
