@@ -229,6 +229,7 @@ def test_resume_on_sharded_packed_rows_equals_the_uninterrupted_run(tmp_path):
     assert [p.name for p in resumed.glob("checkpoint-*")] == ["checkpoint-4"]
     subprocess.run([*command, "--set", f"output_dir={resumed}", "--resume"], env=ENV, check=True, capture_output=True)
     assert (shard_folder / "info.json").stat().st_mtime_ns == built  # every run read the same shards
+    assert [p for p in cache.iterdir() if p.name != "tokenizers"] == [shard_folder]
     expected, actual = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert expected.keys() == actual.keys()
     for name in expected:
