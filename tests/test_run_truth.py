@@ -314,3 +314,19 @@ def test_glue_table_says_which_dev_sets_were_capped():
                        {"cola": whole, "mnli": capped})
     assert "| cola | matthews_correlation 0.2000 | 1043 | 20.0 |" in table
     assert "| mnli | accuracy 0.5000 | 1000 of 9815 (data.eval_limit=1000) | 50.0 |" in table
+
+
+def test_published_run_config_keeps_hub_ids_and_cuts_paths(tmp_path, monkeypatch):
+    from encoderlab.hub_cards.publish import public_run_config
+
+    monkeypatch.chdir(tmp_path)  # no runs/ folder here: output_dir is cut all the same, it is always a path
+    (tmp_path / "corpus").mkdir()
+    run = {"output_dir": "runs/demo", "model": {"path": "acme/bert-tiny"}, "tokenizer": {"path": "./tok"},
+           "data": {"path": "../shared/data/glue", "source": "corpus/part", "train": "runs/x.csv",
+                    "test": ["/data/test_a.csv", "b.csv"], "max_length": 128}}
+    public = public_run_config(run, None)
+    assert public == {"output_dir": "demo", "model": {"path": "acme/bert-tiny"}, "tokenizer": {"path": "tok"},
+                      "data": {"path": "glue", "source": "part", "train": "x.csv", "test": ["test_a.csv", "b.csv"],
+                               "max_length": 128}}
+    assert public_run_config({"model": {"path": "/home/u/base"}}, "acme/base") == {"model": {"path": "acme/base"}}
+

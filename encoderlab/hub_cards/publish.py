@@ -38,16 +38,17 @@ UPLOAD_PATTERNS = (
 """Files of a run folder that are published (top level only; checkpoint-* folders never are)."""
 UPLOAD_FOLDERS = ("adapter",)
 """Sub-folders published whole: the LoRA adapter of a fine-tuning run."""
-PATH_KEYS = ("output_dir", "model.path", "tokenizer.path", "data.source", "data.path", "data.train",
-             "data.validation", "data.test")
-"""Run-config keys that may hold a local path (pretraining and fine-tuning)."""
+PATH_KEYS = {"output_dir": True, "data.train": True, "data.validation": True, "data.test": True,
+             "model.path": False, "tokenizer.path": False, "data.source": False, "data.path": False}
+"""Run-config keys that may hold a local path (pretraining and fine-tuning) -> whether the value is always one
+(else it may be a Hub id, kept as it is)."""
 TEXT_SUFFIXES = (".json", ".yaml", ".md", ".csv", ".py", ".txt")
 
 
 def public_run_config(run: dict, base_model: str | None) -> dict:
     """`run` with each path of `PATH_KEYS` cut to its last component; ``model.path`` becomes the base's Hub id
     where the run recorded one."""
-    for key in PATH_KEYS:
+    for key, always_local in PATH_KEYS.items():
         *sections, name = key.split(".")
         section = run
         for part in sections:
@@ -55,7 +56,8 @@ def public_run_config(run: dict, base_model: str | None) -> dict:
         if not isinstance(section, dict) or section.get(name) is None:
             continue
         value = section[name]
-        section[name] = [public_name(str(v)) for v in value] if isinstance(value, list) else public_name(str(value))
+        publish_as = (lambda path: Path(path).name) if always_local else public_name
+        section[name] = [publish_as(str(v)) for v in value] if isinstance(value, list) else publish_as(str(value))
     if base_model and isinstance(run.get("model"), dict):
         run["model"]["path"] = base_model
     return run
