@@ -151,3 +151,17 @@ def test_output_attentions_needs_eager():
     with pytest.raises(ValueError, match="output_attentions=True needs attn_implementation='eager'"):
         attend(query, key, value, mask=AttentionMask(None, 1, 4, "cpu"), attention_type="causal",
                implementation="sdpa", output_attentions=True)
+
+
+def test_float64_flex_attention_with_compile_on_cpu_falls_back_with_a_warning(monkeypatch):
+    # Inductor's compiled flex_attention has no float64 CPU kernel (a raw InductorError); issue 32, item 13.
+    import encoderlab.modeling.dual_triangle as dual_triangle
+
+    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", True)
+    monkeypatch.setattr(dual_triangle, "_warned", set())
+    query, key, value, mask = random_case(2, 2, 9, 8, "right")
+    with pytest.warns(UserWarning, match="compiled flex_attention has no CPU kernel for torch.float64"):
+        got = run(query, key, value, mask, "dual_triangle", "flex_attention")
+    expected = run(query, key, value, mask, "dual_triangle", "sdpa")
+    rows = real_rows(mask, 2, 9)
+    assert (got - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-10

@@ -251,7 +251,8 @@ def collator_features(docs, seed=0):
 @pytest.mark.parametrize("boundaries", ["position_ids", "cu_seq_lens", "both"])
 @pytest.mark.parametrize("model_kind", ["dta", "dstg"])
 def test_data_collator_with_flattening_output_works_unchanged(model_kind, boundaries):
-    model = dta_model("dual_triangle", "rope", "sdpa") if model_kind == "dta" else dstg_model("dstg", "sdpa")
+    # Learned absolute positions: a relative scheme alone would not notice positions that fail to restart.
+    model = dta_model("dual_triangle", "absolute", "sdpa") if model_kind == "dta" else dstg_model("dstg", "sdpa")
     docs = documents([6, 1, 9, 4], seed=2)
     collator = DataCollatorWithFlattening(return_position_ids=boundaries != "cu_seq_lens",
                                           return_flash_attn_kwargs=boundaries != "position_ids",
