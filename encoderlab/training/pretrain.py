@@ -36,6 +36,7 @@ from .run_folder import (
     save_run_config,
     save_training_log,
     start_run_folder,
+    without_load_time_keys,
     write_results,
 )
 
@@ -226,6 +227,7 @@ def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
         else:  # built by the main process; saved and read back, as every later run will read it
             save_atomically(build_tokenizer_for_run(run, training_documents(run)), cached)
             saved, tokenizer = cached, AutoTokenizer.from_pretrained(cached)
+        without_load_time_keys(tokenizer)  # saved with the model: no trace of how this process loaded it
         if tokenizer_dir is not None and state.is_main_process and saved != tokenizer_dir:
             tokenizer.save_pretrained(tokenizer_dir)
     return tokenizer
