@@ -15,9 +15,12 @@ Sections (``--sections``, in this order, each skipped and reported so when the t
   the baselines, packed rows for DTA-BERT where packing has landed (else padded too); useful tokens per second.
 * ``memory``: peak memory of one step and the largest batch that fits at L = 4096, DTA-BERT against ModernBERT
   (uncompiled, so that each batch size costs no compilation).
+* ``profile``: torch.profiler over DTA-BERT training steps at L = 4096: device kernel time against wall time
+  (the rest is launch gaps and host work such as mask building), and the top operators.
 
-Timing: warm-up calls first, then CUDA events around each call, the median of the repeats. Files: throughput_*.csv
-and throughput_environment.json in --out.
+Timing: warm-up calls first, then CUDA events around each call, the median of the repeats. The issue's targets are
+read off the tables at the end (`throughput_report.targets`). Files in --out: throughput_{attention,homa,models,
+memory}.csv, throughput_profile.txt and throughput_summary.json (environment, ceiling, targets, profile numbers).
 """
 
 import gzip
@@ -28,8 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+import throughput_report  # noqa: E402
 
-SECTIONS = ("ceiling", "attention", "homa", "models", "memory")
+SECTIONS = ("ceiling", "attention", "homa", "models", "memory", "profile")
 FORWARD_BACKWARD = 3.5  # FLOPs of forward + backward over the forward's (backward = 2.5 forwards)
 HOMA_PAPER_A100 = {3: (3.1e4, 14.6), 7: (1.5e4, 38.9)}  # w -> (token-positions/s, GB), the paper's A100 numbers
 
@@ -45,7 +49,7 @@ def attention_shapes(attention_type: str) -> tuple[int, int]:
     return (6, 128) if attention_type == "dual_triangle" else (12, 64)
 
 
-def bench_attention(context, table, implementations, budget_end: float) -> None:
+def bench_attention(context, table, implementations, budget_end: float, ceiling: float) -> None:
     import torch
 
     from encoderlab.modeling.attention import AttentionMask, attend
@@ -80,7 +84,7 @@ def bench_attention(context, table, implementations, budget_end: float) -> None:
                 tflops = attention_flops(attention_type, batch, seq_len, heads, head_dim) / (ms * 1e-3) / 1e12
                 results[(attention_type, implementation)] = ms
                 table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
-                          ms=ms, tflops=tflops)
+                          ms=ms, tflops=tflops, **{"of ceiling": tflops / ceiling})
         for row in table.rows:  # each type over bidirectional on the same kernel (target: dual <= 0.55)
             key = ("bidirectional", row["implementation"])
             if row["L"] == seq_len and key in results and row["ms"] != "":
@@ -113,7 +117,7 @@ def model_sizes(quick: bool) -> dict:
     return dict(hidden=768, layers=12, heads=12, vocab=30528)
 
 
-def build_models(context, max_len: int) -> dict:
+def build_models(context, max_len: int, names=("DTA-BERT", "ModernBERT", "BERT")) -> dict:
     """name -> model on the device, in training mode. DTA-BERT with 6 heads of 128 (dual triangle); the
     baselines as transformers builds them, sdpa attention."""
     from transformers import BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
@@ -133,7 +137,8 @@ def build_models(context, max_len: int) -> dict:
     bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                       num_attention_heads=heads, intermediate_size=4 * hidden,
                                       max_position_embeddings=max_len))
-    models = {"DTA-BERT": dta, "ModernBERT": modern, "BERT": bert}
+    models = {name: model for name, model in (("DTA-BERT", dta), ("ModernBERT", modern), ("BERT", bert))
+              if name in names}
     for name, model in models.items():
         model.set_attn_implementation("sdpa")
         model.to(context.device).train()
@@ -256,7 +261,7 @@ def bench_models(context, table, budget_end: float) -> None:
             continue
         rows = max(1, tokens_per_step // seq_len)
         if source is None:
-            shared = [fixed_batch(rows, seq_len, vocab, context.device, generator)]
+            shared = [fixed_batch(rows, seq_len, vocab, context.device, generator)] * (2 if context.quick else 5)
             lengths = None
         else:
             lengths = real_lengths(context, source, seq_len, rows * (2 if context.quick else 8))
@@ -345,9 +350,7 @@ def bench_memory(context, table, budget_end: float) -> None:
     cap = 4 if context.quick else 512
     vocab = model_sizes(context.quick)["vocab"]
     generator = torch.Generator().manual_seed(0)
-    for name, model in build_models(context, seq_len).items():
-        if name == "BERT":
-            continue
+    for name, model in build_models(context, seq_len, names=("DTA-BERT", "ModernBERT")).items():
         if name == "DTA-BERT":
             model.set_attn_implementation("flex_attention" if context.on_gpu else "sdpa")
         largest, peak, batch = 0, float("nan"), 1
@@ -366,6 +369,22 @@ def bench_memory(context, table, budget_end: float) -> None:
         common.reset_peak_memory(context.device)
 
 
+def profile_dta(context) -> dict:
+    """DTA-BERT steps at L = 4096 under torch.profiler (compiled flex_attention as in the model section)."""
+    import torch
+
+    seq_len, batch = (64, 2) if context.quick else (4096, 8)
+    model = build_models(context, seq_len, names=("DTA-BERT",))["DTA-BERT"]
+    model.set_attn_implementation("flex_attention" if context.on_gpu else "sdpa")
+    runner = torch.compile(model) if context.on_gpu and context.compile else model
+    inputs = fixed_batch(batch, seq_len, model_sizes(context.quick)["vocab"], context.device,
+                         torch.Generator().manual_seed(0))
+    table, numbers = throughput_report.profile_step(context, runner, inputs)
+    (context.out / "throughput_profile.txt").write_text(
+        f"DTA-BERT training step, L={seq_len}, batch {batch}, {numbers}\n\n{table}\n", encoding="utf-8")
+    return numbers
+
+
 def main(argv=None) -> int:
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
     arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
@@ -378,7 +397,7 @@ def main(argv=None) -> int:
                        if i != "eager" and (context.on_gpu or i not in ("varlen", "flex_attention"))]
     tables = {
         "attention": common.Table("attention op, fwd + bwd", ["L", "batch", "attention", "implementation", "ms",
-                                                               "tflops", "ms / bidirectional", "note"]),
+                                                               "tflops", "of ceiling", "ms / bidirectional", "note"]),
         "homa": common.Table("HOMA at the paper's SS shape", ["arm", "ms_per_step", "token_positions_per_s",
                                                               "peak_gib", "x Blockwise-2D", "x paper A100",
                                                               "memory / paper", "note"]),
@@ -387,7 +406,8 @@ def main(argv=None) -> int:
         "memory": common.Table("largest batch", ["model", "L", "largest_batch", "peak_gib_at_largest", "note"]),
     }
     ceiling = float("nan")
-    share = {"ceiling": 0.02, "attention": 0.2, "homa": 0.15, "models": 0.45, "memory": 0.18}
+    share = {"ceiling": 0.02, "attention": 0.2, "homa": 0.15, "models": 0.42, "memory": 0.15, "profile": 0.06}
+    profile = {}
     for index, section in enumerate(args.sections):
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
         if context.seconds_left() <= 0:
@@ -400,22 +420,26 @@ def main(argv=None) -> int:
             print(f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s" if context.on_gpu else
                   f"fp32 matmul rate: {ceiling:.3f} TFLOP/s")
         elif section == "attention":
-            bench_attention(context, tables["attention"], implementations, end)
+            bench_attention(context, tables["attention"], implementations, end, ceiling)
         elif section == "homa":
             bench_homa(context, tables["homa"])
         elif section == "models":
             bench_models(context, tables["models"], end)
-        else:
+        elif section == "memory":
             bench_memory(context, tables["memory"], end)
+        else:
+            profile = profile_dta(context)
     for name, table in tables.items():
         if table.rows:
             table.write_csv(context.out / f"throughput_{name}.csv")
             print(table.text())
-    common.write_json(context.out / "throughput_environment.json",
+    goals = throughput_report.targets(tables, long_from=128 if context.quick else 4096)
+    print(goals.text())
+    common.write_json(context.out / "throughput_summary.json",
                       {"device": common.device_name(context.device), "versions": common.versions(),
-                       "matmul_ceiling_tflops": ceiling, "command": " ".join(sys.argv),
-                       "seconds": round(context.elapsed(), 1)})
-    print(f"matmul ceiling {ceiling:.1f} TFLOP/s; {context.elapsed():.0f} s")
+                       "matmul_ceiling_tflops": ceiling, "targets": goals.rows, "profile": profile,
+                       "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})
+    print(f"matmul ceiling {ceiling:.1f} TFLOP/s; profile {profile}; {context.elapsed():.0f} s")
     common.check_out_files(context.out)
     return 0
 
