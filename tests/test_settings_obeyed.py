@@ -156,8 +156,8 @@ def test_new_head_true_initialises_the_head_fresh_and_says_so(sentiment_classifi
     assert all(state[key].std().item() == pytest.approx(std, rel=0.5) for key in weights), "the model's own init"
     assert model.config.id2label == {0: "0", 1: "5"}
 
-    results = finetune(load_finetune_config("text-classification", str(sentiment_classifier), None,
-                                            [*overrides, "train.max_steps=1", f"output_dir={tmp_path / 'run'}"])).results
+    overrides += ["train.max_steps=1", f"output_dir={tmp_path / 'run'}"]
+    results = finetune(load_finetune_config("text-classification", str(sentiment_classifier), None, overrides)).results
     assert set(results["initialised_weights"]) == set(saved)
 
 

@@ -865,8 +865,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML/JSON run config, or a bundled name (finetune_grid)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set train.lr=3e-5 --set data.path=glue_data")
-    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR); new or empty, default "
-                        "runs/finetune/TASK (glue: runs/finetune/glue/TASK)")
+    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR), new or empty; default "
+                        "runs/finetune/TASK; with --task glue each task's run goes to DIR/TASK (default "
+                        "runs/finetune/glue/TASK)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run in output_dir")
     parser.add_argument("--list", action="store_true", help="print every task and exit")
 
