@@ -21,7 +21,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from encoderlab.cli import main
-from encoderlab.hub_cards.card import _finetune_eval_results, validate_model_card
+from encoderlab.hub_cards.card import _data_section, _finetune_eval_results, validate_model_card
 from encoderlab.hub_cards.publish import stage_run
 from encoderlab.training.finetune import data as finetune_data
 from encoderlab.training.finetune.run import FinetuneDataSection, finetune, format_results, load_finetune_config
@@ -209,7 +209,8 @@ def test_base_model_is_a_hub_id_or_a_published_run_or_none_with_the_reason(tmp_p
 def hub_split(dataset, config, split, examples, available=None, limit_key=None):
     available = examples if available is None else available
     return {"origin": "hub", "name": dataset, "config": config, "hub_split": split, "articles": None,
-            "examples": examples, "available": available, "limit_key": limit_key, "limit": None,
+            "examples": examples, "available": available, "limit_key": limit_key,
+            "limit": examples if examples < available else None,
             "capped": examples < available, "whole_hub_split": examples == available}
 
 
@@ -226,8 +227,13 @@ def test_model_index_lists_only_splits_that_are_a_whole_hub_split():
     entries = _finetune_eval_results(glue_results(metrics, data))
     assert [(e.dataset_type, e.dataset_config, e.dataset_split, e.metric_type) for e in entries] == \
         [("nyu-mll/glue", "mnli", "validation_matched", "accuracy")]
+    text = _data_section(glue_results(metrics, data))
+    assert "| validation_mismatched | Hub dataset `nyu-mll/glue` (config `mnli`), split `validation_mismatched`: " \
+           "first 1000 of 9832 examples (data.eval_limit=1000) |" in text
+    assert "lists the results of `validation`: whole splits" in text and "other evaluation splits" in text
     data["validation"] = {**data["validation"], "origin": "local", "whole_hub_split": False}
     assert _finetune_eval_results(glue_results(metrics, data)) == []
+    assert "No result on a Hub dataset is claimed" in _data_section(glue_results(metrics, data))
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])

@@ -316,8 +316,9 @@ def _data_section(results: dict) -> str:
     claimed = [split for split in results["metrics"] if data.get(split, {}).get("whole_hub_split")]
     if claimed:
         claim = (f"The model-index lists the results of {', '.join(f'`{s}`' for s in claimed)}: whole splits of a "
-                 "Hub dataset. Other splits are local files or capped, and their results are in the table below "
-                 "only.")
+                 "Hub dataset.")
+        if len(claimed) < len(results["metrics"]):
+            claim += " The other evaluation splits are local files or capped: their results are below only."
     else:
         claim = ("No result on a Hub dataset is claimed: no evaluation split is a whole split of a Hub dataset "
                  "(local files, or capped), so the results below hold for these examples only.")
