@@ -386,3 +386,17 @@ def test_sequence_classification_pools_each_document(model_kind, pooling):
     assert packed.logits.shape == (len(docs), 3)
     assert (packed.logits - expected).abs().max() <= TOLERANCE
     assert abs(packed.loss - expected_loss) <= TOLERANCE
+
+
+def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
+    """The compiled kernel (the GPU path, here on CPU in float32) with the per-batch document BlockMask."""
+    import encoderlab.modeling.dual_triangle as dual_triangle
+
+    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", True)
+    model = dta_model("dual_triangle", "rope", "flex_attention").float()
+    docs, (input_ids, position_ids, attention_mask, spans) = packed_case()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask).logits
+        model.set_attn_implementation("eager")
+        for doc, (row, start, end) in zip(docs, spans):
+            assert (logits[row, start:end] - model(input_ids=doc[None]).logits[0]).abs().max() <= 1e-4

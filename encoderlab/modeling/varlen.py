@@ -8,6 +8,9 @@ attention is two calls on the two halves of every head, each the cost of one cau
 whose ``varlen_attn`` has no ``window_size`` (2.10) the lower triangle is ``is_causal=True`` and the upper one the same
 call on the flattened tokens taken in reverse.
 
+The layout (real-token indices, boundaries, the longest document) is read from the mask's values once per forward
+and shared by the layers; under torch.compile that read is a graph break.
+
 Not available: additive biases (ALiBi, T5 buckets, DSTG's RP bias), attention dropout, attention probabilities, and
 CPU tensors (torch has no CPU kernel); each is refused with an error naming the alternatives.
 """
