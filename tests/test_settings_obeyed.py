@@ -161,6 +161,31 @@ def test_new_head_true_initialises_the_head_fresh_and_says_so(sentiment_classifi
     assert set(results["initialised_weights"]) == set(saved)
 
 
+def test_new_head_with_another_number_of_labels(sentiment_classifier, tmp_path):
+    overrides = own_data(tmp_path, labels=(0, 5, 7))
+    with pytest.raises(ValueError, match=r"model.new_head=true"):
+        prepare(load_finetune_config("text-classification", str(sentiment_classifier), None, overrides))
+    run = load_finetune_config("text-classification", str(sentiment_classifier), None,
+                               [*overrides, "model.new_head=true"])
+    prepared = prepare(run)
+    model, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert model.config.id2label == {0: "0", 1: "5", 2: "7"} and model.classifier.out_proj.out_features == 3
+    assert set(initialised) == set(load_head(sentiment_classifier))
+
+
+def test_a_head_of_another_kind_is_not_a_relabelling(sentiment_classifier, tmp_path):
+    """A token task on a sequence classifier's folder: its head is not loaded at all, so no new_head is needed."""
+    rows = [("great dull fine", "A B A"), ("awful moving", "B A")] * 4
+    write_csv(tmp_path / "tags.csv", rows)
+    overrides = [f"data.train={tmp_path / 'tags.csv'}", f"data.validation={tmp_path / 'tags.csv'}",
+                 "data.text_columns=[review]", "data.label_column=stars"]
+    run = load_finetune_config("token-classification", str(sentiment_classifier), None, overrides)
+    prepared = prepare(run)
+    assert not prepared.new_head
+    _, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert initialised and all(name.startswith("classifier.") for name in initialised)
+
+
 # ---------------------------------------------------------------------------------------------
 # The run folder: --output-dir, and the grid keeps the best point's model only unless asked
 # ---------------------------------------------------------------------------------------------

@@ -318,11 +318,15 @@ def trained_label_names(config) -> list[str] | None:
     return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
 
 
-def needs_new_head(run: FinetuneRunConfig, task, config) -> bool:
-    """True when the checkpoint's trained head is for other labels than the data's: then the head is initialised
-    fresh with ``model.new_head=true``, and without it the run stops before anything is written."""
+def needs_new_head(run: FinetuneRunConfig, task, kind, config) -> bool:
+    """True when the checkpoint's trained head, of the kind this task loads, is for other labels than the data's:
+    then the head is initialised fresh with ``model.new_head=true``, and without it the run stops before anything
+    is written. (A head of another kind, e.g. a token classifier for a sequence task, is not loaded at all.)"""
     trained = trained_label_names(config)
     if task.label_names is None or trained is None or trained == list(task.label_names):
+        return False
+    head = kind.auto_class.removeprefix("AutoModel")  # "ForSequenceClassification"
+    if config.architectures and not any(name.endswith(head) for name in config.architectures):
         return False
     if not run.model.new_head:
         raise ValueError(f"model.path={run.model.path!r} has a head trained for the labels {trained} "
@@ -363,8 +367,11 @@ def load_model(run: FinetuneRunConfig, task, kind, new_head: bool = False):
     if task.problem_type in ("single_label_classification", "multi_label_classification", "regression"):
         labels["problem_type"] = task.problem_type
     model, info = auto_class.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code,
-                                             output_loading_info=True, **labels)
-    initialised = set(info["missing_keys"])
+                                             output_loading_info=True, ignore_mismatched_sizes=new_head,
+                                             **labels)
+    # mismatched: a head of another size, only loaded past with `new_head` (entries are names or (name, shapes))
+    mismatched = {entry if isinstance(entry, str) else entry[0] for entry in info.get("mismatched_keys", ())}
+    initialised = set(info["missing_keys"]) | mismatched
     if new_head:
         initialised |= reinitialise(model, head_module_names(model))
     initialised = sorted(initialised)
@@ -627,7 +634,7 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     raw, sources = kind.load(task, run.data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
-    new_head = needs_new_head(run, task, model_config)
+    new_head = needs_new_head(run, task, kind, model_config)
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = [split for split in raw if split not in ("train", "validation")]
     if kind.auto_class != "AutoModelForQuestionAnswering":
