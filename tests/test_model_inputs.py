@@ -195,11 +195,23 @@ def test_good_inputs_of_every_kind_run(family, head):
     model = build(family, head)
     input_ids, attention_mask = good_batch()
     attention_mask[1, 5:] = 0
-    for mask in (attention_mask, attention_mask.bool(), attention_mask.float()):
-        for position_ids in (None, torch.arange(7)[None], torch.arange(7).expand(2, -1)):
-            output = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
-                           **good_labels(head, input_ids))
-            assert all(torch.isfinite(t).all() for t in outputs_of(output))
+    labels = good_labels(head, input_ids)
+    real = attention_mask.bool()
+    by_default = None
+    for position_ids in (None, torch.arange(7)[None], torch.arange(7).expand(2, -1)):
+        long, *others = [outputs_of(model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                                          **labels)) for mask in (attention_mask, real, attention_mask.float())]
+        assert all(torch.isfinite(t).all() for t in long)
+        for outputs in others:  # a bool or float mask is the same input as the long one: the same outputs
+            for got, expected in zip(outputs, long, strict=True):
+                torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+        by_default = by_default or long
+        # Explicit 0..L-1 positions are the default on real tokens (padding may differ, and with it a loss).
+        for got, expected in zip(long, by_default, strict=True):
+            if got.shape[:2] == real.shape:
+                torch.testing.assert_close(got[real], expected[real], rtol=0, atol=1e-6)
+    unmasked = outputs_of(model(input_ids=input_ids, **labels))  # the padding of row 1 now attended
+    assert any(not torch.allclose(got, expected) for got, expected in zip(unmasked, by_default))
 
 
 # ----------------------------------------------------------------------------------------------------------------
