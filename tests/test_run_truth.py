@@ -309,6 +309,9 @@ def test_data_test_file_names_keep_a_single_test_prefix():
     assert finetune_data.test_file_split("casp12.jsonl") == "test_casp12"
     with pytest.raises(ValueError, match=r"data.test.*'test_ts115'.*twice"):
         FinetuneDataSection(test=["a/test_ts115.csv", "b/ts115.csv"])
+    task = get_task("fluorescence")  # scores its own split "test": a data.test file test.csv may not replace it
+    with pytest.raises(ValueError, match=r"data.test=\['other/test.csv'\] would be scored as \['test'\]"):
+        task.kind_object().load(task, FinetuneDataSection(path="tape", test=["other/test.csv"]))
 
 
 def test_glue_table_says_which_dev_sets_were_capped():
