@@ -339,3 +339,12 @@ def test_published_run_config_keeps_hub_ids_and_cuts_paths(tmp_path, monkeypatch
                                "max_length": 128}}
     assert public_run_config({"model": {"path": "/home/u/base"}}, "acme/base") == {"model": {"path": "acme/base"}}
 
+
+
+def test_pretraining_card_names_a_local_corpus_by_its_file_name(tmp_path):
+    from encoderlab.hub_cards.card import _dataset_name
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("text")
+    assert _dataset_name({"data": {"source": str(corpus)}}) == "local data `corpus.txt`"
+    assert _dataset_name({"data": {"source": "Salesforce/wikitext"}}) == "Hub dataset `Salesforce/wikitext`"
