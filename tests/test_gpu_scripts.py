@@ -115,7 +115,7 @@ def test_fsdp2_is_not_run_on_cpu(gpu_scripts, tmp_path, shared_data):
     common, check = gpu_scripts["common"], gpu_scripts["check"]
     context = quick_context(gpu_scripts, tmp_path, shared_data)
     summary = common.Table("summary", check.SUMMARY_COLUMNS)
-    check.check_fsdp2(context, summary, runs={})
+    check.check_fsdp2(context, summary)
     [row] = summary.rows
     assert row["status"] == "SKIP" and row["measured"] in ("not run on CPU", "not available")
     if "config-path" in common.encoderlab_subcommands():

@@ -108,6 +108,7 @@ def start(args: argparse.Namespace) -> Context:
         raise SystemExit(f"--data={str(data)!r} is not a folder")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # fp32 comparisons are against fp64: TF32 matmuls would round to 10 bits and hide nothing but noise.
     torch.backends.cuda.matmul.allow_tf32 = False
