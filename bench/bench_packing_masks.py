@@ -1,0 +1,101 @@
+"""What building the document masks of packed rows costs, per forward (all layers share them).
+
+For batches of B rows of L tokens packed with documents of random lengths (log-normal, median L/6, the last
+document of a row cut at the row's end, a few padding tokens after the last pack), times:
+
+* ``flex block mask, documents``: `flex_block_mask` of packed rows (create_block_mask over a mask_mod that reads the
+  document ids), for bidirectional (one triangle) and dual triangle (2H routed sub-heads);
+* ``flex block mask, padding only`` (the baseline): the same call for the same rows as one document each, with the
+  same padding: the per-batch mask encoderlab built before packing;
+* ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`AttentionMask.dense_allowed`).
+
+Each mask is built on a fresh [`AttentionMask`] (its per-forward cache is not reused) and timed interleaved with
+the others. Ratios are to the padding-only block mask of the same shape and pattern, from the same round.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python bench/bench_packing_masks.py [--write]
+"""
+
+import argparse
+import statistics
+
+import torch
+
+from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
+from encoderlab.modeling.attention import AttentionMask, document_ids_from_positions
+from encoderlab.modeling.dual_triangle import _FLEX_BLOCK, _TRIANGLES_BY_TYPE, flex_block_mask
+
+HEADS = 4
+
+
+def packed_rows(batch_size, seq_len, generator):
+    """position_ids restarting per document and an attention mask with a little padding after the pack."""
+    position_ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
+    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
+    for row in range(batch_size):
+        filled = seq_len - int(torch.randint(0, 8, (1,), generator=generator))
+        attention_mask[row, filled:] = 0
+        start = 0
+        while start < filled:
+            length = int(torch.empty(1).log_normal_(0.0, 0.8, generator=generator).item() * seq_len / 6) + 1
+            end = min(start + length, filled)
+            position_ids[row, start:end] = torch.arange(end - start)
+            start = end
+    return position_ids, attention_mask
+
+
+def timed_steps(batch_size, seq_len, attention_type, generator):
+    position_ids, attention_mask = packed_rows(batch_size, seq_len, generator)
+    document_ids = document_ids_from_positions(position_ids)
+    triangles = _TRIANGLES_BY_TYPE[attention_type]
+    padded_len = seq_len + (-seq_len % _FLEX_BLOCK)
+
+    def block_mask(documents):
+        mask = AttentionMask(attention_mask, batch_size, seq_len, "cpu", document_ids if documents else None)
+        return flex_block_mask(mask, triangles, HEADS, padded_len)
+
+    def dense_mask():
+        mask = AttentionMask(attention_mask, batch_size, seq_len, "cpu", document_ids)
+        return [mask.dense_allowed(triangle) for triangle in triangles]
+
+    documents_per_row = float((position_ids == 0).sum(-1).float().mean())
+    return documents_per_row, {
+        "padding only": lambda: block_mask(False),
+        "documents": lambda: block_mask(True),
+        "sdpa dense": dense_mask,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    args = parser.parse_args()
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for batch_size, seq_len in ((8, 512), (8, 1024), (4, 2048)):
+        for attention_type in ("bidirectional", "dual_triangle"):
+            documents_per_row, steps = timed_steps(batch_size, seq_len, attention_type, generator)
+            times = interleaved_times(steps, args.rounds)
+            median_ms = {name: 1000 * statistics.median(values) for name, values in times.items()}
+            rows.append([
+                f"{batch_size} x {seq_len}", attention_type, f"{documents_per_row:.1f}",
+                f"{median_ms['padding only']:.1f}", f"{median_ms['documents']:.1f}",
+                f"{paired_ratio(times, 'documents', 'padding only'):.2f}x", f"{median_ms['sdpa dense']:.1f}",
+            ])
+            print(rows[-1], flush=True)
+    table = markdown_table(["B x L", "attention", "documents / row", "flex padding only ms (baseline)",
+                            "flex documents ms", "documents / baseline", "sdpa dense mask ms"], rows)
+    print(table)
+    if args.write:
+        write_section("Packed rows: document mask building time (issue 27)", f"""
+Command: `{command_line()}`. Per forward (every layer reuses the masks), median of {args.rounds} interleaved rounds;
+ratio: median of the per-round ratio to the padding-only flex block mask of the same rows (the per-batch mask built
+before packing). {HEADS} heads (dual triangle: {2 * HEADS} routed sub-heads); CPU, uncompiled mask building
+(create_block_mask's default). Timings on a shared, loaded machine: noisy, read the ratios.
+
+{table}
+""")
+
+
+if __name__ == "__main__":
+    main()
