@@ -11,6 +11,7 @@ import torch
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
+from encoderlab.training.finetune.predict import tag
 from encoderlab.training.finetune.run import finetune, load_finetune_config, prepare
 from encoderlab.training.finetune.tokens import TokenKind
 
@@ -81,14 +82,20 @@ def test_every_resolved_residue_is_scored_once_in_the_pipeline_format(tape_folde
 
 
 def test_secondary_structure_run_labels_h_e_c_and_refuses_bad_letters(tape_folder, tiny_homa, tmp_path):
-    from transformers import AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     results = finetune(load_finetune_config("secondary_structure", str(tiny_homa), None,
                                             overrides(tape_folder, tmp_path / "ss3"))).results
     assert results["label_names"] == ["H", "E", "C"] and set(results["metrics"]) == {"validation", "test_cb513"}
-    assert 0 <= results["metrics"]["test_cb513"]["q3"] <= 1
-    model = AutoModelForTokenClassification.from_pretrained(tmp_path / "ss3")
+    model = AutoModelForTokenClassification.from_pretrained(tmp_path / "ss3").eval()
     assert model.config.id2label == {0: "H", 1: "E", 2: "C"}
+    # Q3 is the saved HOMA model's accuracy over every resolved residue of the test chains, windows included.
+    with open(tape_folder / "test_cb513.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    tagged = tag(model, AutoTokenizer.from_pretrained(tmp_path / "ss3"), [row["sequence"] for row in rows])
+    scored = [(residue["label"] == label) for row, tags in zip(rows, tagged)
+              for residue, label, resolved in zip(tags, row["ss3"], row["resolved"], strict=True) if resolved == "1"]
+    assert results["metrics"]["test_cb513"]["q3"] == pytest.approx(sum(scored) / len(scored))
     bad = tmp_path / "bad"
     bad.mkdir()
     for name in ("train.csv", "valid.csv", "test_cb513.csv"):
