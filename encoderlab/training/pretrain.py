@@ -342,13 +342,14 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
     from accelerate import PartialState
     from transformers import set_seed
 
+    from . import fsdp
     from .trainer import cpu_only, plan_steps
 
-    from . import fsdp
     validate_run(run)
+    fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)),
+                      run.optimizer.name)
     run_dir = Path(run.output_dir)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
-    fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)))
     state = PartialState(cpu=cpu_only())
     check_run_folder(run_dir, command, resume, run)
     state.wait_for_everyone()  # every rank checks before the main process writes into the folder
@@ -361,23 +362,23 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
     checkpoint = last_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
         check_checkpoint_schedule(checkpoint, plan["max_steps"])
+        fsdp.check_resume(checkpoint, state.num_processes, fsdp.fsdp_requested())
     elif resume:
         logger.info("--resume: %s holds no checkpoint yet; training from step 0", run_dir)
-        fsdp.check_resume(checkpoint, state.num_processes, fsdp.fsdp_requested())
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
     if run.train.attn_implementation is not None:
         model.set_attn_implementation(run.train.attn_implementation)
-    trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
-    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     if fsdp.fsdp_requested():
         fsdp.reshape_scalar_parameters(model)  # before the optimizer sees the parameters
-    results = _final_results(run, trainer, data, plan, tokenizer)
+    trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
     fsdp.configure_trainer(trainer)
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    results = _final_results(run, trainer, data, plan, tokenizer)
+    weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     if trainer.is_world_process_zero():
         _save_run(run, trainer, results, weights)
-    weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     trainer.accelerator.wait_for_everyone()
     return PretrainResult(run_dir=run_dir, results=results, trainer=trainer)
 
@@ -450,16 +451,16 @@ def _save_run(run: RunConfig, trainer, results: dict, weights: dict | None = Non
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
-    parser.add_argument(
     from .launch import accelerate_config_names
 
-        "--resume", action="store_true",
+    add_config_arguments(parser)
     parser.epilog = (
         f"Several GPUs: shipped accelerate configs ({', '.join(accelerate_config_names())}), e.g. `accelerate launch "
         "--config_file $(encoderlab config-path fsdp2) --num_processes 8 -m encoderlab.cli pretrain --config ...` "
         "(FSDP2: sharded, GPUs only). CPU processes: torchrun --nproc_per_node N -m encoderlab.cli pretrain ..."
     )
+    parser.add_argument(
+        "--resume", action="store_true",
         help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
     )  # fmt: skip
 
