@@ -19,7 +19,7 @@ SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
     "prepare-data": ("encoderlab.training.prepare_data", "tokenize a run config's corpus into cached shards, only"),
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
-    "config-path": ("encoderlab.training.launch", "print the path of a shipped accelerate config (ddp, fsdp2)"),
+    "config-path": ("encoderlab.training.launch", "print the path of a shipped accelerate config (ddp, fsdp2, ...)"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
     "convert-routing": ("encoderlab.modeling.convert", "re-route a DTA-BERT checkpoint without RoPE"),
     "experiment": {

@@ -108,7 +108,7 @@ def train_case(args, case: str) -> dict:
         model = torch.nn.parallel.DistributedDataParallel(model)
     # As in the Trainer, the optimizer sees the model itself (its parameter split needs `base_model`), not DDP.
     unwrapped = model.module if args.mode == "ddp" else model
-    optimizer = build_optimizer(unwrapped, OptimizerSettings(name=args.optimizer, lr=1e-2, muon_lr=2e-2))
+    optimizer = build_optimizer(unwrapped, OptimizerSettings(name=args.optimizer, lr=1e-2, muon_lr=2e-2, eps=1e-6))
     checkpoint = os.path.join(args.checkpoint, case) if args.checkpoint else None
     first_step = 0
     if args.resume:
@@ -141,7 +141,7 @@ def train_case(args, case: str) -> dict:
             os._exit(0)  # killed: the steps after the checkpoint are lost
     weights = full_weights(model, args.mode)
     if args.gather and rank == 0:  # the run's final folder: the gathered weights through save_pretrained
-        model.save_pretrained(os.path.join(args.gather, case), state_dict=weights)
+        model.save_pretrained(os.path.join(args.gather, case), state_dict=dict(weights))  # it empties the dict
     return {"losses": losses, "weights": weights}
 
 
@@ -162,9 +162,12 @@ def check_wrapping(args) -> None:
             got = sharded(**batch(0, rank, vocab))
             got.loss.backward()
             blocks = fsdp.wrap_block_names(reference)
-            units = [m for m in sharded.modules() if type(m).__name__.removeprefix("FSDP") in blocks]
+            count = sum(type(m).__name__ in blocks for m in reference.modules())
+            # An FSDP unit per block (with activation checkpointing: the checkpoint wrapper around the block).
+            units = [getattr(m, "_checkpoint_wrapped_module", m) for m in sharded.modules() if isinstance(m, FSDPModule)]
             problems = []
-            if not units or not all(isinstance(m, FSDPModule) for m in units):
+            # (accelerate shards both the wrapper and the block inside it: the wrapper's unit holds no parameter.)
+            if len({id(m) for m in units if type(m).__name__.removeprefix("FSDP") in blocks}) != count or not count:
                 problems.append(f"blocks {blocks} not each an FSDP unit")
             if tie and sharded.get_output_embeddings().weight is not sharded.get_input_embeddings().weight:
                 problems.append("decoder no longer tied")
@@ -172,6 +175,7 @@ def check_wrapping(args) -> None:
                 problems.append("logits differ")
             grads = {n: p.grad for n, p in reference.named_parameters()}
             for name, parameter in sharded.named_parameters():
+                name = name.replace("._checkpoint_wrapped_module", "")
                 grad = parameter.grad.full_tensor() if hasattr(parameter.grad, "full_tensor") else parameter.grad
                 if not torch.allclose(grad, grads[name], rtol=0, atol=1e-5):
                     problems.append(f"gradient of {name} differs")

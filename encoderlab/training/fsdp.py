@@ -40,13 +40,19 @@ def fsdp_requested(env=os.environ) -> bool:
     return env.get("ACCELERATE_USE_FSDP", "false").lower() in ("true", "1", "yes")
 
 
-def check_launch(precision: str, build_meta_model, env=os.environ) -> None:
+def check_launch(precision: str, build_meta_model, optimizer: str | None = None, env=os.environ) -> None:
     """Raise, naming the setting, if this launch would not train as configured (call before any work).
 
     `precision` is ``train.precision``; `build_meta_model` builds the run's model (called on the meta device, so
-    it allocates nothing) for the block-name check.
+    it allocates nothing) for the block-name check; `optimizer` is ``optimizer.name`` (None: the Trainer's AdamW).
     """
     from .trainer import use_bf16
+
+    if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and optimizer == "muon":
+        raise ValueError(
+            "optimizer.name='muon' under DeepSpeed ZeRO: ZeRO hands the optimizer flat 1-D partitions of the "
+            "weights, and Muon orthogonalises whole matrices; use optimizer.name=adamw, or FSDP2 (fsdp2 config)"
+        )
 
     launched = env.get("ACCELERATE_MIXED_PRECISION", "no")
     if launched not in ("no", "bf16" if use_bf16(precision) else "no"):
