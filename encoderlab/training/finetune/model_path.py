@@ -32,7 +32,7 @@ def check_model_path(path: str, key: str = "model.path") -> None:
         raise ValueError(f"{key}={path!r} is a file; give a checkpoint folder or a Hub model id")
     if looks_local(path):
         parent = next((p for p in folder.parents if p.is_dir()), Path("."))
-        near = sorted(p.name for p in parent.iterdir() if p.is_dir())[:8] if parent.exists() else []
+        near = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))[:8]
         raise ValueError(f"{key}={path!r} is not a checkpoint folder: the local folder {str(folder)!r} does not "
                          f"exist (folders in {str(parent)!r}: {near}); give a checkpoint folder or a Hub model id")
 
