@@ -132,6 +132,9 @@ class FinetuneTrainSection:
     seed: int = 0
     num_workers: int = 0
     eval_batch_size: int | None = None
+    padding_free: bool = False
+    """Token classification only: batches flattened into one row without padding, position_ids restarting at each
+    sequence (transformers' `DataCollatorWithFlattening`)."""
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -545,7 +548,8 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     trainer = Trainer(
         model=model, args=args,
         train_dataset=prepared.features["train"], eval_dataset=prepared.features["validation"],
-        processing_class=prepared.tokenizer, data_collator=kind.collator(prepared.tokenizer),
+        processing_class=prepared.tokenizer,
+        data_collator=(kind.padding_free_collator if run.train.padding_free else kind.collator)(prepared.tokenizer),
         compute_metrics=kind.compute_metrics(task, prepared.raw["validation"], prepared.features["validation"],
                                              settings),
         preprocess_logits_for_metrics=kind.preprocess_logits,
@@ -621,6 +625,9 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
 
     task = resolve_task(run)
     kind = task.kind_object()
+    if run.train.padding_free and not hasattr(kind, "padding_free_collator"):
+        raise ValueError(f"train.padding_free=true applies to token classification only; task {task.name!r} pools "
+                         "one vector per sequence, which a flattened batch does not give; use train.padding_free=false")
     settings = SimpleNamespace(data=run.data, train=run.train, task_options=kind_options(kind, run.task_options))
     if hasattr(kind, "check_settings"):
         kind.check_settings(task, settings)

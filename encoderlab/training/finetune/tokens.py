@@ -144,6 +144,11 @@ class TokenKind:
 
         return DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORE_INDEX)
 
+    def padding_free_collator(self, tokenizer):
+        """``train.padding_free``: every batch flattened into one row without padding (`DataCollatorWithFlattening`),
+        ``position_ids`` restarting at each sequence, so the model keeps attention inside each sequence."""
+        return PaddingFreeTokenCollator()
+
     @staticmethod
     def preprocess_logits(logits, labels):
         # Keep the predicted class per token: accumulating (N, L, num_labels) logits over an eval set is wasteful.
@@ -161,3 +166,26 @@ class TokenKind:
                                   num_labels=len(task.label_names))
 
         return compute
+
+
+class PaddingFreeTokenCollator:
+    """transformers' `DataCollatorWithFlattening` for labelled token sequences, which writes -100 over each
+    sequence's first label: here that is always a special token's, and a sequence whose first token is labelled is
+    refused rather than silently losing the label."""
+
+    def __init__(self):
+        from transformers import DataCollatorWithFlattening
+
+        from encoderlab.modeling.heads import IGNORE_INDEX
+
+        self.ignore_index = IGNORE_INDEX
+        self.flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=IGNORE_INDEX)
+
+    def __call__(self, features):
+        for feature in features:
+            if feature["labels"][0] != self.ignore_index:
+                raise ValueError(
+                    f"train.padding_free: a sequence's first token carries label {feature['labels'][0]}; flattening "
+                    "needs a special token first (a tokenizer that adds <cls>/[CLS]) or train.padding_free=false"
+                )
+        return self.flatten([{"input_ids": f["input_ids"], "labels": f["labels"]} for f in features])
