@@ -103,6 +103,13 @@ def test_a_folder_of_fasta_files_becomes_packed_memory_mapped_shards(tmp_path, f
         assert set(sets) == {"short", "long"} and all(len(row["input_ids"]) == 128 for row in sets["long"])
 
 
+def test_rows_do_not_depend_on_the_number_of_tokenizing_processes(tmp_path, fasta_folder, esm):
+    one = load_or_build_shards(protein_run(fasta_folder, tmp_path / "one"), esm)
+    two = load_or_build_shards(protein_run(fasta_folder, tmp_path / "two", num_proc=2), esm)
+    assert one.directory.name == two.directory.name  # num_proc is not part of the cache key: it changes nothing
+    assert two.train[:] == one.train[:] and two.info["token_counts"] == one.info["token_counts"]
+
+
 def test_shards_are_reused_and_rebuilt_when_the_corpus_changes(tmp_path, fasta_folder, esm, monkeypatch):
     run = protein_run(fasta_folder, tmp_path / "cache")
     first = load_or_build_shards(run, esm)
