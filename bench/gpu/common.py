@@ -170,6 +170,17 @@ def encoderlab_subcommands() -> set:
     return set(SUBCOMMANDS)
 
 
+def raise_recompile_limit(limit: int = 256) -> None:
+    """Every shape, mask pattern and dtype compiles flex_attention anew; past dynamo's default limit (8) it would
+    silently fall back to the unfused kernel, which materialises the scores. For the kernel table and the timing
+    sweeps only: the pretraining check counts recompiles under the default limit."""
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, limit)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # tables
 

@@ -24,6 +24,8 @@ from encoderlab import (
     HOMAForMaskedLM,
 )
 
+import common
+
 VOCAB, PAD, CLS, SEP = 40, 0, 1, 2
 TOLERANCE = {"fp32": 1e-3, "bf16": 6e-2}
 """Relative error allowed against float64, for the logits and for the gradients. fp32: TF32 is off for matmuls, but
@@ -229,7 +231,7 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
 
     if context.device == "cpu":
         dual_triangle.FLEX_COMPILE = False  # the mask logic, uncompiled: seconds instead of minutes on CPU
-    raise_recompile_limit()
+    common.raise_recompile_limit()
     dtypes = ("fp32", "bf16")
     stop = time.monotonic() + seconds
     skipped = []
@@ -255,13 +257,3 @@ before the rest (each flex_attention compilation of a new shape costs seconds on
 def ordered(found: dict) -> list:
     return [(name, found[name]) for name in FIRST if name in found] + \
         [(name, value) for name, value in found.items() if name not in FIRST]
-
-
-def raise_recompile_limit(limit: int = 256) -> None:
-    """Every case compiles flex_attention for its own shapes; dynamo's default limit (8) would silently fall back
-    to the uncompiled kernel after eight of them. Only for this table: the pretraining check counts recompiles."""
-    import torch._dynamo.config as dynamo_config
-
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, limit)
