@@ -254,8 +254,8 @@ def throughput_benchmark(repeats: int) -> str:
     header = ["corpus", "seq_len", "model", "batch", "real tokens", "useful tokens / step", "useful tokens/s",
               "vs its padded", "vs ModernBERT padded"]
     note = (f"Models: {WIDTH}, default attention implementation of each family (DTA-BERT, HOMA: sdpa with the "
-            "block-diagonal document mask on packed rows); ModernBERT sdpa, sparse_prediction on. Two batches of 8 rows "
-            "per variant (packed: rows of exactly seq_len; padded: consecutive windows padded to the longest, as "
+            "block-diagonal document mask on packed rows); ModernBERT sdpa, sparse_prediction on. Two batches of 8 "
+            "rows per variant (packed: rows of exactly seq_len; padded: consecutive windows padded to the longest, as "
             "data.packing=chunk), each a forward + backward + AdamW step; median of the interleaved rounds. Useful "
             "tokens: non-padding tokens.")
     return note + "\n\n" + markdown_table(header, table)

@@ -1,11 +1,9 @@
 """The data side of packing: the best-fit packer against a slow reference, packed Arrow rows, and the collator's
 padding-free batches (positions, boundaries, masks), down to the packed MLM loss of a model."""
 
-import gzip
 import random
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 import torch
