@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from encoderlab.results.tables import markdown_table  # noqa: F401  (the benchmarks import it from here)
+
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
@@ -48,12 +50,6 @@ def paired_ratio(times, numerator, denominator):
     """Median over rounds of times[numerator] / times[denominator] within the same round: the ratio least moved
     by load that drifts during a run (both sides of each ratio ran seconds apart)."""
     return statistics.median(a / b for a, b in zip(times[numerator], times[denominator]))
-
-
-def markdown_table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def write_section(title, body):

@@ -11,6 +11,8 @@ import logging
 import math
 from pathlib import Path
 
+from ..results.plots import pyplot
+
 logger = logging.getLogger(__name__)
 
 MAX_TOKEN_LABELS = 40
@@ -60,9 +62,7 @@ def panel_order(num_maps, dual_triangle):
 
 
 def plot_layer(maps, tokens, dual_triangle, title, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows, columns, titles = panel_layout(maps.shape[0], dual_triangle)
     label_tokens = len(tokens) <= MAX_TOKEN_LABELS

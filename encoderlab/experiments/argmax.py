@@ -26,8 +26,10 @@ from tqdm.auto import tqdm
 
 from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..modeling.dta import DTABertModel
+from ..results.plots import pyplot
+from ..results.rows import append_rows, read_results
 from .argmax_cli import POSITION_SCHEMES, add_arguments  # noqa: F401
-from .sweeps import append_rows, read_results, run_jobs, runs_in_this_process
+from .sweeps import run_jobs, runs_in_this_process
 
 logger = logging.getLogger(__name__)
 
@@ -325,9 +327,7 @@ def draw_panel(axis, values, hiddens, depths):
 def plot_heatmaps(rows, path):
     """Figure 1: a grid of panels, attention types down and position schemes across; each panel's cells are
     hidden size x depth with the mean best accuracy annotated."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     summary = mean_accuracy(rows)
     attentions = [a for a in ATTENTION_TYPES if any(k[0] == a for k in summary)]
@@ -356,9 +356,7 @@ def plot_heatmaps(rows, path):
 def plot_no_position(rows, path):
     """Figure 2a: accuracy without positions vs parameter count, one line per attention type, with chance and
     the position-blind ceiling as reference lines."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [row for row in rows if row["positions"] == "none"]
     sizes = {(int(r["hidden_size"]), int(r["depth"])): int(r["parameters"]) for r in rows}

@@ -32,10 +32,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..results.rows import write_rows
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
 from .dstg_cli import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
-from .sweeps import run_jobs, write_rows
+from .sweeps import run_jobs
 
 logger = logging.getLogger(__name__)
 WIKITEXT = Path("../shared/data/text/wikitext2_test.txt")

@@ -45,8 +45,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stats import mean_sd, mean_sd_cell, welch_entry
-from .sweeps import append_rows, read_results, run_jobs, write_rows
+from ..results.plots import pyplot
+from ..results.rows import append_rows, read_results, write_rows
+from ..results.stats import mean_sd, mean_sd_cell, welch_entry
+from ..results.tables import markdown_lines
+from .sweeps import run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -314,11 +317,6 @@ def metric_table(rows, scores, models, tasks) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------------------- summary
 
-def markdown_table(header, body) -> list[str]:
-    rows = ["| " + " | ".join(row) + " |" for row in body]
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows]
-
-
 def in_glue_average(task) -> bool:
     from ..training.finetune.tasks import get_task
 
@@ -339,12 +337,12 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
             values = list(scores.get((model, task), {}).values())
             cells.append(f"{mean_sd_cell(values, 2)} ({len(values)})" if values else "")
         body.append(cells)
-    lines += markdown_table(["model", *tasks], body)
+    lines += markdown_lines(["model", *tasks], body)
     if stats:
         lines += ["", f"Welch's two-sided t-test of each model against {', '.join(baselines)} on the score "
                   "(* p<0.05, ** p<0.01, *** p<0.001, n.s. otherwise; n/a: a model with one seed, or no variance in "
                   "either):", ""]
-        lines += markdown_table(
+        lines += markdown_lines(
             ["task", "model", "baseline", "model mean", "baseline mean", "difference", "p", ""],
             [[e["task"], e["model"], e["baseline"], f"{e['mean_a']:.2f}", f"{e['mean_b']:.2f}",
               f"{e['difference']:+.2f}", "n/a" if math.isnan(e["p_value"]) else f"{e['p_value']:.3g}", e["mark"]]
@@ -362,7 +360,7 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
             if per_metric:
                 body.append([model, *(mean_sd_cell(per_metric[key], 4) if key in per_metric else ""
                                       for key in metrics)])
-        lines += ["", f"**{task}**", "", *markdown_table(["model", *metrics], body)]
+        lines += ["", f"**{task}**", "", *markdown_lines(["model", *metrics], body)]
     return "\n".join(lines) + "\n"
 
 
@@ -371,10 +369,7 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
 def plot_bars(scores, models, tasks, stats, baselines, path: Path, title=None, ylabel="score") -> None:
     """One panel per task: a bar per model (mean, sd as error bar), its seeds as dots, and the Welch mark against
     the first baseline above each bar. `title` replaces the figure's default title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     columns = min(3, len(tasks))
     rows = -(-len(tasks) // columns)

@@ -44,9 +44,11 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..results.plots import pyplot
+from ..results.rows import append_rows, read_results, write_rows
+from ..results.stats import mean_sd, mean_sd_cell, welch_entry, welch_interval
+from ..results.tables import markdown_lines
 from ..training.run_folder import flatten_keys
-from .stats import mean_sd, mean_sd_cell, welch_entry, welch_interval
-from .sweeps import append_rows, read_results, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -575,11 +577,6 @@ def summary_tables(settings: HomaSweepConfig, rows) -> dict:
 
 # ------------------------------------------------------------------------------------------------------ summary
 
-def markdown_table(header, body) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, row)) + " |" for row in body)]
-
-
 def cell_text(cells, arm_name, column, digits=4) -> str:
     cell = next((c for c in cells if c["arm"] == arm_name and c["column"] == column), None)
     return "" if cell is None else f"{cell['mean']:.{digits}f} ± {cell['sd']:.{digits}f} ({cell['n']})"
@@ -596,7 +593,7 @@ def summary_markdown(settings: HomaSweepConfig, tables: dict) -> str:
     for label in dict.fromkeys(arm_label(settings, arm) for arm in main):  # a row spans the tasks' arms
         arms = [arm for arm in main if arm_label(settings, arm) == label]
         body.append([label, *("".join(cell_text(cells, arm.name, header) for arm in arms) for header in headers)])
-    lines += markdown_table(["model", *headers], body)
+    lines += markdown_lines(["model", *headers], body)
     table2 = [entry for entry in stats if entry["kind"] == "table2"]
     if table2:
         lines += ["", "Welch's two-sided t-test of each HOMA window against Blockwise-2D (* p<0.05, ** p<0.01, "
@@ -619,12 +616,12 @@ def summary_markdown(settings: HomaSweepConfig, tables: dict) -> str:
         seconds = [float(row["seconds"]) for row in arm_rows]
         body.append([arm.task, arm_label(settings, arm), f"{int(arm_rows[0]['parameters']):,}",
                      mean_sd_cell(speed, 0), mean_sd_cell(memory, 0), f"{mean_sd(seconds)[0]:.0f}"])
-    lines += markdown_table(["task", "model", "parameters", "tokens/s", "peak memory MB", "s/run"], body)
+    lines += markdown_lines(["task", "model", "parameters", "tokens/s", "peak memory MB", "s/run"], body)
     return "\n".join(lines) + "\n"
 
 
 def stats_table(entries) -> list[str]:
-    return markdown_table(
+    return markdown_lines(
         ["column", "model", "against", "n", "mean", "reference mean", "difference", "p", ""],
         [[e["column"], e["arm"], e["reference"], f"{e['n_arm']} / {e['n_reference']}", f"{e['mean_a']:.4f}",
           f"{e['mean_b']:.4f}", f"{e['difference']:+.4f}", f"{e['p_value']:.3g}", e["mark"]] for e in entries])
@@ -641,10 +638,7 @@ def memory_note(rows) -> str:
 
 def plot_validation_loss(settings, tables, path: Path) -> None:
     """Figure 3a: validation loss against the optimizer step, per task, mean over seeds (band: min to max)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     tasks = [task for task in settings.tasks if any(arm.task == task for arm in tables["main"])]
@@ -670,10 +664,7 @@ def plot_validation_loss(settings, tables, path: Path) -> None:
 
 def plot_efficiency(settings, tables, path: Path) -> None:
     """Figure 3b/c: training tokens/s and peak memory per Table-2 arm and task (mean, sd as error bar)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = [task for task in settings.tasks if any(arm.task == task for arm in tables["main"])]
     labels = list(dict.fromkeys(arm_label(settings, arm) for arm in tables["main"]))
@@ -722,10 +713,7 @@ def plot_table2(settings, tables, path: Path) -> None:
 def plot_ablation_effects(tables, path: Path) -> None:
     """A forest plot per test column: each ablation arm's mean minus its Table-2 arm's, with Welch's 95% interval
     and mark. Differences rather than bars keep a 1-point effect visible next to a 7-point one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     entries = [entry for entry in tables["stats"] if entry["kind"] == "ablation"]
     columns = list(dict.fromkeys(entry["column"] for entry in entries))

@@ -77,13 +77,15 @@ from pathlib import Path
 import torch
 
 from ..configuration.dta import ATTENTION_TYPES, DUAL_TRIANGLE_ROUTINGS, DTABertConfig
+from ..results.plots import pyplot
+from ..results.rows import append_rows, read_results, write_rows
+from ..results.stats import mean_sd, welch_entry
 from ..training.metrics import METRIC_NAMES
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from .argmax import heads_for
 from .mlm_comparison_cli import DEFAULT_ROUTING, DOMAINS, POSITION_ARMS, SCALINGS, add_arguments  # noqa: F401
-from .stats import mean_sd, welch_entry
-from .sweeps import append_rows, read_results, run_jobs, write_rows
+from .sweeps import run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -662,15 +664,6 @@ COLORS = {"bidirectional": "tab:blue", "causal": "tab:green", "dual_triangle": "
 ARM_STYLES = {"rope": "-", "none": ":", "rope-off": "--"}
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def draw_bracket(axis, x1, x2, y, leg, text):
     axis.plot([x1, x1, x2, x2], [y - leg, y, y, y - leg], color="black", linewidth=0.8)
     axis.text((x1 + x2) / 2, y, text, ha="center", va="bottom", fontsize=7)
@@ -712,7 +705,7 @@ def bar_panel(axis, grouped, stats, categories, series, key_of, column):
 
 def plot_bars(rows, stats, path):
     """Figures 3c-d: test metrics at 1x (top) and 4x (bottom); clusters = position arms, bars = attention types."""
-    plt = _pyplot()
+    plt = pyplot()
     grouped = groups(rows)
     attentions = [a for a in VARIANTS if any(key[0] == a for key in grouped)]
     arms = [p for p in POSITION_ARMS if any(key[1] == p for key in grouped)]
@@ -772,7 +765,7 @@ def curve_panel(axis, series, name, attention, positions):
 def plot_curves(curves, rows, path):
     """Figures 3a-b: validation metrics at 1x (top) and 4x (bottom) against tokens seen, mean ± sd over seeds;
     color = attention, line style = position arm, dashed vertical line = the DroPE switch."""
-    plt = _pyplot()
+    plt = pyplot()
     series = curve_groups(curves)
     switch = drop_tokens(rows)
     figure, axes = plt.subplots(len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4),
@@ -798,7 +791,7 @@ def plot_curves(curves, rows, path):
 def plot_drope(curves, rows, stats, path):
     """Figure 5: 4x-length validation curves of rope vs rope-off (top), test metrics at 4x with Welch's tests
     (bottom)."""
-    plt = _pyplot()
+    plt = pyplot()
     grouped = groups(rows)
     attentions = [a for a in VARIANTS if (a, "rope") in grouped and (a, "rope-off") in grouped]
     series = curve_groups(curves, arms=("rope", "rope-off"))
@@ -831,7 +824,7 @@ def plot_context(rows, stats, path):
     """The context-extension axes in the bars layout: accuracy and loss at 1x and 4x, one panel each; clusters =
     position arm x setting, bars = attention variants (dual triangle per head routing), brackets = their Welch's
     tests."""
-    plt = _pyplot()
+    plt = pyplot()
     grouped, categories = {}, []
     for (attention, positions, setting), group_rows in context_groups(rows).items():
         category = f"{positions}\n{setting_label(setting)}"

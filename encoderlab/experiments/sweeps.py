@@ -1,50 +1,10 @@
-"""What the experiment sweeps (argmax probe, MLM comparison) share: a results CSV that grows by one row per
-finished run, so an interrupted sweep skips what it already has, and runs spread over worker processes."""
+"""Running a sweep's jobs: here, or spread over worker processes. The results CSV each sweep grows by one row per
+finished run is kept by `encoderlab.results.rows` (whose helpers stay importable from here)."""
 
-import csv
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-
-def read_results(path):
-    """The rows of a results CSV as dicts of strings; [] when it does not exist yet."""
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def read_header(path):
-    """The column names of an existing CSV."""
-    with open(path, newline="") as handle:
-        return next(csv.reader(handle), [])
-
-
-def append_rows(path, rows, fieldnames=None):
-    """Appends dict rows to a CSV, writing the header (``fieldnames``, else the first row's keys) when the file is
-    new. Rows must have the columns of an existing file: appended under another header they would be misread."""
-    if not rows:
-        return
-    fieldnames = fieldnames or list(rows[0])
-    new_file = not path.exists()
-    if not new_file and set(read_header(path)) != set(fieldnames):
-        raise ValueError(f"rows with columns {sorted(fieldnames)} do not fit the columns {sorted(read_header(path))} "
-                         f"of {path}; write them to another file")
-    if not new_file:
-        fieldnames = read_header(path)
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fieldnames)
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
-def write_rows(path, rows):
-    """Writes dict rows to a new CSV (replacing any file there), the header from the first row's keys."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+from ..results.rows import append_rows, read_header, read_results, write_rows  # noqa: F401
 
 
 def runs_in_this_process(workers, num_jobs):

@@ -1,4 +1,4 @@
-"""Summary statistics shared by the paper experiments: mean and sd over seeds, Welch's t-test and its marks."""
+"""Summary statistics of the paper experiments and analyses: mean and sd over seeds, Welch's t-test and its marks."""
 
 import statistics
 

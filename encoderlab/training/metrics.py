@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from ..results.plots import pyplot
 from .collator import IGNORE_INDEX
 
 
@@ -97,10 +98,7 @@ def write_metrics_csv(log_history: list[Mapping], path: str | Path) -> Path:
 
 def plot_training_curves(log_history: list[Mapping], path: str | Path, title: str = "") -> Path:
     """Training loss and evaluation loss/accuracy at 1x and 4x length against non-padding tokens seen."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on training machines
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
     train = [entry for entry in log_history if "loss" in entry and "num_input_tokens_seen" in entry]

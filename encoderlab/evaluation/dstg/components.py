@@ -12,6 +12,7 @@ import logging
 
 import numpy as np
 
+from ...results.plots import pyplot
 from .heads import COMPONENT_LABELS, COMPONENTS
 
 logger = logging.getLogger(__name__)
@@ -50,10 +51,7 @@ def map_rows(maps, spans):
 
 def plot_maps(maps, spans, path, title):
     """Rows: semantic, AP, RP, combined; columns: heads. Each panel has its own colour scale, as in the paper."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     heads = maps["combined"].shape[0]
     figure, axes = plt.subplots(len(MAPS), heads, figsize=(2.3 * heads, 2.4 * len(MAPS)), squeeze=False,
@@ -99,7 +97,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from ...experiments.sweeps import write_rows
+    from ...results.rows import write_rows
     from .documents import load_texts
     from .states import load_checkpoint
 

@@ -14,6 +14,8 @@ import logging
 
 import numpy as np
 
+from ...results.plots import pyplot
+
 logger = logging.getLogger(__name__)
 
 LOW_BINS = 4
@@ -97,10 +99,7 @@ def ap_state_projections(model, document):
 def plot_table(tables, path):
     """Appendix B.1: cumulative explained variance (left), the first PCs (middle) and their DCT-II spectra (right)
     of every {label: table}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(len(tables), 3, figsize=(13, 2.9 * len(tables)), squeeze=False, layout="constrained")
     for row, (label, table) in enumerate(tables.items()):
@@ -131,10 +130,7 @@ def plot_table(tables, path):
 
 def plot_ap_states(projections, segments, path, title):
     """Figure 4: one panel per layer, the 2-D PCA of the AP hidden states, tokens coloured by segment."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(1, len(projections), figsize=(2.6 * len(projections), 2.9), squeeze=False,
                                 layout="constrained")
@@ -157,7 +153,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from ...experiments.sweeps import write_rows
+    from ...results.rows import write_rows
     from .documents import build_probe_documents, load_texts
     from .states import is_disentangled, load_checkpoint, model_length
 

@@ -13,6 +13,7 @@ import logging
 
 import numpy as np
 
+from ...results.plots import pyplot
 from .documents import build_probe_documents, load_texts
 
 logger = logging.getLogger(__name__)
@@ -126,10 +127,7 @@ def ternary_xy(shares):
 
 def plot_ternary(panels, path):
     """Figure 2: one triangle per {title: rows of `score_rows`}, heads coloured by layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False,
                                 layout="constrained")
@@ -170,7 +168,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from ...experiments.sweeps import write_rows
+    from ...results.rows import write_rows
     from .states import load_checkpoint
 
     if args.documents < 1:

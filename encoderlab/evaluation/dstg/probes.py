@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...results.plots import pyplot
 from .documents import TARGET_LABELS, TARGETS, build_probe_documents, load_texts
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def probe_checkpoint(model, tokenizer, texts, num_documents=TRAIN_DOCUMENTS + TE
 
 def mean_table(rows):
     """{(space, target): {layer: (mean, sd)}} over seeds."""
-    from ...experiments.stats import mean_sd
+    from ...results.stats import mean_sd
 
     grouped = {}
     for row in rows:
@@ -126,10 +127,7 @@ def mean_table(rows):
 def plot_probe_lines(series, path, title):
     """One panel per target: R^2 against layer, one line per (label, style) in `series`, a dict
     {label: {target: {layer: (mean, sd)}}}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(1, len(TARGETS), figsize=(4.2 * len(TARGETS), 3.6), layout="constrained")
     for axis, target in zip(axes, TARGETS):
@@ -183,7 +181,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from ...experiments.sweeps import write_rows
+    from ...results.rows import write_rows
     from .states import load_checkpoint
 
     if args.documents < 5:
