@@ -15,6 +15,7 @@ from encoderlab.experiments.argmax import (
     first_argmax,
     sample_batch,
 )
+from figure_checks import assert_png_drawn
 
 
 def tiny_args(tmp_path, **overrides):
@@ -92,8 +93,8 @@ def test_sweep_resume_skips_finished_runs(tmp_path):
     assert argmax.run(args) == 0
     rows = argmax.read_results(tmp_path / "argmax_runs.csv")
     assert len(rows) == 2 and {row["seed"] for row in rows} == {"11", "22"}
-    assert (tmp_path / "argmax_heatmaps.png").stat().st_size > 0
-    assert (tmp_path / "argmax_no_position.png").stat().st_size > 0
+    assert_png_drawn(tmp_path / "argmax_heatmaps.png")
+    assert_png_drawn(tmp_path / "argmax_no_position.png")
     summary = (tmp_path / "argmax_summary.md").read_text()
     assert "| argmax | causal | none | 32 | 1 | 2 |" in summary
     args.seeds = [11, 22, 33]
@@ -144,7 +145,8 @@ def test_attention_maps_write_one_png_per_layer(tmp_path):
     tokenizer.save_pretrained(tmp_path / "ckpt")
     paths = plot_attention(str(tmp_path / "ckpt"), "MKTAYIAK", tmp_path / "maps")
     assert [path.name for path in paths] == ["layer_00.png", "layer_01.png"]
-    assert all(path.stat().st_size > 0 for path in paths)
+    for path in paths:
+        assert_png_drawn(path)
     assert len(plot_attention(str(tmp_path / "ckpt"), "MKT", tmp_path / "one", layers=[1])) == 1
     with pytest.raises(ValueError, match="out of range"):
         plot_attention(str(tmp_path / "ckpt"), "MKT", tmp_path / "bad", layers=[5])

@@ -20,6 +20,7 @@ from encoderlab.cli import main as cli_main
 from encoderlab.evaluation.dstg import documents, geometry, heads, probes
 from encoderlab.experiments import dstg as experiment
 from encoderlab.training.pretrain import load_run_config
+from figure_checks import assert_png_drawn
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -312,7 +313,7 @@ def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
     assert len(read_csv(tmp_path / "components" / "components.csv")) == 4 * 2  # 4 maps x 2 heads
     for path in ("probes/probes.png", "heads/heads.png", "geometry/ap_table.png", "geometry/ap_states.png",
                  "components/components.png"):
-        assert (tmp_path / path).stat().st_size > 0
+        assert_png_drawn(tmp_path / path)
     # a BERT folder: its learned position table (40 positions x 16 channels)
     assert cli_main(["analyze", "dstg-geometry", "--model", str(checkpoints["bert"]), "--text", "embedded",
                      "--out-dir", str(tmp_path / "bert")]) == 0
