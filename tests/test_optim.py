@@ -105,6 +105,28 @@ def test_combined_state_dict_resumes_exactly():
     assert twin_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
 
 
+def test_combined_state_dict_has_torchs_layout_and_loads_the_older_one():
+    """torch.distributed.checkpoint (FSDP2 checkpoints) needs torch's layout and a ``state`` that shows the inner
+    states; checkpoints written before hold one state dict per inner optimizer."""
+    model = tiny_model()
+    optimizer = build_optimizer(model, OptimizerSettings(name="muon"))
+    assert not optimizer.state  # nothing yet: torch.distributed.checkpoint then initialises it with a step
+    train_steps(model, optimizer, 2)
+    state = optimizer.state_dict()
+    assert set(state) == {"state", "param_groups"}
+    indices = [i for group in state["param_groups"] for i in group["params"]]
+    assert indices == list(range(len(list(model.parameters()))))
+    assert len(optimizer.state) == len(indices) and set(state["state"]) == set(indices)
+    older = {"optimizers": [inner.state_dict() for inner in optimizer.optimizers]}
+    for saved in (state, older):
+        twin = build_optimizer(copy.deepcopy(model), OptimizerSettings(name="muon"))
+        twin.load_state_dict(copy.deepcopy(saved))
+        for inner, twin_inner in zip(optimizer.optimizers, twin.optimizers):
+            for (a, b) in zip(inner.state.values(), twin_inner.state.values()):
+                assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert twin.state and twin.param_groups[0] is twin.optimizers[0].param_groups[0]
+
+
 def test_wsd_schedule_shape():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = scheduler_for(optimizer, "wsd", max_steps=100)
