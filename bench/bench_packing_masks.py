@@ -9,6 +9,10 @@ document of a row cut at the row's end, a few padding tokens after the last pack
   same padding: the per-batch mask encoderlab built before packing;
 * ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`AttentionMask.dense_allowed`).
 
+Then the sdpa attention op itself (dual triangle, forward + backward, B=4, 4 heads of 64, L=1024): the same packed
+rows in runs of 256 queries over their key spans (what encoderlab runs), as one dense-mask call (the spans switched
+off), and the baseline: unpacked rows without padding (the reordered causal calls).
+
 Each mask is built on a fresh [`AttentionMask`] (its per-forward cache is not reused) and timed interleaved with
 the others. Ratios are to the padding-only block mask of the same shape and pattern, from the same round.
 
@@ -20,8 +24,10 @@ import statistics
 
 import torch
 
+import encoderlab.modeling.dual_triangle as dual_triangle
+
 from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
-from encoderlab.modeling.attention import AttentionMask, document_ids_from_positions
+from encoderlab.modeling.attention import AttentionMask, attend, document_ids_from_positions
 from encoderlab.modeling.dual_triangle import _FLEX_BLOCK, _TRIANGLES_BY_TYPE, flex_block_mask
 
 HEADS = 4
@@ -65,6 +71,29 @@ def timed_steps(batch_size, seq_len, attention_type, generator):
     }
 
 
+def attention_steps(generator, batch_size=4, seq_len=1024, head_dim=64):
+    position_ids, _ = packed_rows(batch_size, seq_len, generator)
+    document_ids = document_ids_from_positions(position_ids)
+
+    def step(documents, spans=True):
+        query, key, value = (torch.randn(batch_size, HEADS, seq_len, head_dim, requires_grad=True) for _ in range(3))
+        mask = AttentionMask(None, batch_size, seq_len, "cpu", document_ids if documents else None)
+        chunk = dual_triangle._DOCUMENT_QUERY_CHUNK
+        dual_triangle._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
+        try:
+            output, _ = attend(query, key, value, mask=mask, implementation="sdpa", attention_type="dual_triangle")
+            output.sum().backward()
+        finally:
+            dual_triangle._DOCUMENT_QUERY_CHUNK = chunk
+
+    documents_per_row = float((position_ids == 0).sum(-1).float().mean())
+    return documents_per_row, {
+        "unpacked": lambda: step(False),
+        "packed, key spans": lambda: step(True),
+        "packed, one dense call": lambda: step(True, spans=False),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -86,6 +115,13 @@ def main():
     table = markdown_table(["B x L", "attention", "documents / row", "flex padding only ms (baseline)",
                             "flex documents ms", "documents / baseline", "sdpa dense mask ms"], rows)
     print(table)
+    documents_per_row, steps = attention_steps(generator)
+    times = interleaved_times(steps, args.rounds)
+    attention_rows = [[name, f"{1000 * statistics.median(values):.0f}",
+                       f"{paired_ratio(times, name, 'unpacked'):.2f}x"] for name, values in times.items()]
+    attention_table = markdown_table(["sdpa dual triangle, fwd + bwd", "ms (median)", "time / unpacked"],
+                                     attention_rows)
+    print(attention_table)
     if args.write:
         write_section("Packed rows: document mask building time (issue 27)", f"""
 Command: `{command_line()}`. Per forward (every layer reuses the masks), median of {args.rounds} interleaved rounds;
@@ -94,6 +130,11 @@ before packing). {HEADS} heads (dual triangle: {2 * HEADS} routed sub-heads); CP
 (create_block_mask's default). Timings on a shared, loaded machine: noisy, read the ratios.
 
 {table}
+
+The sdpa attention op, dual triangle, forward + backward, 4 x 1024 tokens, {HEADS} heads of 64, packed rows of
+{documents_per_row:.1f} documents on average, against unpacked rows of the same shape without padding:
+
+{attention_table}
 """)
 
 

@@ -400,3 +400,41 @@ def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
         model.set_attn_implementation("eager")
         for doc, (row, start, end) in zip(docs, spans):
             assert (logits[row, start:end] - model(input_ids=doc[None]).logits[0]).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type, bias):
+    """Rows longer than 256 tokens take sdpa in runs of 256 queries, each over the keys its documents reach."""
+    from encoderlab.modeling.attention import AttentionMask, attend
+    from encoderlab.modeling.positions import ALiBiBias
+
+    generator = torch.Generator().manual_seed(7)
+    batch, heads, length = 3, 2, 613
+    position_ids = torch.zeros(batch, length, dtype=torch.long)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    for row, lengths in enumerate([[300, 1, 255, 57], [200, 213, 200], [17, 400, 100, 60, 36]]):
+        start = 0
+        for n in lengths:
+            position_ids[row, start:start + n] = torch.arange(n)
+            start += n
+    attention_mask[2, 577:] = 0  # padding after the pack
+    mask = AttentionMask(attention_mask, batch, length, "cpu", document_ids_from_positions(position_ids))
+    query, key, value = (torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64,
+                                     requires_grad=True) for _ in range(3))
+    bias_module = ALiBiBias(heads) if bias else None
+    results = {}
+    for implementation in ("eager", "sdpa"):
+        output, _ = attend(query, key, value, mask=mask, implementation=implementation, attention_type=attention_type,
+                           bias_module=bias_module)
+        upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        results[implementation] = (output, torch.autograd.grad(output, (query, key, value), upstream))
+    real = attention_mask.bool()
+    (eager, eager_grads), (sdpa, sdpa_grads) = results["eager"], results["sdpa"]
+    assert (eager - sdpa).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE
+    for eager_grad, sdpa_grad in zip(eager_grads, sdpa_grads):
+        assert (eager_grad - sdpa_grad).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE
+    # The spans narrow where every row's documents allow it.
+    assert mask.key_spans("lower", 256) == [(0, 256, 0, 256), (256, 512, 0, 512), (512, 613, 301, 613)]
+    assert mask.key_spans("upper", 256) == [(0, 256, 0, 417), (256, 512, 256, 613), (512, 613, 512, 613)]
+    assert mask.key_spans("all", 256) == [(0, 256, 0, 417), (256, 512, 0, 613), (512, 613, 301, 613)]

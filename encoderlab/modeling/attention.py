@@ -133,6 +133,30 @@ class AttentionMask:
 
         return self._cached("key_padding", build)
 
+    def key_spans(self, triangle, chunk):
+        """Packed rows: for each run of ``chunk`` queries, the span of keys that holds every key ``triangle`` lets
+        them see in any row (their documents, cut by the triangle), as [(query start, query end, key start, key
+        end)]. None while tracing: the spans are read from the document ids' values."""
+        if is_tracing():
+            return None
+        return self._cached(("spans", triangle, chunk), lambda: self._build_key_spans(triangle, chunk))
+
+    def _build_key_spans(self, triangle, chunk):
+        ids, seq_len = self.document_ids, self.seq_len
+        index = torch.arange(seq_len, device=ids.device).expand_as(ids)
+        changes = ids[:, 1:] != ids[:, :-1]  # (B, L - 1): a document ends at i and the next begins at i + 1
+        first = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), changes], dim=1)
+        last = torch.cat([changes, torch.ones_like(ids[:, :1], dtype=torch.bool)], dim=1)
+        doc_start = torch.where(first, index, 0).cummax(dim=-1).values  # (B, L) first token of each one's document
+        from_end = torch.where(last.flip(-1), index, 0).cummax(dim=-1).values.flip(-1)
+        doc_end = seq_len - from_end  # (B, L) one past the last token of each one's document
+        query_starts = list(range(0, seq_len, chunk))
+        query_ends = [min(start + chunk, seq_len) for start in query_starts]
+        key_starts = doc_start[:, query_starts].amin(dim=0).tolist()
+        key_ends = doc_end[:, [end - 1 for end in query_ends]].amax(dim=0).tolist()
+        return [(start, end, start if triangle == "upper" else key_start, end if triangle == "lower" else key_end)
+                for start, end, key_start, key_end in zip(query_starts, query_ends, key_starts, key_ends)]
+
     def row_order(self, triangle):
         """Per-row token order that turns ``triangle`` into a causal problem with padding last.
 

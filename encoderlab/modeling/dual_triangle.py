@@ -124,6 +124,29 @@ def _causal_float_mask(bias, seq_len, device):
     return bias.masked_fill(upper, float("-inf"))
 
 
+_DOCUMENT_QUERY_CHUNK = 256
+
+
+def sdpa_documents(query, key, value, mask, triangle, bias, scale, dropout_p):
+    """Packed rows: the dense (B, 1, L, L) mask of the document blocks, the padding and the triangle (a reordered
+    causal call would run across the documents of a row). Queries go in runs of 256, each against the span of keys
+    its documents reach (`AttentionMask.key_spans`): every key it may see lies in that span, so the result is the
+    same, and the work falls from L x L towards L x (256 + document length). query/key/value (B, H, L, D)."""
+    allowed = mask.dense_allowed(triangle)
+    attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+    spans = mask.key_spans(triangle, _DOCUMENT_QUERY_CHUNK) if query.shape[2] > _DOCUMENT_QUERY_CHUNK else None
+    if spans is None:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    outputs = [
+        F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, key_start:key_end],
+                                       value[:, :, key_start:key_end],
+                                       attn_mask=attn_mask[..., start:end, key_start:key_end], dropout_p=dropout_p,
+                                       scale=scale)
+        for start, end, key_start, key_end in spans
+    ]
+    return torch.cat(outputs, dim=2)
+
+
 def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout, training):
     """SDPA over the keys ``triangle`` admits. query/key/value: (B, H, L, D) -> (B, H, L, D)."""
     dropout_p = _dropout(training, dropout)
@@ -131,10 +154,7 @@ def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout
     bias = _bias_or_none(bias_module, seq_len, device, query.dtype)
 
     if mask.has_documents:
-        # Packed rows: one dense (B, 1, L, L) mask of the document blocks, the padding and the triangle.
-        allowed = mask.dense_allowed(triangle)
-        attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+        return sdpa_documents(query, key, value, mask, triangle, bias, scale, dropout_p)
 
     if triangle == "all":
         attn_mask = mask.key_padding() if mask.has_padding else None
