@@ -14,6 +14,7 @@ from scipy.stats import ttest_ind
 from encoderlab.cli import main
 from encoderlab.experiments import finetune as experiment
 from encoderlab.experiments.sweeps import read_results
+from figure_checks import assert_png_drawn
 
 from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
 
@@ -168,6 +169,7 @@ def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
     paths = experiment.write_outputs(tmp_path, baselines=["b", "c"])
     assert {path.name for path in paths} == {"finetune_summary.md", "finetune_table.csv", "finetune_stats.csv",
                                              "finetune_bars.png"}
+    assert_png_drawn(tmp_path / "finetune_bars.png")
     rows = read_results(tmp_path / experiment.RUNS_CSV)
 
     def scores(model, task):

@@ -14,6 +14,7 @@ from scipy.stats import ttest_ind
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.experiments import homa as experiment
 from encoderlab.modeling.homa import HOMAForSequenceClassification, HOMAForTokenClassification, HOMAModel
+from figure_checks import assert_png_drawn
 
 RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
 TINY_MODEL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, block_size=8,
@@ -214,6 +215,9 @@ def test_summary_numbers_equal_scipy_on_the_csv(tape_dir, tmp_path):
     paths = experiment.write_outputs(settings, out_dir)
     assert {path.name for path in paths} >= {"homa_summary.md", "homa_table2.png", "homa_ablations.png",
                                              "homa_val_loss.png", "homa_efficiency.png", "homa_stats.csv"}
+    for path in paths:
+        if path.suffix == ".png":
+            assert_png_drawn(path)
     rows = experiment.read_results(out_dir / experiment.RUNS_CSV)
 
     def values(arm, split, metric):

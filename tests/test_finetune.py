@@ -19,6 +19,7 @@ from encoderlab.cli import main
 from encoderlab.metrics import load_metric
 from encoderlab.training.finetune.run import finetune, glue_table, load_finetune_config, task_list
 from encoderlab.training.finetune.tokens import encode_words, word_windows
+from figure_checks import assert_png_drawn
 from remote_code import without_encoderlab
 
 
@@ -224,6 +225,8 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     run_dir = tmp_path / "sst2"
     results = quick_run("sst2", tiny_dta, run_dir, f"data.path={shared_data / 'glue'}").results
     assert RUN_FILES <= run_files(run_dir)
+    assert_png_drawn(run_dir / "dev_curve.png")
+    assert_png_drawn(run_dir / "grid.png", min_coloured_pixels=20)  # one grid point: one marker
     assert results["label_names"] == ["negative", "positive"]
     assert results["examples"] == {"train": 64, "validation": 32}
     assert results["steps"] == 8 and results["best_step"] in (4, 8)

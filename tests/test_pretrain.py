@@ -32,6 +32,7 @@ from encoderlab.training.run_folder import (
     start_run_folder,
 )
 from encoderlab.training.trainer import plan_steps
+from figure_checks import assert_png_drawn
 
 
 TINY = {
@@ -282,6 +283,7 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
             assert set(results[split][length]) == {"mlm_loss", "accuracy", "micro_f1", "mcc"}
     for name in ("README.md", "metrics.csv", "training_curves.png", "results.json", "run_config.yaml"):
         assert (run_dir / name).is_file(), name
+    assert_png_drawn(run_dir / "training_curves.png")
     model = AutoModelForMaskedLM.from_pretrained(run_dir)
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     assert model.config.use_positions is False  # saved after DroPE
