@@ -10,9 +10,16 @@ from transformers import DataCollatorWithFlattening
 import encoderlab.modeling.varlen as varlen_module
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.configuration.dta import DTABertConfig
-from encoderlab.modeling.attention import document_ids_from_positions, packed_document_ids, positions_in_documents
-from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
-from encoderlab.modeling.dta import DTABertForMaskedLM
+from encoderlab.modeling.attention import (
+    AttentionMask,
+    attend,
+    document_ids_from_positions,
+    packed_document_ids,
+    positions_in_documents,
+)
+from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification
+from encoderlab.modeling.dta import DTABertForMaskedLM, DTABertForSequenceClassification
+from encoderlab.modeling.positions import ALiBiBias
 
 pytestmark = pytest.mark.usefixtures("one_thread", "uncompiled_flex")
 
@@ -366,9 +373,6 @@ def test_varlen_refuses_cpu_biases_and_dropout_with_clear_errors(monkeypatch):
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 @pytest.mark.parametrize("model_kind", ["dta", "dstg"])
 def test_sequence_classification_pools_each_document(model_kind, pooling):
-    from encoderlab.modeling.dstg import DSTGNeoBERTForSequenceClassification
-    from encoderlab.modeling.dta import DTABertForSequenceClassification
-
     if model_kind == "dta":
         config = dta_model("dual_triangle", "rope").config
         model_class = DTABertForSequenceClassification
@@ -406,9 +410,6 @@ def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
 @pytest.mark.parametrize("bias", [False, True])
 def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type, bias):
     """Rows longer than 256 tokens take sdpa in runs of 256 queries, each over the keys its documents reach."""
-    from encoderlab.modeling.attention import AttentionMask, attend
-    from encoderlab.modeling.positions import ALiBiBias
-
     generator = torch.Generator().manual_seed(7)
     batch, heads, length = 3, 2, 613
     position_ids = torch.zeros(batch, length, dtype=torch.long)
