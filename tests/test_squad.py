@@ -538,7 +538,7 @@ def test_predict_command_errors(tmp_path):
     (tmp_path / "q.jsonl").write_text('{"question": "q"}\n')
     with pytest.raises(ValueError, match="record 0 must be an object with 'question' and 'context'"):
         predict_qa.run(predict_args(model=tmp_path, input=tmp_path / "q.jsonl"))
-    with pytest.raises(ValueError, match="--model=.*neither a model folder"):
+    with pytest.raises(ValueError, match="--model=.*is not a checkpoint folder: the local folder .* does not exist"):
         predict_qa.run(predict_args(model=tmp_path / "no_model", question="q", context="c"))
 
 
