@@ -51,6 +51,9 @@ ARCHITECTURE_FIELDS = (
 """config.json fields shown in the architecture table, where the family has them."""
 
 LENGTHS = ("short", "long")
+PACKING_WORDS = {"pack": "documents packed into rows of exactly", "chunk": "windows of at most",
+                 "truncate": "the first window of each document, at most"}
+"""How the card words each ``data.packing`` (`encoderlab.training.run_config.PACKING_MODES`)."""
 REQUIRED_METADATA = ("pipeline_tag", "library_name", "license")
 PIPELINE_TAGS = ("fill-mask", "text-classification", "token-classification", "question-answering")
 """Pipeline tags of the cards built here (pretraining: fill-mask; fine-tuning: per task kind)."""
@@ -161,7 +164,8 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
 - Source: {_dataset_name(run)}; documents split by document (no document in two splits):
   {results['documents']['train']} train, {results['documents']['validation']} validation,
   {results['documents']['test']} test documents (split seed {train['seed']}).
-- Training examples: windows of at most {results['seq_len']} tokens (`{run['data']['packing']}` packing).
+- Training examples: {PACKING_WORDS.get(run['data']['packing'], 'windows of at most')} {results['seq_len']} tokens \
+(`{run['data']['packing']}` packing).
 - Evaluation: the validation and test documents with at least {results['long_len']} tokens, cut into windows of
   {results['seq_len']} ("short", 1x) and {results['long_len']} ("long", 4x) tokens, masked once with a fixed seed.
 
