@@ -57,8 +57,16 @@ def test_unknown_classifier_activation_set_after_construction_never_reaches_the_
     config.classifier_activation = "gelu"
     config.validate()
     model = DSTGNeoBERTForSequenceClassification(config).eval()
+    pooled = []
+    model.classifier.register_forward_hook(lambda module, inputs, output: pooled.append(inputs[0]))
     logits = model(input_ids=torch.tensor([[1, 5, 6, 2]])).logits
-    assert logits.shape == (1, 2) and torch.isfinite(logits).all()
+    head = model.classifier
+    with torch.no_grad():  # the head applies the activation the config holds now: GELU, not tanh
+        expected = head.out_proj(torch.nn.functional.gelu(head.dense(pooled[0])))
+        with_tanh = head.out_proj(torch.tanh(head.dense(pooled[0])))
+    assert logits.shape == (1, 2)
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(logits, with_tanh, atol=1e-4)
 
 
 MORE_CASES = [
