@@ -467,10 +467,10 @@ def step_limit(run: FinetuneRunConfig, train_size: int, batch_size: int, world_s
     if run.train.max_steps is None:
         return -1
     epoch_steps = math.ceil(run.train.epochs * steps_per_epoch(run, train_size, batch_size, world_size))
-    if epoch_steps < run.train.max_steps:
-        logger.info("train.epochs=%g ends training after %d steps, before train.max_steps=%d", run.train.epochs,
-                    epoch_steps, run.train.max_steps)
-    return min(epoch_steps, run.train.max_steps)
+    steps = min(epoch_steps, run.train.max_steps)
+    logger.info("Training stops after %d steps, whichever comes first of train.epochs=%g (%d steps) and "
+                "train.max_steps=%d", steps, run.train.epochs, epoch_steps, run.train.max_steps)
+    return steps
 
 
 def evaluate_at_end_callback():
