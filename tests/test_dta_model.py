@@ -248,9 +248,17 @@ def test_positions_switch_off_without_touching_weights(position, tmp_path):
 @pytest.mark.parametrize("scaling", ["linear", "ntk", "yarn"])
 def test_rope_scaling_runs_past_the_training_length(scaling):
     model = build(position_embedding_type="rope", rope_scaling={"type": scaling, "factor": 4.0})
+    unscaled = build(position_embedding_type="rope")  # the same weights
     assert model.config.rope_scaling_type == scaling
-    out = model(input_ids=torch.randint(1, 40, (1, 4 * 32)))
+    ids = torch.randint(1, 40, (1, 4 * 32))
+    out = model(input_ids=ids)
     assert torch.isfinite(out.logits).all()
+    assert (out.logits - unscaled(input_ids=ids).logits).abs().max() > 1e-6  # the scaling is applied
+    if scaling == "linear":  # position 4k under factor 4 is position k unscaled
+        short = ids[:, :32]
+        positions = torch.arange(32)[None]
+        torch.testing.assert_close(model(input_ids=short, position_ids=4 * positions).logits,
+                                   unscaled(input_ids=short, position_ids=positions).logits, rtol=0, atol=1e-10)
 
 
 def test_fill_mask_pipeline():
