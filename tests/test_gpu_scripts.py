@@ -14,14 +14,20 @@ import torch
 GPU_DIR = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 
 
+SCRIPT_MODULES = ("common", "family_checks", "check", "throughput", "throughput_report", "experiments")
+
+
 @pytest.fixture(scope="module")
 def gpu_scripts():
+    """The scripts' modules, imported as the scripts import each other (bench/gpu on sys.path); both undone after,
+    so that no later test of this worker gets bench/gpu's `common` for another one."""
     sys.path.insert(0, str(GPU_DIR))
     try:
-        yield {name: importlib.import_module(name) for name in ("common", "family_checks", "check", "throughput",
-                                                                "experiments")}
+        yield {name: importlib.import_module(name) for name in SCRIPT_MODULES}
     finally:
         sys.path.remove(str(GPU_DIR))
+        for name in SCRIPT_MODULES:
+            sys.modules.pop(name, None)
 
 
 def read_rows(path):
