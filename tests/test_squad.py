@@ -584,6 +584,11 @@ def test_kind_trains_and_evaluates_with_the_trainer(shared_data, bpe_tokenizer, 
     assert losses[-1] < losses[0]
     assert metrics["eval_total"] == 24 and metrics["eval_HasAns_total"] + metrics["eval_NoAns_total"] == 24
     assert metrics["eval_best_f1"] >= metrics["eval_f1"] - 1e-9 and math.isfinite(metrics["eval_best_f1_thresh"])
+    # Evaluated again with the threshold the model would save (qa_null_threshold): best_f1 comes back exactly.
+    saved = kind.model_config_updates(task, metrics)["qa_null_threshold"]
+    at_saved = SimpleNamespace(data=settings.data, task_options=kind.options(doc_stride=32, null_threshold=saved))
+    trainer.compute_metrics = kind.compute_metrics(task, raw["validation"], features["validation"], at_saved)
+    assert trainer.evaluate()["eval_f1"] == metrics["eval_best_f1"]
     # The same answers through the user API as through evaluation: score them with the metric.
     examples = raw["validation"].to_list()
     answers = predict_qa.answer_questions(model, bpe_tokenizer, [e["question"] for e in examples],
