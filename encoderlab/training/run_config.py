@@ -359,11 +359,17 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 def load_run_config(path: str | Path | None, overrides: list[str] = (), schema: type = PretrainRunConfig):
     """Read a YAML/JSON run config (a path, or the name of a bundled config such as ``demo``) plus overrides."""
-    raw = {}
-    if path is not None:
-        path = resolve_config_path(path)
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = {} if path is None else read_config_file(path)
     return config_from_dict(apply_overrides(raw, list(overrides)), schema)
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The mapping in a YAML/JSON config file or bundled config (``demo``); {} for an empty file. The one reader of
+    config files: run configs, finetune configs and sweep configs."""
+    raw = yaml.safe_load(resolve_config_path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"--config {str(path)!r} must hold a mapping of sections or fields, not {type(raw).__name__}")
+    return raw
 
 
 def bundled_config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
