@@ -54,7 +54,6 @@ RunConfig = PretrainRunConfig
 
 def family_classes(family: str) -> tuple[type, type]:
     """(config class, masked-LM class) of the registered family whose ``model_type`` is `family`."""
-    import encoderlab  # noqa: F401  (registers the families)
     from encoderlab.registry import FAMILIES
 
     by_name = {config_class.model_type: config_class for config_class in FAMILIES}

@@ -30,7 +30,6 @@ AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "Auto
 
 def load_classifier(path: str, task: str = "classify", trust_remote_code: bool = False):
     """(model in eval mode, tokenizer) of a fine-tuned run folder or Hub id; `task` is ``classify`` or ``token``."""
-    import encoderlab  # noqa: F401  (registers the families)
     import transformers
 
     if task not in AUTO_CLASSES:

@@ -171,7 +171,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model(path: str):
-    import encoderlab  # noqa: F401  (registers the encoderlab families with the Auto classes)
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from .model_path import check_model_path, not_found_error
