@@ -439,3 +439,22 @@ def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type
     assert mask.key_spans("lower", 256) == [(0, 256, 0, 256), (256, 512, 0, 512), (512, 613, 301, 613)]
     assert mask.key_spans("upper", 256) == [(0, 256, 0, 417), (256, 512, 256, 613), (512, 613, 512, 613)]
     assert mask.key_spans("all", 256) == [(0, 256, 0, 417), (256, 512, 0, 613), (512, 613, 301, 613)]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_varlen_with_dstg_presets(preset, monkeypatch):
+    """The baselines without a bias (ap, rope) run varlen; the RP bias of dstg and rp is refused by name."""
+    monkeypatch.setattr(varlen_module, "varlen_attn", reference_varlen_attn)
+    model = dstg_model(preset, "sdpa")
+    docs, (input_ids, position_ids, attention_mask, spans) = packed_case([[7, 1, 9], [5, 12]], seed=1)
+    inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        model.set_attn_implementation("varlen")
+        if preset in ("dstg", "rp"):
+            with pytest.raises(ValueError, match="no additive attention bias.*'flex_attention'"):
+                model(**inputs)
+            return
+        got = model(**inputs).logits
+    real = attention_mask.bool()
+    assert (got[real] - expected[real]).abs().max() <= TOLERANCE
