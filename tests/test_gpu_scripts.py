@@ -76,7 +76,7 @@ def test_kernel_table_compares_every_implementation(gpu_scripts, tmp_path, share
     kernels.run_kernel_checks(context, table, check.implementations_on("cpu"), paddings, 300,
                               only=["dta-dual_triangle-rope", "homa-homa"])
     rows = table.rows
-    assert {row["implementation"] for row in rows} == {"eager", "sdpa", "flex_attention"}
+    assert {"eager", "sdpa", "flex_attention"} <= {row["implementation"] for row in rows}
     assert {row["padding"] for row in rows} == set(paddings) and {row["dtype"] for row in rows} == {"fp32", "bf16"}
     assert all(row["status"] == "PASS" for row in rows), [row for row in rows if row["status"] != "PASS"]
     sdpa_fp32 = [row for row in rows if row["implementation"] == "sdpa" and row["dtype"] == "fp32"]
