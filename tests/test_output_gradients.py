@@ -31,7 +31,7 @@ def test_returned_hidden_states_receive_gradients(name, checkpointing):
     torch.manual_seed(0)
     model = (dta() if name == "dta-unet" else dstg(name)).double().train()
     if checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()
     ids = torch.randint(3, 40, (2, 7))
     ids[:, 0], ids[:, -1] = 1, 2
     output = model(input_ids=ids, output_hidden_states=True)

@@ -392,6 +392,7 @@ def test_sequence_classification_pools_each_document(model_kind, pooling):
     assert abs(packed.loss - expected_loss) <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
     """The compiled kernel (the GPU path, here on CPU in float32) with the per-batch document BlockMask."""
     import encoderlab.modeling.dual_triangle as dual_triangle
