@@ -133,15 +133,21 @@ def sdpa_documents(query, key, value, mask, triangle, bias, scale, dropout_p):
     its documents reach (`AttentionMask.key_spans`): every key it may see lies in that span, so the result is the
     same, and the work falls from L x L towards L x (256 + document length). query/key/value (B, H, L, D)."""
     allowed = mask.dense_allowed(triangle)
-    attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+
+    def attn_mask(queries, keys):  # the bias (B|1, H, L, L) is masked per span, never as a whole (B, H, L, L)
+        span = allowed[..., queries, keys]
+        return span if bias is None else bias[..., queries, keys].masked_fill(~span, float("-inf"))
+
     spans = mask.key_spans(triangle, _DOCUMENT_QUERY_CHUNK) if query.shape[2] > _DOCUMENT_QUERY_CHUNK else None
     if spans is None:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+        everything = slice(None)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask(everything, everything),
+                                              dropout_p=dropout_p, scale=scale)
     outputs = [
         F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, key_start:key_end],
                                        value[:, :, key_start:key_end],
-                                       attn_mask=attn_mask[..., start:end, key_start:key_end], dropout_p=dropout_p,
-                                       scale=scale)
+                                       attn_mask=attn_mask(slice(start, end), slice(key_start, key_end)),
+                                       dropout_p=dropout_p, scale=scale)
         for start, end, key_start, key_end in spans
     ]
     return torch.cat(outputs, dim=2)
