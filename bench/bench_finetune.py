@@ -132,10 +132,10 @@ def main():
     args = parser.parse_args()
     if not (GLUE / "SST-2" / "train.tsv").is_file():
         sys.exit(f"SST-2 is not at {GLUE / 'SST-2'}: this benchmark needs the shared GLUE folder")
+    import logging
     import time
 
-    from encoderlab.training.finetune.run import logger as job_logger
-
+    job_logger = logging.getLogger("encoderlab.training.finetune")  # the parent of every fine-tuning module's logger
     job_logger.setLevel("WARNING")
     variants = {"plain Trainer": plain_trainer_run, "encoderlab finetune": encoderlab_run}
     with tempfile.TemporaryDirectory() as work:

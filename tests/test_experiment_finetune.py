@@ -119,6 +119,7 @@ def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_dat
 
 def test_interrupted_run_resumes_through_the_job(shared_data, tiny_dta, tmp_path, monkeypatch):  # noqa: F811
     """A run folder left by an interrupted sweep is continued with the job's --resume (not started over)."""
+    from encoderlab.training.finetune import pipeline
     from encoderlab.training.finetune import run as job
 
     out = tmp_path / "sweep"
@@ -129,8 +130,8 @@ def test_interrupted_run_resumes_through_the_job(shared_data, tiny_dta, tmp_path
     def interrupted_once(run, *, resume=False):
         calls.append(resume)
         if len(calls) == 1:
-            job.check_run_folder(run.output_dir, job.COMMAND, resume, run)
-            job.start_run_folder(job.Path(run.output_dir), job.COMMAND, run)
+            pipeline.check_run_folder(run.output_dir, job.COMMAND, resume, run)
+            pipeline.start_run_folder(pipeline.Path(run.output_dir), job.COMMAND, run)
             raise KeyboardInterrupt  # the folder is claimed, nothing trained yet
         return original(run, resume=resume)
 

@@ -380,7 +380,7 @@ def test_lora_adapter_saves_reloads_and_equals_the_merged_model(shared_data, tin
 def test_resume_after_an_interruption_equals_the_uninterrupted_run(shared_data, tiny_dta, tmp_path, monkeypatch):
     from transformers import TrainerCallback
 
-    import encoderlab.training.finetune.run as run_module
+    import encoderlab.training.finetune.point as run_module
 
     glue = f"data.path={shared_data / 'glue'}"
     straight = quick_run("mrpc", tiny_dta, tmp_path / "straight", glue).results

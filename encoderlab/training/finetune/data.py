@@ -216,3 +216,15 @@ def label_id(value, label_names: list[str], source: str, row_number: int) -> int
         raise ValueError(f"{source} row {row_number}: label {value!r} is not one of {label_names} nor an id in "
                          f"[0, {len(label_names)}) (num_labels={len(label_names)})")
     return number
+
+
+def eval_split_names(task, data) -> list[str]:
+    """Splits scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's) and one
+    ``test_<stem>`` per ``data.test`` file."""
+    named = task.eval_splits if data.eval_splits is None else tuple(data.eval_splits)
+    files = [test_file_split(file) for file in data.test]
+    clash = sorted(set(named) & set(files))
+    if clash:
+        raise ValueError(f"data.test={list(data.test)!r} would be scored as {clash}, which task {task.name!r} "
+                         f"already scores (data.eval_splits={list(named)}); rename the file(s)")
+    return [*named, *files]

@@ -9,23 +9,10 @@ import logging
 
 import numpy as np
 
-from .data import check_columns, label_id, layout_columns, split_rows
+from .data import check_columns, eval_split_names, label_id, layout_columns, split_rows
+from .tasks import TaskKind
 
 logger = logging.getLogger(__name__)
-
-
-def eval_split_names(task, data) -> list[str]:
-    """Splits scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's) and one
-    ``test_<stem>`` per ``data.test`` file."""
-    from .data import test_file_split
-
-    named = task.eval_splits if data.eval_splits is None else tuple(data.eval_splits)
-    files = [test_file_split(file) for file in data.test]
-    clash = sorted(set(named) & set(files))
-    if clash:
-        raise ValueError(f"data.test={list(data.test)!r} would be scored as {clash}, which task {task.name!r} "
-                         f"already scores (data.eval_splits={list(named)}); rename the file(s)")
-    return [*named, *files]
 
 
 def load_splits(task, data, read_row):
@@ -54,13 +41,11 @@ def tokenize_pairs(tokenizer, texts: list[str], pairs: list[str] | None, max_len
     return tokenizer(texts, pairs, truncation=True, max_length=max_length)
 
 
-class SequenceKind:
+class SequenceKind(TaskKind):
     """`TaskKind` of sequence classification / regression (see `encoderlab.training.finetune.tasks`)."""
 
     auto_class = "AutoModelForSequenceClassification"
     pipeline_tag = "text-classification"
-    options = None
-    preprocess_logits = None
 
     def load(self, task, data):
         def read_row(rows, source, from_hub):

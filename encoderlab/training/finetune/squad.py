@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tasks import HubLayout, Task, register_task
+from .tasks import HubLayout, Task, TaskKind, register_task
 
 logger = logging.getLogger(__name__)
 
@@ -387,12 +387,13 @@ class QuestionAnsweringCollator:
         return self.tokenizer.pad(features, padding=True, padding_side="right", return_tensors="pt")
 
 
-class QuestionAnsweringKind:
+class QuestionAnsweringKind(TaskKind):
     """`TaskKind` of extractive QA (see `encoderlab.training.finetune.tasks`)."""
 
     auto_class = "AutoModelForQuestionAnswering"
     pipeline_tag = "question-answering"
     options = QuestionAnsweringOptions
+    label_fields = ("start_positions", "end_positions")
 
     @staticmethod
     def version_2(task) -> bool:
@@ -446,6 +447,10 @@ class QuestionAnsweringKind:
     def label_names(self, task, raw):
         return None
 
+    def eval_splits(self, task, data, raw) -> list[str]:
+        """Every split read besides train and validation: one ``test_<stem>`` per ``data.test`` file."""
+        return [split for split in raw if split not in ("train", "validation")]
+
     def check_settings(self, task, settings) -> None:
         """The check across sections, before any data is read: ``task_options.doc_stride < data.max_length``."""
         check_window_settings(settings.data.max_length, settings.task_options.doc_stride)
@@ -480,8 +485,6 @@ class QuestionAnsweringKind:
             return score_answers(answers, examples, version_2, options.null_threshold)
 
         return compute
-
-    preprocess_logits = None
 
 
 SQUAD_CPU_DEFAULTS = {"train.max_steps": 300, "train.batch_size": 16, "train.lr": 1e-4, "train.eval_steps": 100,

@@ -6,41 +6,20 @@ post-processing, such as extractive QA) is writing a `TaskKind` and naming it in
 A `Task` says where the data is (a local folder layout and/or a Hub dataset), which columns hold the text(s) and
 the label, the problem type, the label names, the metric module (`encoderlab.metrics`) and the CPU default.
 
-A `TaskKind` is a small protocol, implemented by `encoderlab.training.finetune.sequence.SequenceKind` (one label or
-score per text or text pair), `encoderlab.training.finetune.tokens.TokenKind` (one label per word or residue) and
-the question-answering kind of `encoderlab.training.finetune.squad`:
-
-``auto_class``
-    name of the transformers Auto class of the head, e.g. ``"AutoModelForSequenceClassification"``.
-``pipeline_tag``
-    the Hub pipeline tag of a model fine-tuned on this kind (``text-classification``, ...).
-``options``
-    a dataclass of the kind's own settings (the ``task_options`` section of the run config, validated like every
-    other section before anything is read), e.g. ``doc_stride`` for QA.
-``load(task, data) -> (datasets.DatasetDict, {split: SplitSource})``
-    raw examples of every split the run needs (``train``, ``validation`` and any further evaluation split such as
-    ``test_cb513``), from ``data`` (the run config's ``data`` section), each cut to its limit
-    (`encoderlab.training.finetune.data.limit_key`), with where it came from
-    (`encoderlab.training.finetune.data.SplitSource`: results.json and the card report it). Raise `ValueError` for
-    a missing file, column or bad label, naming the key, value and what is allowed.
-``label_names(task, raw) -> list[str] | None``
-    class names in id order (``None`` for regression and QA).
-``preprocess(raw_split, tokenizer, task, settings) -> datasets.Dataset``
-    model features of one split (``input_ids``, ``attention_mask``, ``labels`` or ``start_positions``/...).
-    ``settings`` is the whole validated run config (``settings.data.max_length``, ``settings.task_options``).
-``collator(tokenizer)``
-    the data collator of the Trainer.
-``compute_metrics(task, raw_split, features, settings) -> Callable[[EvalPrediction], dict]``
-    the Trainer's ``compute_metrics`` for one evaluation split (it gets the split's raw examples and features, so
-    post-processing such as SQuAD's can map windows back to examples). Metrics come from `encoderlab.metrics`.
-``preprocess_logits(logits, labels)``
-    optional (``None`` to keep the logits): shrinks what the Trainer accumulates during evaluation.
+A `TaskKind` (the abstract base class below) names every hook the pipeline calls; the three kinds subclass it:
+`encoderlab.training.finetune.sequence.SequenceKind` (one label or score per text or text pair),
+`encoderlab.training.finetune.tokens.TokenKind` (one label per word or residue) and
+`encoderlab.training.finetune.squad.QuestionAnsweringKind` (extractive QA). A kind implements the five abstract
+hooks (``load``, ``label_names``, ``preprocess``, ``collator``, ``compute_metrics``) and inherits or overrides the
+others, so the pipeline never asks which kind it holds. A kind's hooks read the run config through `KindSettings`.
 
 Splits of a task: ``train`` and ``validation`` (the split that selects the best checkpoint and grid point) and
 the names in `Task.eval_splits` (scored at the end; e.g. ``validation_mismatched``, ``test_cb513``).
 """
 
+import abc
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression",
@@ -110,8 +89,87 @@ class Task:
     group: str | None = None
     """``glue`` for the GLUE tasks (``--task glue`` runs the group)."""
 
-    def kind_object(self):
+    def kind_object(self) -> "TaskKind":
         return get_kind(self.kind)
+
+
+@dataclass(frozen=True)
+class KindSettings:
+    """What a task kind's hooks read of the run config, checked before any data is read."""
+
+    data: object
+    """The run config's ``data`` section (`encoderlab.training.finetune.config.FinetuneDataSection`)."""
+    task_options: object | None = None
+    """The kind's `TaskKind.options` dataclass built from the ``task_options`` section; None for a kind without."""
+
+
+class TaskKind(abc.ABC):
+    """One way of turning a task's data into model features and predictions into metrics.
+
+    Subclasses set `auto_class` and `pipeline_tag`, implement the abstract hooks, and override the others where
+    their kind differs (QA: `check_settings`, `eval_splits`, `model_config_updates`, `label_fields`; token
+    classification: `padding_free_collator`, `preprocess_logits`)."""
+
+    auto_class: str
+    """The transformers Auto class of the head, e.g. ``"AutoModelForSequenceClassification"``."""
+    pipeline_tag: str
+    """The Hub pipeline tag of a model fine-tuned on this kind (``text-classification``, ...)."""
+    options: type | None = None
+    """A dataclass of the kind's own settings (the run config's ``task_options``, validated like every other
+    section before anything is read), e.g. ``doc_stride`` for QA; None: the kind takes none."""
+    label_fields: tuple[str, ...] = ("labels",)
+    """The feature columns the Trainer passes as labels (QA: ``start_positions``, ``end_positions``)."""
+    padding_free: bool = False
+    """Whether `padding_free_collator` gives a collator (``train.padding_free``)."""
+    preprocess_logits: Callable | None = None
+    """``(logits, labels) -> tensor`` shrinking what the Trainer accumulates during evaluation; None keeps the
+    logits."""
+
+    @abc.abstractmethod
+    def load(self, task: Task, data) -> tuple:
+        """``(datasets.DatasetDict, {split: SplitSource})``: raw examples of every split the run needs (``train``,
+        ``validation`` and the evaluation splits) from ``data`` (the run config's ``data`` section), each cut to
+        its limit (`encoderlab.training.finetune.data.limit_key`), with where it came from
+        (`encoderlab.training.finetune.data.SplitSource`: results.json and the card report it). A missing file,
+        column or bad label is a `ValueError` naming the key, value and what is allowed."""
+
+    @abc.abstractmethod
+    def label_names(self, task: Task, raw) -> list[str] | None:
+        """Class names in id order (None for regression and QA)."""
+
+    @abc.abstractmethod
+    def preprocess(self, raw_split, tokenizer, task: Task, settings: KindSettings):
+        """Model features of one split as a `datasets.Dataset` (``input_ids``, ``attention_mask``, ``labels`` or
+        ``start_positions`` / ...)."""
+
+    @abc.abstractmethod
+    def collator(self, tokenizer) -> Callable:
+        """The Trainer's data collator."""
+
+    @abc.abstractmethod
+    def compute_metrics(self, task: Task, raw_split, features, settings: KindSettings) -> Callable:
+        """The Trainer's ``compute_metrics`` for one evaluation split (it gets the split's raw examples and
+        features, so post-processing such as SQuAD's can map windows back to examples); metrics come from
+        `encoderlab.metrics`."""
+
+    def check_settings(self, task: Task, settings: KindSettings) -> None:
+        """Checks across sections, before any data is read (QA: ``doc_stride < max_length``); none by default."""
+
+    def eval_splits(self, task: Task, data, raw) -> list[str]:
+        """The splits of `raw` scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's)
+        and one ``test_<stem>`` per ``data.test`` file."""
+        from .data import eval_split_names
+
+        return eval_split_names(task, data)
+
+    def padding_free_collator(self, tokenizer) -> Callable:
+        """The collator of ``train.padding_free`` (batches flattened into one row); only where `padding_free`."""
+        raise ValueError(f"train.padding_free=true: {type(self).__name__} has no padding-free collator")
+
+    def model_config_updates(self, task: Task, metrics: dict) -> dict:
+        """Attributes saved in the fine-tuned model's config, chosen from the validation `metrics`; none by
+        default."""
+        return {}
 
 
 TASKS: dict[str, Task] = {}
@@ -132,7 +190,7 @@ def register_task(task: Task) -> Task:
 _KIND_OBJECTS = {}
 
 
-def get_kind(name: str):
+def get_kind(name: str) -> TaskKind:
     """The `TaskKind` instance registered as `name` in `KINDS`."""
     if name not in KINDS:
         raise ValueError(f"task kind {name!r} is unknown; allowed: {sorted(KINDS)}")

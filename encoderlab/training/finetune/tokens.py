@@ -14,6 +14,7 @@ import numpy as np
 
 from .data import check_columns, layout_columns
 from .sequence import load_splits
+from .tasks import TaskKind
 
 RESOLVED_COLUMN = "resolved"
 """Secondary-structure CSVs: one 0/1 flag per residue; residues flagged 0 are not scored (as TAPE does)."""
@@ -80,12 +81,12 @@ def as_words(value, column: str, source: str, number: int) -> list[str]:
     return value.split() if " " in value.strip() else list(value.strip())
 
 
-class TokenKind:
+class TokenKind(TaskKind):
     """`TaskKind` of token classification (see `encoderlab.training.finetune.tasks`)."""
 
     auto_class = "AutoModelForTokenClassification"
     pipeline_tag = "token-classification"
-    options = None
+    padding_free = True
 
     def load(self, task, data):
         def read_row(rows, source, from_hub):

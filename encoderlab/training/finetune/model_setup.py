@@ -1,0 +1,166 @@
+"""The model of a fine-tuning run: checks of the checkpoint against the task before anything is written (its
+head's problem type and labels, ``model.new_head``, the position table), loading it with the task's head, freezing
+(``model.freeze``) and LoRA (``lora``)."""
+
+import logging
+from pathlib import Path
+
+from .config import FinetuneRunConfig, LoraSection
+from .tasks import Task, TaskKind
+
+logger = logging.getLogger(__name__)
+
+
+def load_model_config(run: FinetuneRunConfig):
+    """The checkpoint's config; a missing local path or an unreachable Hub id is a ValueError naming model.path."""
+    import encoderlab  # noqa: F401  (registers the families)
+    from transformers import AutoConfig
+
+    from .model_path import check_model_path, not_found_error
+
+    path = run.model.path
+    check_model_path(path)  # a typo'd local path is named as such, before any Hub call
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=run.model.trust_remote_code)
+    except OSError as error:
+        if Path(path).is_dir():
+            raise ValueError(f"model.path={path!r} could not be loaded as a checkpoint: {error}") from None
+        raise not_found_error(path, error) from None
+
+
+def check_head(task: Task, config) -> None:
+    """A checkpoint already fine-tuned for regression cannot silently become a classifier, nor the reverse."""
+    saved = getattr(config, "problem_type", None)
+    if saved is None:
+        return
+    if (saved == "regression") != (task.problem_type == "regression"):
+        raise ValueError(f"model.path has a {saved} head (config.problem_type) but task {task.name!r} is "
+                         f"{task.problem_type}; start from a checkpoint without that head or pick a matching task")
+
+
+def trained_label_names(config) -> list[str] | None:
+    """The label names a checkpoint's head was trained for (``id2label`` in id order); None for transformers'
+    placeholders (``LABEL_0``, ...), which a checkpoint without a trained classifier carries."""
+    names = [str(config.id2label[i]) for i in sorted(config.id2label or {}, key=int)]
+    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -> bool:
+    """True when the checkpoint's trained head, of the kind this task loads, is for other labels than the data's:
+    then the head is initialised fresh with ``model.new_head=true``, and without it the run stops before anything
+    is written. (A head of another kind, e.g. a token classifier for a sequence task, is not loaded at all.)"""
+    trained = trained_label_names(config)
+    if task.label_names is None or trained is None or trained == list(task.label_names):
+        return False
+    head = kind.auto_class.removeprefix("AutoModel")  # "ForSequenceClassification"
+    if config.architectures and not any(name.endswith(head) for name in config.architectures):
+        return False
+    if not run.model.new_head:
+        raise ValueError(f"model.path={run.model.path!r} has a head trained for the labels {trained} "
+                         f"(config.id2label), but the data's labels are {list(task.label_names)}; reusing it would "
+                         "relabel its classes. Set model.new_head=true to train a freshly initialised head, or give "
+                         f"data.label_names={trained} if the data uses the same classes")
+    logger.warning("model.path's head was trained for the labels %s; the labels here are %s: training a freshly "
+                   "initialised head (model.new_head=true)", trained, list(task.label_names))
+    return True
+
+
+def check_length(run: FinetuneRunConfig, config) -> None:
+    positions = getattr(config, "max_position_embeddings", None)
+    learned = getattr(config, "position_embedding_type", "absolute") in ("absolute", None)
+    if positions is not None and learned and run.data.max_length > positions:
+        raise ValueError(f"data.max_length={run.data.max_length} exceeds the checkpoint's learned position table "
+                         f"(max_position_embeddings={positions}); allowed: <= {positions}")
+
+
+def check_fsdp_launch(run: FinetuneRunConfig) -> None:
+    """An FSDP launch that cannot train as configured stops here (`encoderlab.training.fsdp.check_launch`)."""
+    from transformers import AutoModel
+
+    from .. import fsdp
+
+    if fsdp.fsdp_requested() and run.lora.r is not None:
+        raise ValueError(f"lora.r={run.lora.r}: LoRA under FSDP is not supported; fine-tune without FSDP")
+    fsdp.check_launch(run.train.precision, lambda: AutoModel.from_config(
+        load_model_config(run), trust_remote_code=run.model.trust_remote_code))
+
+
+def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: bool = False):
+    """The checkpoint with the task's head (initialised fresh with `new_head`); returns (model, names of the weights
+    initialised fresh)."""
+    import transformers
+
+    auto_class = getattr(transformers, kind.auto_class)
+    labels = {}
+    if task.problem_type == "regression":
+        labels = dict(num_labels=1)
+    elif task.label_names:
+        names = list(task.label_names)
+        labels = dict(num_labels=len(names), id2label=dict(enumerate(names)),
+                      label2id={name: index for index, name in enumerate(names)})
+    if task.problem_type in ("single_label_classification", "multi_label_classification", "regression"):
+        labels["problem_type"] = task.problem_type
+    model, info = auto_class.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code,
+                                             output_loading_info=True, ignore_mismatched_sizes=new_head,
+                                             **labels)
+    # mismatched: a head of another size, only loaded past with `new_head` (entries are names or (name, shapes))
+    mismatched = {entry if isinstance(entry, str) else entry[0] for entry in info.get("mismatched_keys", ())}
+    initialised = set(info["missing_keys"]) | mismatched
+    if new_head:
+        initialised |= reinitialise(model, head_module_names(model))
+    initialised = sorted(initialised)
+    if initialised:
+        logger.info("Initialised fresh: %s", ", ".join(initialised))
+    freeze_parameters(model, run.model.freeze)
+    return model, initialised
+
+
+def reinitialise(model, module_names: list[str]) -> set[str]:
+    """Fresh weights for the named top-level modules, drawn as the model draws weights missing from a checkpoint;
+    returns their parameter names."""
+    for name in module_names:
+        for module in model.get_submodule(name).modules():
+            for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+                tensor.__dict__.pop("_is_hf_initialized", None)  # transformers skips tensors marked as loaded
+            module.__dict__.pop("_is_hf_initialized", None)
+            model._init_weights(module)
+    return {f"{name}.{parameter}" for name in module_names
+            for parameter, _ in model.get_submodule(name).named_parameters()}
+
+
+def freeze_parameters(model, patterns) -> None:
+    """``requires_grad=False`` for the parameters whose names match one of `patterns` (model.freeze)."""
+    from fnmatch import fnmatchcase
+
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatchcase(name, pattern) for name in names):
+            raise ValueError(f"model.freeze pattern {pattern!r} matches no parameter of the model; its names look "
+                             f"like {names[:3]}")
+    for name, parameter in model.named_parameters():
+        if any(fnmatchcase(name, pattern) for pattern in patterns):
+            parameter.requires_grad_(False)
+
+
+def head_module_names(model) -> list[str]:
+    """The model's top-level modules outside its encoder (the task head): ``["classifier"]`` for sequence and token
+    classification (a sequence classifier's dense layer lives inside it), ``["qa_outputs"]`` for question answering."""
+    return [name for name, module in model.named_children()
+            if name != model.base_model_prefix and any(True for _ in module.parameters())]
+
+
+def with_lora(model, lora: LoraSection):
+    """The model wrapped by peft: LoRA on the encoder's linear layers, the task head trained in full."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    heads = head_module_names(model)
+    targets = list(lora.target_modules) or sorted({
+        name.split(".")[-1] for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and name.split(".")[0] not in heads
+    })
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        modules_to_save=heads)
+    model = get_peft_model(model, config)
+    model.print_trainable_parameters()
+    return model

@@ -1,0 +1,160 @@
+"""What a fine-tuning run writes and prints: ``results.json`` (`run_results`, `data_record`), the run folder of the best
+point (`save_run`: model, metrics.csv, dev_curve.png, grid.csv / grid.png, the model card), and the GLUE table."""
+
+import csv
+import dataclasses
+import shutil
+from pathlib import Path
+
+from ..run_folder import base_model_record, write_results
+from .config import FinetuneRunConfig
+from .point import ADAPTER_DIR, point_name
+from .prepare import Prepared
+
+GRID_CSV, GRID_PLOT, DEV_CURVE = "grid.csv", "grid.png", "dev_curve.png"
+
+
+def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: dict) -> dict:
+    task = prepared.task
+    return {
+        "task": task.name, "kind": task.kind, "problem_type": task.problem_type, "metric": task.metric,
+        "metric_config": task.metric_config, "main_metric": task.main_metric,
+        "label_names": None if task.label_names is None else list(task.label_names),
+        **base_model_record(run.model.path), **data_record(prepared.sources),
+        "pipeline_tag": prepared.kind.pipeline_tag,
+        "lora": None if run.lora.r is None else dataclasses.asdict(run.lora),
+        "examples": {split: len(prepared.raw[split]) for split in prepared.raw},
+        "features": {split: len(features) for split, features in prepared.features.items()},
+        "initialised_weights": best["initialised_weights"],
+        "best_point": best["point"], "eval_steps": best["eval_steps"], "steps": best["steps"],
+        "best_step": best["best_step"], "tokens_seen": best["tokens_seen"],
+        "metrics": best["metrics"],
+        "grid": [{**p["point"], **{f"validation_{main}": p["metrics"]["validation"][main]
+                                    for main in [task.main_metric]}} for p in points],
+    }
+
+
+def data_record(sources: dict) -> dict:
+    """results.json's account of the data: ``data`` (each split's `SplitSource` report: Hub split or file name,
+    examples kept of how many), ``dataset`` (a Hub id when every split came from it, else the file names) and
+    ``hub_dataset`` / ``hub_config`` (the Hub dataset of the splits that came from it whole, else None)."""
+    data = {split: source.report() for split, source in sources.items()}
+    names = sorted({entry["name"] for entry in data.values()})
+    whole = [entry for entry in data.values() if entry["whole_hub_split"]]
+    from_hub = all(entry["origin"] == "hub" for entry in data.values())
+    return {"data": data, "dataset": names[0] if from_hub and len(names) == 1 else ", ".join(names),
+            "hub_dataset": whole[0]["name"] if whole else None, "hub_config": whole[0]["config"] if whole else None}
+
+
+def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: list, best: dict,
+             results: dict) -> None:
+    from encoderlab.hub_cards.card import build_model_card
+
+    from ..metrics import write_metrics_csv
+
+    best_dir = run_dir / "grid" / point_name(best["point"])
+    shutil.copytree(best_dir / "model", run_dir, dirs_exist_ok=True)
+    if run.lora.r is not None:
+        shutil.copytree(best_dir / ADAPTER_DIR, run_dir / ADAPTER_DIR, dirs_exist_ok=True)
+    write_results(run_dir, results)
+    write_metrics_csv(best["log_history"], run_dir / "metrics.csv")
+    plot_dev_curve(best["log_history"], prepared.task.main_metric, run_dir / DEV_CURVE,
+                   title=f"{prepared.task.name}: {point_name(best['point'])}")
+    write_grid(results["grid"], prepared.task.main_metric, run_dir)
+    build_model_card(run_dir).save(run_dir / "README.md")
+    if not run.search.keep_all_models:  # last: the run folder now holds the best point's model, the others are gone
+        drop_point_model(run_dir, best)
+
+
+def drop_point_model(run_dir: Path, point: dict) -> None:
+    """Delete a finished point's saved model (and LoRA adapter); its results and point_results.json stay."""
+    point_dir = run_dir / "grid" / point_name(point["point"])
+    for name in ("model", ADAPTER_DIR):
+        shutil.rmtree(point_dir / name, ignore_errors=True)
+
+
+def plot_dev_curve(log_history: list, main_metric: str, path: Path, title: str) -> None:
+    """Training loss and the validation main metric against the optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, metric_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    train = [entry for entry in log_history if "loss" in entry]
+    evals = [entry for entry in log_history if f"eval_{main_metric}" in entry]
+    loss_axis.plot([e["step"] for e in train], [e["loss"] for e in train], label="train (batch mean)")
+    loss_axis.plot([e["step"] for e in evals], [e["eval_loss"] for e in evals], marker="o", label="validation")
+    metric_axis.plot([e["step"] for e in evals], [e[f"eval_{main_metric}"] for e in evals], marker="o")
+    loss_axis.set(xlabel="optimizer step", ylabel="loss", title="loss")
+    metric_axis.set(xlabel="optimizer step", ylabel=main_metric, title=f"validation {main_metric}")
+    for axis in (loss_axis, metric_axis):
+        axis.grid(alpha=0.3)
+    loss_axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_grid(grid: list, main_metric: str, run_dir: Path) -> None:
+    """Every grid point as a CSV row and as a bar of the validation main metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(run_dir / GRID_CSV, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(grid[0]))
+        writer.writeheader()
+        writer.writerows(grid)
+    figure, axis = plt.subplots(figsize=(max(4, 0.6 * len(grid) + 2), 4))
+    axis.bar([point_name(point) for point in grid], [point[f"validation_{main_metric}"] for point in grid])
+    axis.set(ylabel=f"validation {main_metric}", title="hyper-parameter grid")
+    axis.tick_params(axis="x", rotation=60)
+    figure.tight_layout()
+    figure.savefig(run_dir / GRID_PLOT, dpi=120)
+    plt.close(figure)
+
+
+GLUE_SCORE_METRICS = {"cola": ("matthews_correlation",), "stsb": ("pearson", "spearmanr"), "mrpc": ("f1", "accuracy"),
+                      "qqp": ("f1", "accuracy")}  # fmt: skip
+"""Each GLUE task's score is the mean of these validation metrics (accuracy where not listed), as the leaderboard
+averages them."""
+
+
+def glue_table(scores: dict, dev_sets: dict) -> str:
+    """A Markdown table of every task's metrics, dev examples (`dev_sets`: each task's validation source from
+    results.json, so a capped dev set says so) and the GLUE average over the tasks run (WNLI excluded)."""
+    rows = ["| task | metrics | dev examples | score |", "|---|---|---|---|"]
+    averaged = []
+    for name, metrics in scores.items():
+        keys = GLUE_SCORE_METRICS.get(name, ("accuracy",))
+        score = sum(metrics[key] for key in keys) / len(keys)
+        if name != "wnli":
+            averaged.append(score)
+        shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys)
+        dev = dev_sets[name]
+        examples = f"{dev['examples']} of {dev['available']} ({dev['limit_key']}={dev['limit']})" if dev["capped"] \
+            else str(dev["examples"])
+        rows.append(f"| {name} | {shown} | {examples} | {100 * score:.1f} |")
+    average = f"{100 * sum(averaged) / len(averaged):.1f}" if averaged else "n/a"
+    rows.append(f"| **GLUE average** ({len(averaged)} tasks, WNLI excluded) | | | **{average}** |")
+    return "\n".join(rows)
+
+
+def format_results(results: dict) -> str:
+    lines = [f"{results['task']} ({results['problem_type']}), best point {results['best_point']}, "
+             f"{results['steps']} steps (best at {results['best_step']})"]
+    for split, metrics in results["metrics"].items():
+        shown = ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()
+                          if isinstance(value, float) and key not in ("runtime", "samples_per_second",
+                                                                      "steps_per_second"))
+        lines.append(f"  {split}: {shown}")
+    for split, source in results["data"].items():
+        if source["capped"]:
+            lines.append(f"  {split}: {source['examples']} of {source['available']} examples (capped by "
+                         f"{source['limit_key']}={source['limit']})")
+    if results["initialised_weights"]:
+        lines.append(f"  initialised fresh: {', '.join(results['initialised_weights'])}")
+    return "\n".join(lines)
