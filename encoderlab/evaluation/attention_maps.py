@@ -21,7 +21,6 @@ MAX_TOKEN_LABELS = 40
 
 def load(checkpoint):
     """Model (eager attention, eval mode) and tokenizer; eager is the only implementation that returns maps."""
-    import encoderlab  # noqa: F401  (registers the encoderlab families with the Auto classes)
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -11,12 +11,11 @@ The sweep covers attention type x position scheme x hidden size x depth x seed; 
 positions and switch them off (DroPE) after the second evaluation cycle. Results go to a CSV (one row per run,
 resumable), a Figure-1-style heatmap grid and a Figure-2a-style no-position line plot.
 
-Run as ``encoderlab experiment argmax`` or ``python -m encoderlab.experiments.argmax``.
+Run as ``encoderlab experiment argmax`` (or ``python -m encoderlab.cli experiment argmax``).
 """
 
 import logging
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, fields
 
@@ -28,7 +27,7 @@ from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..modeling.dta import DTABertModel
 from ..results.plots import pyplot
 from ..results.rows import append_rows, read_results
-from .argmax_cli import POSITION_SCHEMES, add_arguments  # noqa: F401
+from .argmax_options import POSITION_SCHEMES, add_arguments  # noqa: F401
 from .sweeps import run_jobs, runs_in_this_process
 
 logger = logging.getLogger(__name__)
@@ -454,8 +453,3 @@ def run(args):
         logger.info("wrote %s", path)
     return 0
 
-
-if __name__ == "__main__":  # python -m encoderlab.experiments.argmax ... runs encoderlab experiment argmax ...
-    from ..cli import main
-
-    sys.exit(main(["experiment", "argmax", *sys.argv[1:]]))

@@ -28,14 +28,13 @@ Usage::
 import dataclasses
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..results.rows import write_rows
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
-from .dstg_cli import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
+from .dstg_options import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
 from .sweeps import run_jobs
 
 logger = logging.getLogger(__name__)
@@ -475,8 +474,3 @@ def run(args):
         logger.info("wrote %s", path)
     return 0
 
-
-if __name__ == "__main__":  # python -m encoderlab.experiments.dstg ... runs encoderlab experiment dstg ...
-    from ..cli import main
-
-    sys.exit(main(["experiment", "dstg", *sys.argv[1:]]))

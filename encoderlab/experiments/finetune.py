@@ -40,7 +40,6 @@ import logging
 import math
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,8 +135,6 @@ def untrained_checkpoint(arm: ModelArm, seed: int, out_dir: Path, trust_remote_c
     """``OUT/untrained/<name>-s<seed>``: the arm's config and tokenizer with weights drawn fresh from `seed`."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-    import encoderlab  # noqa: F401  (registers the families with the Auto classes)
 
     folder = out_dir / "untrained" / f"{arm.name}-s{seed}"
     if (folder / "config.json").is_file():
@@ -474,8 +471,3 @@ def run(args):
         logger.info("wrote %s", path)
     return 0
 
-
-if __name__ == "__main__":  # python -m encoderlab.experiments.finetune ... runs encoderlab experiment finetune ...
-    from ..cli import main
-
-    sys.exit(main(["experiment", "finetune", *sys.argv[1:]]))

@@ -22,7 +22,7 @@ A run is described by a YAML/JSON file with the sections of `RunConfig` (``model
 import argparse
 import inspect
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,35 +178,6 @@ class RunData:
     test_sets: dict  # the same from the test documents
     documents: dict  # split name -> number of documents
     info: dict  # what the shards hold (`encoderlab.training.shards`): token counts, fill rate
-
-
-def evaluation_sets(documents: Iterable[str], tokenizer, run: RunConfig, split: str) -> dict:
-    """Windows of 1x and `long_factor` x the training length from the documents long enough for the latter.
-
-    `documents` may be a stream: it is read until both sets hold ``data.max_eval_examples`` windows.
-    """
-    import datasets
-
-    from .data import document_windows, select_long_documents
-
-    long_len = run.train.seq_len * run.data.long_factor
-    cap = run.data.max_eval_examples
-    short, long, found = [], [], False
-    for document in select_long_documents(documents, tokenizer, min_tokens=long_len):
-        found = True
-        # Only full windows: a short tail would not test long context.
-        long += [window for window in document_windows([document], tokenizer, long_len) if len(window) == long_len]
-        short += document_windows([document], tokenizer, run.train.seq_len)
-        if len(short) >= cap and len(long) >= cap:
-            break
-    if not found:
-        raise ValueError(
-            f"No {split} document has >= {long_len} tokens (data.long_factor={run.data.long_factor} x "
-            f"train.seq_len={run.train.seq_len}); raise data.validation_size/test_size or use a larger corpus"
-        )
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
-    return {name: datasets.Dataset.from_dict({"input_ids": windows[:cap]}, features=features)
-            for name, windows in (("short", short), ("long", long))}
 
 
 def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):

@@ -305,7 +305,7 @@ def _token_counts(rows: datasets.Dataset, vocab_size: int) -> tuple[np.ndarray, 
 
 def _build_evaluation_sets(run, tokenizer, documents: datasets.Dataset, split: str, target: Path) -> None:
     """The 1x and `long_factor` x windows of the long documents; with packing, the 1x windows packed into rows."""
-    from .pretrain import evaluation_sets
+    from .data import evaluation_sets
 
     texts = (text for batch in documents.select_columns(["text"]).iter(batch_size=256) for text in batch["text"])
     sets = evaluation_sets(texts, tokenizer, run, split)

@@ -8,8 +8,6 @@ def load_checkpoint(path):
     """(model in eval mode, tokenizer) of a checkpoint folder or Hub id. The bare encoder is loaded (an MLM or
     task checkpoint gives its encoder)."""
     import transformers
-
-    import encoderlab  # noqa: F401  (registers the encoderlab families with the Auto classes)
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,0 +1,145 @@
+"""The import graph of encoderlab/: no cycle between modules, and no import that goes up the layers (a module of
+`evaluation` never imports `experiments`, `results` imports nothing of encoderlab, ...). Every import counts, the
+ones inside functions too: a lazy import keeps ``--help`` fast, it does not make a cycle acceptable."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "encoderlab"
+
+LAYERS = (
+    ("results", "configuration", "registry", "metrics", "tokenization"),
+    ("export",),
+    ("modeling",),
+    ("",),  # encoderlab/__init__.py: registers the families with the transformers Auto classes
+    ("training", "hub_cards"),
+    ("evaluation",),
+    ("experiments",),
+    ("cli",),
+)
+"""Top-level parts of encoderlab, lowest first: a module may import its own layer and the ones below it."""
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, name: str, modules) -> set:
+    """The encoderlab modules that `path` (module `name`) imports, at the top or inside functions (``from .x import
+    name`` counts as an import of ``x.name`` when that is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            else:
+                base = node.module
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+    return {module for module in found if module in modules}
+
+
+def import_graph(root: Path = PACKAGE) -> dict:
+    paths = {module_name(path, root): path for path in root.rglob("*.py")}
+    return {name: imported_modules(path, name, paths) for name, path in paths.items()}
+
+
+def cycles(graph: dict) -> list[set]:
+    """The strongly connected components of more than one module (and modules importing themselves): Tarjan's
+    algorithm, iterative so a deep package cannot hit the recursion limit."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            successor = next(successors, None)
+            if successor is not None:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph.get(successor, ())))))
+                elif successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(component)
+    return found
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    for level, parts in enumerate(LAYERS):
+        if part in parts:
+            return level
+    raise AssertionError(f"{module}: encoderlab/{part} has no layer in LAYERS; add it where it belongs")
+
+
+def upward_imports(graph: dict) -> list[str]:
+    return [f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+            for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if layer_of(target) > layer_of(module)]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph()
+
+
+def test_cycle_finder_finds_planted_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert sorted(map(sorted, cycles(graph))) == [["a", "b", "c"], ["e"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_graph_sees_relative_lazy_and_submodule_imports(tmp_path):
+    root = tmp_path / "encoderlab"
+    (root / "low").mkdir(parents=True)
+    for name in ("__init__.py", "low/__init__.py", "low/rows.py"):
+        (root / name).write_text("")
+    (root / "top.py").write_text("def run():\n    from .low import rows\n")
+    (root / "low" / "stats.py").write_text("from ..top import run\nimport encoderlab.low.rows\n")
+    found = import_graph(root)
+    assert found["encoderlab.top"] == {"encoderlab.low.rows"}
+    assert found["encoderlab.low.stats"] == {"encoderlab.top", "encoderlab.low.rows"}
+
+
+def test_no_import_cycles(graph):
+    found = [sorted(component) for component in cycles(graph)]
+    assert not found, f"import cycles: {found}"
+
+
+def test_no_import_goes_up_the_layers(graph):
+    assert not upward_imports(graph)
+    planted = {"encoderlab.results.rows": {"encoderlab.experiments.sweeps"}, "encoderlab.experiments.sweeps": set()}
+    assert upward_imports(planted) == [
+        "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 6)"]
+
+
+def test_results_stand_alone(graph):
+    """The result helpers sit below evaluation and experiments and import no other part of encoderlab."""
+    for module, targets in graph.items():
+        if module.startswith("encoderlab.results"):
+            assert all(target.startswith("encoderlab.results") for target in targets), (module, targets)
