@@ -12,6 +12,7 @@ differences in gradients that are zero up to rounding into 3e-4 in weights); DDP
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 from argparse import Namespace
@@ -40,8 +41,19 @@ LOSS_RTOL, WEIGHT_ATOL = 1e-5, 2e-5
 needs_torchrun = pytest.mark.skipif(not os.path.exists(TORCHRUN), reason="torchrun is not installed")
 
 
-def run_worker(*arguments, port: int, processes: int = 2, check: bool = True) -> subprocess.CompletedProcess:
-    command = [TORCHRUN, "--nproc_per_node", str(processes), "--master_port", str(port), WORKER, *map(str, arguments)]
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def torchrun(*arguments) -> list[str]:
+    """Two processes on this machine at a free port (`--standalone`), so that pytest-xdist workers never meet."""
+    return [TORCHRUN, "--standalone", "--nproc_per_node", "2", WORKER, *map(str, arguments)]
+
+
+def run_worker(*arguments, check: bool = True) -> subprocess.CompletedProcess:
+    command = torchrun(*arguments)
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
@@ -54,19 +66,16 @@ def train_args(**values) -> Namespace:
     return Namespace(**{**defaults, **values})
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def train_three_ways(folder: Path) -> SimpleNamespace:
     """The four cases trained under FSDP2 and DDP (two processes each, at once) and in one process; the FSDP2
     run also gathers each final model into a save_pretrained folder."""
-    folder = tmp_path_factory.mktemp("fsdp_runs")
     common = ["train", "--case", ",".join(CASES), "--tie", "--steps", STEPS]
     extra = {"fsdp": ["--gather", folder / "gathered"], "ddp": []}
     launches = {
-        mode: subprocess.Popen([TORCHRUN, "--nproc_per_node", "2", "--master_port", str(port), WORKER,
-                                *map(str, [*common, "--mode", mode, "--out", folder / f"{mode}.pt", *extra[mode]])],
+        mode: subprocess.Popen(torchrun(*common, "--mode", mode, "--out", folder / f"{mode}.pt", *extra[mode]),
                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for mode, port in (("fsdp", 29731), ("ddp", 29732))
-    }  # fmt: skip
+        for mode in ("fsdp", "ddp")
+    }
     fsdp_worker.train(train_args(out=folder / "single.pt"))
     for mode, launch in launches.items():
         _, errors = launch.communicate(timeout=600)
@@ -229,7 +238,7 @@ def test_accelerate_launch_of_fsdp2_on_cpu_stops_with_a_clear_error(tmp_path):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({**TINY, "train": {**TINY["train"], "precision": "bf16"}}))
     command = [os.path.join(BIN, "accelerate"), "launch", "--config_file", str(accelerate_config_path("fsdp2")),
-               "--num_processes", "2", "--main_process_port", "29733", "-m", "encoderlab.cli", "pretrain",
+               "--num_processes", "2", "--main_process_port", str(free_port()), "-m", "encoderlab.cli", "pretrain",
                "--config", str(config), "--set", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
     done = subprocess.run(command, env={**ENV, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -248,7 +257,7 @@ def test_accelerate_launch_of_fsdp2_on_cpu_stops_with_a_clear_error(tmp_path):
 def test_every_family_and_preset_shards_with_the_same_logits_and_gradients(tmp_path):
     """All 27 cases of tests/test_family_contract.py (DTA with and without U-Net and value embeddings, HOMA's
     attention kinds and fusions, the four DSTG presets), tied and untied."""
-    run_worker("wrap", "--out", tmp_path / "wrap.pt", port=29734)
+    run_worker("wrap", "--out", tmp_path / "wrap.pt")
     result = torch.load(tmp_path / "wrap.pt")
     assert result["cases"] == 27
     assert result["failures"] == []
@@ -257,8 +266,7 @@ def test_every_family_and_preset_shards_with_the_same_logits_and_gradients(tmp_p
 @pytest.mark.slow
 @needs_torchrun
 def test_fsdp_activation_checkpointing_keeps_logits_and_gradients(tmp_path):
-    run_worker("wrap", "--case", f"{DTA},{HOMA},{DSTG}", "--activation-checkpointing", "--out", tmp_path / "ac.pt",
-               port=29735)  # fmt: skip
+    run_worker("wrap", "--case", f"{DTA},{HOMA},{DSTG}", "--activation-checkpointing", "--out", tmp_path / "ac.pt")
     assert torch.load(tmp_path / "ac.pt")["failures"] == []
 
 
@@ -269,29 +277,28 @@ def test_fsdp_activation_checkpointing_keeps_logits_and_gradients(tmp_path):
 
 @pytest.mark.slow
 @needs_torchrun
-@pytest.mark.parametrize("case", CASES)
-def test_fsdp_ddp_and_one_process_train_alike(runs, case):
-    single = runs.single[case]
-    initial = fsdp_worker.new_model(case, tie=True).state_dict()
-    assert len(single["losses"]) == STEPS
-    assert any(not torch.equal(initial[name], tensor) for name, tensor in single["weights"].items()), "untrained"
-    for mode in ("fsdp", "ddp"):
-        result = getattr(runs, mode)[case]
-        torch.testing.assert_close(result["losses"], single["losses"], rtol=LOSS_RTOL, atol=0, msg=mode)
-        assert result["weights"].keys() == single["weights"].keys(), mode
-        for name, tensor in single["weights"].items():
-            assert result["weights"][name].shape == tensor.shape, (mode, name)  # 0-d scalars gathered as 0-d
-            torch.testing.assert_close(result["weights"][name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=f"{mode} {name}")
-
-
-@pytest.mark.slow
-@needs_torchrun
-def test_gathered_folder_loads_through_auto_classes_and_remote_code(runs, tmp_path):
+def test_fsdp_ddp_and_one_process_train_alike_and_the_gathered_folder_loads(tmp_path):
+    """One test, so that pytest-xdist never trains the three ways twice. The gathered DTA-BERT folder loads
+    through the Auto classes (tied decoder tied) and through remote code without encoderlab, with equal logits."""
     from transformers import AutoModelForMaskedLM
 
     from test_export import IDS, MASK, run_without_encoderlab
 
-    folder = runs.folder / "gathered" / DTA
+    runs = train_three_ways(tmp_path)
+    for case in CASES:
+        single = runs.single[case]
+        initial = fsdp_worker.new_model(case, tie=True).state_dict()
+        assert len(single["losses"]) == STEPS
+        assert any(not torch.equal(initial[name], tensor) for name, tensor in single["weights"].items()), case
+        for mode in ("fsdp", "ddp"):
+            result = getattr(runs, mode)[case]
+            torch.testing.assert_close(result["losses"], single["losses"], rtol=LOSS_RTOL, atol=0, msg=f"{mode} {case}")
+            assert result["weights"].keys() == single["weights"].keys(), (mode, case)
+            for name, tensor in single["weights"].items():
+                assert result["weights"][name].shape == tensor.shape, (mode, case, name)  # 0-d gathered as 0-d
+                torch.testing.assert_close(result["weights"][name], tensor, rtol=0, atol=WEIGHT_ATOL,
+                                           msg=f"{mode} {case} {name}")  # fmt: skip
+    folder = tmp_path / "gathered" / DTA
     model = AutoModelForMaskedLM.from_pretrained(folder).eval()
     assert type(model).__name__ == "DTABertForMaskedLM"  # not FSDPDTABertForMaskedLM
     assert model.lm_head.decoder.weight is model.model.embeddings.word_embeddings.weight  # tied after loading
@@ -308,40 +315,30 @@ def test_gathered_folder_loads_through_auto_classes_and_remote_code(runs, tmp_pa
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def resumed(runs, tmp_path_factory):
-    """DTA-BERT (Muon, the default optimizer: its combined state goes through torch.distributed.checkpoint)
-    trained to step 4 uninterrupted, and killed at step 3 after a checkpoint at step 2, then resumed."""
-    folder = tmp_path_factory.mktemp("fsdp_resume")
+@pytest.mark.slow
+@needs_torchrun
+def test_resume_from_a_sharded_checkpoint_equals_the_uninterrupted_run_and_checks_the_world_size(tmp_path):
+    """DTA-BERT with Muon (the default optimizer: its combined state goes through torch.distributed.checkpoint),
+    trained to step 4 uninterrupted, and killed at step 3 after a checkpoint at step 2, then resumed: bitwise the
+    same. Resuming those shards with another number of processes, or without FSDP, is refused."""
     common = ["train", "--mode", "fsdp", "--case", DTA, "--tie", "--optimizer", "muon", "--steps", STEPS,
               "--save-at", SAVE_AT]  # fmt: skip
-    run_worker(*common, "--checkpoint", folder / "whole", "--out", folder / "whole.pt", port=29736)
-    killed = run_worker(*common, "--checkpoint", folder / "killed", "--stop-at", KILL_AT, "--out",
-                        folder / "killed.pt", port=29737)  # fmt: skip
-    assert not (folder / "killed.pt").exists(), killed.stdout[-2000:]
-    run_worker(*common, "--checkpoint", folder / "killed", "--resume", "--out", folder / "resumed.pt", port=29738)
-    return SimpleNamespace(folder=folder, whole=torch.load(folder / "whole.pt")[DTA],
-                           resumed=torch.load(folder / "resumed.pt")[DTA])  # fmt: skip
+    run_worker(*common, "--checkpoint", tmp_path / "whole", "--out", tmp_path / "whole.pt")
+    killed = run_worker(*common, "--checkpoint", tmp_path / "killed", "--stop-at", KILL_AT, "--out",
+                        tmp_path / "killed.pt")  # fmt: skip
+    assert not (tmp_path / "killed.pt").exists(), killed.stdout[-2000:]
+    run_worker(*common, "--checkpoint", tmp_path / "killed", "--resume", "--out", tmp_path / "resumed.pt")
+    whole, resumed = torch.load(tmp_path / "whole.pt")[DTA], torch.load(tmp_path / "resumed.pt")[DTA]
+    checkpoint = tmp_path / "killed" / DTA
+    shards = sorted(p.name for p in (checkpoint / fsdp.FSDP_CHECKPOINT_DIR).glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # each rank wrote its own
+    assert resumed["losses"] == whole["losses"][SAVE_AT:]
+    for name, tensor in whole["weights"].items():
+        assert torch.equal(resumed["weights"][name], tensor), name
 
-
-@pytest.mark.slow
-@needs_torchrun
-def test_resume_from_a_sharded_checkpoint_equals_the_uninterrupted_run(resumed):
-    checkpoint = resumed.folder / "killed" / DTA
-    assert sorted(p.name for p in (checkpoint / fsdp.FSDP_CHECKPOINT_DIR).glob("*.distcp")) == ["__0_0.distcp",
-                                                                                                "__1_0.distcp"]
-    assert resumed.resumed["losses"] == resumed.whole["losses"][SAVE_AT:]
-    for name, tensor in resumed.whole["weights"].items():
-        assert torch.equal(resumed.resumed["weights"][name], tensor), name
-
-
-@pytest.mark.slow
-@needs_torchrun
-def test_resume_with_another_world_size_or_without_fsdp_is_refused(resumed, tmp_path):
-    checkpoint = resumed.folder / "killed" / DTA
     assert fsdp.sharded_checkpoint_world_size(checkpoint) == 2
     fsdp.check_resume(checkpoint, world_size=2, fsdp=True)
-    with pytest.raises(ValueError, match="was written by 2 processes, this run has 1; resume it with --num_processes 2"):
+    with pytest.raises(ValueError, match="written by 2 processes, this run has 1; resume it with --num_processes 2"):
         fsdp.check_resume(checkpoint, world_size=1, fsdp=True)
     with pytest.raises(ValueError, match="holds a sharded FSDP checkpoint; resume it with the same FSDP launch"):
         fsdp.check_resume(checkpoint, world_size=2, fsdp=False)
@@ -364,9 +361,10 @@ def test_two_node_launch_on_one_machine_pretrains(tmp_path):
     "node": a short pretraining with a world of 2 (data parallel: FSDP needs GPUs)."""
     config = tmp_path / "run.json"
     config.write_text(json.dumps({**TINY, "train": {**TINY["train"], "token_budget": 1500, "evaluations": 1}}))
+    port = free_port()
     nodes = [
         subprocess.Popen([TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
-                          "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29739", "--rdzv-id", "fsdp-test",
+                          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "fsdp-test",
                           "-m", "encoderlab.cli", "pretrain", "--config", str(config), "--set",
                           f"output_dir={tmp_path / 'run'}"],
                          env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -395,8 +393,9 @@ def test_deepspeed_zero2_config_pretrains_on_two_cpu_processes(tmp_path):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({**TINY, "optimizer": {"name": "adamw"},
                                   "train": {**TINY["train"], "token_budget": 1500, "evaluations": 1}}))
-    command = [os.path.join(BIN, "accelerate"), "launch", "--config_file", str(accelerate_config_path("deepspeed_zero2")),
-               "--mixed_precision", "no", "--num_processes", "2", "--main_process_port", "29740", "-m",
+    config_file = accelerate_config_path("deepspeed_zero2")
+    command = [os.path.join(BIN, "accelerate"), "launch", "--config_file", str(config_file),
+               "--mixed_precision", "no", "--num_processes", "2", "--main_process_port", str(free_port()), "-m",
                "encoderlab.cli", "pretrain", "--config", str(config), "--set", f"output_dir={tmp_path / 'run'}"]
     done = subprocess.run(command, env={**ENV, "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"},
                           capture_output=True, text=True, timeout=600)

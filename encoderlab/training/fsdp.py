@@ -162,8 +162,8 @@ def sharded_checkpoint_world_size(checkpoint: Path) -> int | None:
     folder = Path(checkpoint) / FSDP_CHECKPOINT_DIR
     if not folder.is_dir():
         return None
-    ranks = {int(match.group(1)) for path in folder.iterdir() if (match := re.fullmatch(r"__(\d+)_\d+\.distcp", path.name))}
-    return len(ranks)
+    names = (re.fullmatch(r"__(\d+)_\d+\.distcp", path.name) for path in folder.iterdir())
+    return len({match.group(1) for match in names if match})
 
 
 def check_resume(checkpoint: Path, world_size: int, fsdp: bool) -> None:
