@@ -149,6 +149,23 @@ def test_wrap_block_names_are_the_blocks_the_model_has(case, blocks):
             plugin.set_auto_wrap_policy(model)
 
 
+@pytest.mark.parametrize("case", [DTA, HOMA])
+def test_scalar_parameters_become_vectors_with_the_same_outputs(case):
+    """`fully_shard` refuses 0-d parameters (DTA's U-Net scalars, HOMA's fusion gate): they become 1-element
+    vectors, which the models broadcast to the same results."""
+    model = fsdp_worker.new_model(case)
+    inputs = fsdp_worker.batch(0, 0, model.config.vocab_size)
+    scalars = [name for name, parameter in model.named_parameters() if parameter.ndim == 0]
+    assert scalars
+    expected = model(**inputs)
+    fsdp.reshape_scalar_parameters(model)
+    assert model._fsdp_scalar_parameters == scalars
+    assert all(dict(model.named_parameters())[name].shape == (1,) for name in scalars)
+    got = model(**inputs)
+    assert got.loss.shape == expected.loss.shape
+    torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: clear errors before anything trains
 # ---------------------------------------------------------------------------------------------
