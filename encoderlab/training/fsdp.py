@@ -9,7 +9,8 @@ and the Trainer leave out:
 
 - `check_launch`, before anything is read or written: an FSDP launch where accelerate would quietly train DDP
   (no GPU: its state only switches to FSDP from multi-GPU types), FSDP version 1, a launch precision that
-  contradicts ``train.precision``, or block names that match no module of the model, each stop the run.
+  contradicts ``train.precision``, block names that match no module of the model, or Muon under DeepSpeed ZeRO
+  (which hands the optimizer flat partitions), each stop the run.
 - `wrap_block_names`: the blocks of ``_no_split_modules`` this model has. accelerate wants every listed name to be
   present, and DSTG-NeoBERT lists both its DSTG and its NeoBERT block while a preset builds one of them;
   `configure_trainer` hands the present ones to accelerate's plugin.
