@@ -27,6 +27,7 @@ from ..configuration.dta import ATTENTION_TYPES, DTABertConfig
 from ..modeling.dta import DTABertModel
 from ..results.plots import pyplot
 from ..results.rows import append_rows, read_results
+from ..results.tables import markdown_lines
 from .argmax_options import POSITION_SCHEMES, add_arguments  # noqa: F401
 from .sweeps import run_jobs, runs_in_this_process
 
@@ -380,14 +381,15 @@ def plot_no_position(rows, path):
 
 def summary_table(rows):
     """Markdown table: best held-out accuracy, mean +- sd over seeds, for every task x configuration."""
-    lines = ["| task | attention | positions | hidden | layers | seeds | best accuracy (mean +- sd) |",
-             "|---|---|---|---|---|---|---|"]
+    body = []
     for task in TASKS:
         summary = mean_accuracy([row for row in rows if row["task"] == task])
         order = sorted(summary, key=lambda k: (ATTENTION_TYPES.index(k[0]), POSITION_SCHEMES.index(k[1]), k[2:]))
         for attention, positions, hidden, depth in order:
             mean, sd, n = summary[(attention, positions, hidden, depth)]
-            lines.append(f"| {task} | {attention} | {positions} | {hidden} | {depth} | {n} | {mean:.3f} +- {sd:.3f} |")
+            body.append([task, attention, positions, hidden, depth, n, f"{mean:.3f} +- {sd:.3f}"])
+    lines = markdown_lines(["task", "attention", "positions", "hidden", "layers", "seeds",
+                            "best accuracy (mean +- sd)"], body)
     lines.append(f"\nChance is {CHANCE:.3f} (1/{SEQ_LEN}); in expectation a model blind to positions can reach at most "
                  f"{POSITION_BLIND_CEILING:.3f} by always answering position 0.")
     lines += [f"On the {size} held-out examples of {batches} x {batch_size}, the best constant answer scores "

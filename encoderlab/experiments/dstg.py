@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results.rows import write_rows
+from ..results.rows import read_results, write_rows
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
 from .dstg_options import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
@@ -198,8 +198,6 @@ def analyse_arm(arm: Arm, run: RunConfig, out_dir: Path, num_documents=500):
 def collect(out_dir: Path, runs_rows):
     """The per-arm CSVs of every trained run joined into ``dstg_<analysis>.csv`` with arm and training seed; a
     per-arm CSV's own ``seed`` (the probes' fitting seed) becomes ``probe_seed``."""
-    from .sweeps import read_results
-
     collected = {}
     for row in runs_rows:
         folder = out_dir / "analysis" / f"{row['arm']}-s{row['seed']}"
@@ -450,8 +448,6 @@ def write_figures(out_dir: Path, collected):
 # ------------------------------------------------------------------------------------------------------------ CLI
 
 def run(args):
-    from .sweeps import read_results
-
     if args.workers < 1:
         raise ValueError(f"--workers must be positive, got {args.workers}")
     if args.documents < 5:

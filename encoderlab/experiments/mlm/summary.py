@@ -6,6 +6,7 @@ import statistics
 from itertools import combinations
 
 from ...results.stats import mean_sd, welch_entry
+from ...results.tables import markdown_lines
 from ...training.metrics import METRIC_NAMES
 from .options import POSITION_ARMS, SCALINGS
 from .arms import LENGTHS, VARIANTS, split_variant, variant_of
@@ -68,9 +69,18 @@ def mean_sd_cells(entry, columns):
     return [f"{entry[f'{length}_{name}_mean']:.3f} ± {entry[f'{length}_{name}_sd']:.3f}" for length, name in columns]
 
 
+def column_labels(columns):
+    """``"accuracy 1x"``: the table header of each (length, metric) column."""
+    return [f"{METRIC_LABELS[name]} {LENGTHS[length]}" for length, name in columns]
+
+
+def welch_cell(entry):
+    """``"+0.012 (p=0.03 *)"``: a table cell of one Welch comparison (difference a - b, p-value, mark)."""
+    return f"{entry['difference']:+.3f} (p={entry['p_value']:.2g} {entry['mark']})".replace(" )", ")")
+
+
 def summary_markdown(rows, stats):
     metric_columns = [(length, name) for length in LENGTHS for name in METRIC_NAMES]
-    header = " | ".join(f"{METRIC_LABELS[name]} {LENGTHS[length]}" for length, name in metric_columns)
     first = rows[0]
     lines = [
         "# MLM comparison",
@@ -83,13 +93,11 @@ def summary_markdown(rows, stats):
         "1x = the training length, 4x = four times it. Loss: lower is better. Micro-F1 equals accuracy for "
         "single-label prediction; it is listed because the paper does.",
         "",
-        f"| attention | routing | positions | seeds | {header} |",
-        "|---|---|---|---|" + "---|" * len(metric_columns),
     ]
-    for entry in table_rows(rows):
-        cells = mean_sd_cells(entry, metric_columns)
-        lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['seeds']} | "
-                     f"{' | '.join(cells)} |")
+    lines += markdown_lines(
+        ["attention", "routing", "positions", "seeds", *column_labels(metric_columns)],
+        [[entry["attention"], entry["routing"], entry["positions"], entry["seeds"],
+          *mean_sd_cells(entry, metric_columns)] for entry in table_rows(rows)])
     unigram = {length: statistics.mean(float(row[f"unigram_{length}"]) for row in rows) for length in LENGTHS}
     lines += [
         "",
@@ -100,16 +108,14 @@ def summary_markdown(rows, stats):
         "",
         "Each cell: mean(a) - mean(b), p-value and mark (* p<0.05, ** p<0.01, *** p<0.001, n.s. p>=0.05).",
         "",
-        "| a | b | length | " + " | ".join(METRIC_LABELS[name] for name in METRIC_NAMES) + " |",
-        "|---|---|---|" + "---|" * len(METRIC_NAMES),
     ]
     by_pair = {}
     for entry in stats:
         by_pair.setdefault((entry["a"], entry["b"], entry["length"]), {})[entry["metric"]] = entry
-    for (a, b, length), metrics in by_pair.items():
-        cells = [f"{m['difference']:+.3f} (p={m['p_value']:.2g} {m['mark']})".replace(" )", ")")
-                 for m in (metrics[name] for name in METRIC_NAMES)]
-        lines.append(f"| {a} | {b} | {LENGTHS[length]} | {' | '.join(cells)} |")
+    lines += markdown_lines(
+        ["a", "b", "length", *(METRIC_LABELS[name] for name in METRIC_NAMES)],
+        [[a, b, LENGTHS[length], *(welch_cell(metrics[name]) for name in METRIC_NAMES)]
+         for (a, b, length), metrics in by_pair.items()])
     return "\n".join(lines) + "\n"
 
 
@@ -200,7 +206,6 @@ def context_table(rows):
 def context_markdown(rows, stats):
     """The summary's section on the context-extension axes: accuracy and loss per setting, and the tests."""
     columns = [(length, name) for name in ("accuracy", "mlm_loss") for length in LENGTHS]
-    header = " | ".join(f"{METRIC_LABELS[name]} {LENGTHS[length]}" for length, name in columns)
     lines = [
         "",
         "## Context extension: training length and RoPE scaling at evaluation",
@@ -208,27 +213,23 @@ def context_markdown(rows, stats):
         "L<n> = trained at n tokens (1x = n, 4x = 4n); the scaling (none, linear, ntk, yarn) is applied to the "
         "trained model at evaluation only, at both lengths. Mean ± sd over seeds.",
         "",
-        f"| attention | routing | positions | train length | scaling | seeds | {header} |",
-        "|---|---|---|---|---|---|" + "---|" * len(columns),
     ]
-    for entry in context_table(rows):
-        cells = mean_sd_cells(entry, columns)
-        lines.append(f"| {entry['attention']} | {entry['routing']} | {entry['positions']} | {entry['train_len']} | "
-                     f"{entry['scaling']} | {entry['seeds']} | {' | '.join(cells)} |")
+    lines += markdown_lines(
+        ["attention", "routing", "positions", "train length", "scaling", "seeds", *column_labels(columns)],
+        [[entry["attention"], entry["routing"], entry["positions"], entry["train_len"], entry["scaling"],
+          entry["seeds"], *mean_sd_cells(entry, columns)] for entry in context_table(rows)])
     lines += [
         "",
         "Welch's t-tests on accuracy (two-sided, over seeds): mean(a) - mean(b), p-value and mark; every metric is "
         "in mlm_context_stats.csv.",
         "",
-        "| test | within | a | b | accuracy 1x | accuracy 4x |",
-        "|---|---|---|---|---|---|",
     ]
     by_pair = {}
     for entry in stats:
         if entry["metric"] == "accuracy":
             by_pair.setdefault((entry["test"], entry["group"], entry["a"], entry["b"]), {})[entry["length"]] = entry
-    for (test, group, a, b), by_length in by_pair.items():
-        cells = [f"{m['difference']:+.3f} (p={m['p_value']:.2g} {m['mark']})".replace(" )", ")")
-                 for m in (by_length[length] for length in LENGTHS)]
-        lines.append(f"| {test} | {group} | {a} | {b} | {' | '.join(cells)} |")
+    lines += markdown_lines(
+        ["test", "within", "a", "b", *column_labels([(length, "accuracy") for length in LENGTHS])],
+        [[test, group, a, b, *(welch_cell(by_length[length]) for length in LENGTHS)]
+         for (test, group, a, b), by_length in by_pair.items()])
     return "\n".join(lines) + "\n"
