@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,8 +59,41 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+class MemorySampler:
+    """Peak anonymous and file-backed resident memory, sampled from /proc/self/status every 50 ms.
+
+    Peak RSS counts the pages of memory-mapped shards a process has read: clean page cache, shared, dropped by the
+    kernel under pressure. The anonymous part (Python objects, arrays, tensors) is what a process itself holds.
+    """
+
+    def __init__(self):
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self):
+        while self.running:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in self.peak:
+                    self.peak[key] = max(self.peak[key], int(value.split()[0]) / 1024)
+            time.sleep(0.05)
+
+    def stop(self) -> dict:
+        self.running = False
+        self.thread.join()
+        return {"peak_anon_mib": self.peak["RssAnon"], "peak_file_mib": self.peak["RssFile"]}
+
+
 def worker(kind: str, corpus: str, source: Path, cache: Path) -> dict:
     """One measured process: ``build``, ``train`` (start-up on built shards) or ``in_memory`` (the old pipeline)."""
+    sampler = MemorySampler()
+    result = measured_work(kind, corpus, source, cache)
+    return {**result, **sampler.stop()}
+
+
+def measured_work(kind: str, corpus: str, source: Path, cache: Path) -> dict:
     import torch
     from accelerate import PartialState
 
@@ -109,11 +143,15 @@ def measure(kind, corpus, source, cache) -> dict:
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
-def data_benchmark(scales=(1, 10)) -> str:
+KINDS = {"build": "building the shards", "train": "training start-up on them", "in_memory": "in-memory pipeline"}
+
+
+def data_benchmark(corpora=tuple(CORPORA), kinds=tuple(KINDS), scales=(1, 10)) -> str:
     from common import markdown_table
 
     rows = []
-    for corpus, spec in CORPORA.items():
+    for corpus in corpora:
+        spec = CORPORA[corpus]
         with tempfile.TemporaryDirectory() as scratch:
             for scale in scales:
                 folder = Path(scratch) / f"{corpus}_{scale}x"
@@ -121,25 +159,28 @@ def data_benchmark(scales=(1, 10)) -> str:
                 for copy in range(scale):  # the same file again: 10x the documents, bytes and tokens
                     shutil.copy(spec["file"], folder / f"part{copy:02d}_{spec['file'].name}")
                 cache = Path(scratch) / f"cache_{scale}x"
-                results = {kind: measure(kind, corpus, folder, cache) for kind in ("build", "train", "in_memory")}
+                results = {kind: measure(kind, corpus, folder, cache) for kind in kinds}
                 print(corpus, scale, json.dumps(results), flush=True)
                 rows.append((corpus, scale, results))
-    table = []
+    header, table = ["corpus", "scale"], []
+    for kind in kinds:
+        seconds = "start-up s (first batch)" if kind == "train" else "s"
+        header += [f"{kind}: {seconds}", f"{kind}: peak RSS MiB", f"{kind}: peak anonymous MiB", "anon. vs 1x"]
     for corpus, scale, results in rows:
         base = next(r for c, s, r in rows if c == corpus and s == 1)
-        build, train, memory = results["build"], results["train"], results["in_memory"]
-        table.append([
-            corpus, f"{scale}x", f"{build['tokens']:,}", f"{build['fill_rate']:.4f}",
-            f"{build['seconds']:.0f}", f"{build['peak_rss_mib']:,.0f}",
-            f"{train['startup_s']:.1f}", f"{train['peak_rss_mib']:,.0f}",
-            f"{train['peak_rss_mib'] / base['train']['peak_rss_mib'] - 1:+.1%}",
-            f"{memory['seconds']:.0f}", f"{memory['peak_rss_mib']:,.0f}",
-            f"{memory['peak_rss_mib'] / base['in_memory']['peak_rss_mib'] - 1:+.1%}",
-        ])
-    header = ["corpus", "scale", "train tokens", "fill rate", "build s", "build peak RSS MiB",
-              "training start-up s", "training peak RSS MiB", "vs 1x", "in-memory s", "in-memory peak RSS MiB",
-              "vs 1x"]
-    return markdown_table(header, table)
+        line = [corpus, f"{scale}x"]
+        for kind in kinds:
+            result = results[kind]
+            line += [f"{result['startup_s' if kind == 'train' else 'seconds']:.1f}", f"{result['peak_rss_mib']:,.0f}",
+                     f"{result['peak_anon_mib']:,.0f}",
+                     f"{result['peak_anon_mib'] / base[kind]['peak_anon_mib'] - 1:+.1%}"]
+        if "build" in kinds:
+            line[2:2] = [f"{results['build']['tokens']:,}", f"{results['build']['fill_rate']:.4f}"]
+        table.append(line)
+    if "build" in kinds:
+        header[2:2] = ["train tokens", "fill rate"]
+    return "Processes: " + "; ".join(f"{kind}: {KINDS[kind]}" for kind in kinds) + ".\n\n" + markdown_table(
+        header, table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +307,9 @@ def main():
     parser.add_argument("part", choices=["data", "throughput", "worker"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS),
+                        help="data: which processes to measure")
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
     args = parser.parse_args()
     if args.part == "worker":
@@ -276,8 +320,8 @@ def main():
     from common import command_line, write_section
 
     if args.part == "data":
-        body = data_benchmark()
-        title = "Pretraining data: tokenized shards at 1x and 10x a corpus"
+        body = data_benchmark(args.corpora, args.kinds)
+        title = f"Pretraining data at 1x and 10x a corpus: {', '.join(args.kinds)}"
     else:
         body = throughput_benchmark(args.repeats)
         title = "Packed rows vs padded chunks: useful tokens/s of a pretraining step"
