@@ -35,7 +35,7 @@ from ..results.rows import read_results, write_rows
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
 from .dstg_options import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
-from .sweeps import run_jobs
+from .sweeps import quiet_worker, run_jobs
 
 logger = logging.getLogger(__name__)
 WIKITEXT = Path("../shared/data/text/wikitext2_test.txt")
@@ -107,19 +107,11 @@ def train_all(arms, base: RunConfig, out_dir: Path, workers=1):
     runs = {arm: arm_config(base, arm, out_dir) for arm in arms}
     todo = [(arm, run) for arm, run in runs.items() if not finished(run)]
     logger.info("%d of %d arms already trained; %d to go", len(arms) - len(todo), len(arms), len(todo))
-    for row in run_jobs(train_arm, todo, workers, worker_setup=_init_worker):
+    for row in run_jobs(train_arm, todo, workers, worker_setup=quiet_worker):
         logger.info("%s-s%s: test accuracy %.3f", row["arm"], row["seed"], float(row["test_accuracy"]))
     rows = [train_arm(arm, run) for arm, run in runs.items()]  # all finished now: read back
     write_rows(out_dir / "dstg_runs.csv", rows)
     return runs, rows
-
-
-def _init_worker(threads):
-    import torch
-    import transformers
-
-    torch.set_num_threads(threads)
-    transformers.logging.set_verbosity_error()
 
 
 def base_config(args) -> RunConfig:

@@ -26,3 +26,13 @@ def run_jobs(fn, jobs, workers, worker_setup=None):
     with ProcessPoolExecutor(workers, mp_context=context, initializer=worker_setup, initargs=(threads,)) as pool:
         futures = [pool.submit(fn, *job) for job in jobs]
         yield from (future.result() for future in as_completed(futures))
+
+
+def quiet_worker(threads):
+    """`run_jobs` worker set-up of the pretraining sweeps: `threads` torch threads and transformers' errors only, as
+    interleaved progress bars of parallel runs are unreadable (this also turns the Trainer's off)."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()

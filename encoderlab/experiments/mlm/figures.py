@@ -6,8 +6,8 @@ import statistics
 from ...results.plots import pyplot
 from ...results.stats import mean_sd
 from ...training.metrics import METRIC_NAMES
-from .options import DEFAULT_ROUTING, POSITION_ARMS
 from .arms import LENGTHS, VARIANTS, variant_of
+from .options import DEFAULT_ROUTING, POSITION_ARMS
 from .summary import METRIC_LABELS, context_groups, groups, setting_label
 
 COLORS = {"bidirectional": "tab:blue", "causal": "tab:green", "dual_triangle": "tab:red",  # attention variants

@@ -5,8 +5,8 @@ import logging
 from pathlib import Path
 
 from ...results.rows import read_results, write_rows
-from .figures import plot_bars, plot_context, plot_curves, plot_drope
 from .arms import CURVES_CSV, RUNS_CSV
+from .figures import plot_bars, plot_context, plot_curves, plot_drope
 from .summary import (
     comparisons,
     context_comparisons,

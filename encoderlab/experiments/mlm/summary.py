@@ -8,8 +8,8 @@ from itertools import combinations
 from ...results.stats import mean_sd, welch_entry
 from ...results.tables import markdown_lines
 from ...training.metrics import METRIC_NAMES
-from .options import POSITION_ARMS, SCALINGS
 from .arms import LENGTHS, VARIANTS, split_variant, variant_of
+from .options import POSITION_ARMS, SCALINGS
 
 METRIC_LABELS = {"mlm_loss": "loss", "accuracy": "accuracy", "micro_f1": "micro-F1", "mcc": "MCC"}
 

@@ -10,15 +10,11 @@ import logging
 import time
 from pathlib import Path
 
-import torch
-
 from ...results.rows import append_rows, read_results, write_rows
 from ...training.metrics import METRIC_NAMES
 from ...training.pretrain import RunConfig, load_run_config, pretrain
 from ...training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
-from ..sweeps import run_jobs
-from .figures import legend_label  # noqa: F401  (re-exported, see the docstring)
-from .options import DEFAULT_ROUTING, DOMAINS, add_arguments  # noqa: F401  (add_arguments: re-exported)
+from ..sweeps import quiet_worker, run_jobs
 from .arms import (  # noqa: F401  (variant, variant_of: re-exported)
     ARM_FIELDS,
     CURVES_CSV,
@@ -33,6 +29,8 @@ from .arms import (  # noqa: F401  (variant, variant_of: re-exported)
     variant,
     variant_of,
 )
+from .figures import legend_label  # noqa: F401  (re-exported, see the docstring)
+from .options import DEFAULT_ROUTING, DOMAINS, add_arguments  # noqa: F401  (add_arguments: re-exported)
 from .report import write_outputs
 from .summary import comparisons, table_rows  # noqa: F401  (re-exported)
 
@@ -229,21 +227,13 @@ def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1, facto
     todo = sum((arm is not None) + len(scalings) for arm, _, _, scalings, *_ in jobs)
     logger.info("%d of %d rows already in %s; %d training runs and %d rows to go", len(arms) - todo, len(arms),
                 runs_csv, sum(arm is not None for arm, *_ in jobs), todo)
-    for new_rows, curve in run_jobs(train_arm, jobs, workers, worker_setup=_init_worker):
+    for new_rows, curve in run_jobs(train_arm, jobs, workers, worker_setup=quiet_worker):
         append_rows(out_dir / CURVES_CSV, curve)
         append_rows(runs_csv, new_rows)
         for row in new_rows:
             logger.info("%s: test accuracy %.3f (1x) %.3f (4x)", row_label(row), float(row["test_short_accuracy"]),
                         float(row["test_long_accuracy"]))
     return todo
-
-
-def _init_worker(threads):
-    import transformers
-
-    torch.set_num_threads(threads)
-    # Quiet workers: interleaved progress bars of parallel runs are unreadable (this also turns the Trainer's off).
-    transformers.logging.set_verbosity_error()
 
 
 # ------------------------------------------------------------------------------------------------------------ CLI
