@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results.rows import read_results, write_rows
+from ..results.tables import markdown_lines
 from ..training.pretrain import RunConfig, load_run_config, pretrain
 from ..training.run_folder import RESULTS_FILE, RunFinished
 from .dstg_options import ABLATION, ARMS, DEFAULT_CONFIG, add_arguments  # noqa: F401  (ARMS: re-exported)
@@ -253,8 +254,7 @@ def probe_cell(value, paper=None):
 def probe_table(means, target):
     """Markdown Table 2/3/4: rows RoPE, RP, AP, DSTG, AP only, sem. only; cells 'ours (paper)'."""
     layers = sorted({layer for (arm, _, name), points in means.items() if name == target for layer in points})
-    lines = [f"| Table {TABLE_NUMBERS[target]} | " + " | ".join(f"layer {layer}" for layer in layers) + " |",
-             "|---|" + "---|" * len(layers)]
+    body = []
     for arm, space, label in TABLE_ROWS:
         points = means.get((arm, space, target))
         if points is None:
@@ -271,8 +271,8 @@ def probe_table(means, target):
                 cells.append("- (-)")
             else:
                 cells.append(probe_cell(value, paper_value))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
+        body.append([label, *cells])
+    return markdown_lines([f"Table {TABLE_NUMBERS[target]}", *(f"layer {layer}" for layer in layers)], body)
 
 
 def last_layer_note(means):
@@ -294,15 +294,13 @@ def ablation_table(means, target):
             (ABLATION, "ap", "DSTG (full MLM): AP"), (ABLATION, "semantic", "DSTG (full MLM): sem."),
             ("ap", "full", "AP baseline")]
     layers = sorted({layer for (arm, _, name), points in means.items() if name == target for layer in points})
-    lines = ["| " + target + " | " + " | ".join(f"layer {layer}" for layer in layers) + " |",
-             "|---|" + "---|" * len(layers)]
+    body = []
     for arm, space, label in rows:
         points = means.get((arm, space, target))
         if points:
-            cells = [f"{points[layer][0]:.2f}{'†' if points[layer][2] else ''}" if layer in points else ""
-                     for layer in layers]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
+            body.append([label, *(f"{points[layer][0]:.2f}{'†' if points[layer][2] else ''}" if layer in points
+                                  else "" for layer in layers)])
+    return markdown_lines([target, *(f"layer {layer}" for layer in layers)], body)
 
 
 def geometry_summary(geometry_rows):
@@ -329,11 +327,11 @@ def summary_markdown(runs_rows, collected):
              "steps. Cells: probe R² mean ± sd over probe seeds (and training seeds), the paper's value in "
              "brackets; `-`: DSTG's last-layer AP slice (and the full state containing it), left out as in the "
              "paper: with the MLM head on the semantic slice the last block's AP update gets no gradient.", "",
-             "## Runs", "", "| run | steps | test MLM loss | test accuracy | unigram accuracy |",
-             "|---|---|---|---|---|"]
-    for row in runs_rows:
-        lines.append(f"| {row['arm']}-s{row['seed']} | {row['steps']} | {float(row['test_mlm_loss']):.3f} | "
-                     f"{float(row['test_accuracy']):.3f} | {float(row['unigram_accuracy']):.3f} |")
+             "## Runs", ""]
+    lines += markdown_lines(
+        ["run", "steps", "test MLM loss", "test accuracy", "unigram accuracy"],
+        [[f"{row['arm']}-s{row['seed']}", row["steps"], f"{float(row['test_mlm_loss']):.3f}",
+          f"{float(row['test_accuracy']):.3f}", f"{float(row['unigram_accuracy']):.3f}"] for row in runs_rows])
     titles = {"position": "Token-level AP (Table 2)", "segment": "Segment-level AP (Table 3)",
               "intra_segment": "Intra-segment AP (Table 4)"}
     for target, title in titles.items():
@@ -346,24 +344,25 @@ def summary_markdown(runs_rows, collected):
             lines += [*ablation_table(means, target), ""]
     head_rows = collected.get("heads", [])
     if head_rows:
-        lines += ["## Head taxonomy (Figure 2)", "", "| run | semantic | AP | RP |", "|---|---|---|---|"]
+        body = []
         for arm in dict.fromkeys(row["arm"] for row in head_rows):
             for seed in dict.fromkeys(row["seed"] for row in head_rows if row["arm"] == arm):
                 counts = group_counts([row for row in head_rows if row["arm"] == arm and row["seed"] == seed])
-                lines.append(f"| {arm}-s{seed} | {counts['semantic']} | {counts['ap']} | {counts['rp']} |")
+                body.append([f"{arm}-s{seed}", counts["semantic"], counts["ap"], counts["rp"]])
+        lines += ["## Head taxonomy (Figure 2)", "", *markdown_lines(["run", "semantic", "AP", "RP"], body)]
         lines += ["", f"Paper: {PAPER_HEADS}."]
     geometry = geometry_summary(collected.get("geometry", []))
     if geometry:
         lines += ["", "## Learned position table (appendix B.1)", "",
-                  "Means over the arm's training seeds.", "",
-                  "| run | variance in 2 PCs | power in DCT bins 0-3: PC1, PC2, PC3 | paper |", "|---|---|---|---|"]
+                  "Means over the arm's training seeds.", ""]
+        body = []
         for arm, (two, low) in geometry.items():
             paper = PAPER_GEOMETRY.get("dstg" if arm == "dstg" else arm)
             paper_text = "" if paper is None else f"{paper['two_pcs']:.1%}" + (
                 f"; PC1 {paper['low_frequency'][0]:.1%}, PC2 {paper['low_frequency'][1]:.1%}"
                 if "low_frequency" in paper else "; top PCs < 0.2% low-band")
-            low_text = ", ".join(f"{share:.1%}" for share in low)
-            lines.append(f"| {arm} | {two:.1%} | {low_text} | {paper_text} |")
+            body.append([arm, f"{two:.1%}", ", ".join(f"{share:.1%}" for share in low), paper_text])
+        lines += markdown_lines(["run", "variance in 2 PCs", "power in DCT bins 0-3: PC1, PC2, PC3", "paper"], body)
     return "\n".join(lines) + "\n"
 
 
