@@ -374,8 +374,8 @@ def select_after_forward(forward, model, args, kwargs, selected):
 
 def unset_flags_read_from_config(forward):
     """Drops ``output_attentions``/``output_hidden_states``/``return_dict`` passed as None, so `capture_outputs`
-    falls back to the config for them (it would read an explicit None as False); the task heads pass None for
-    "not given"."""
+    falls back to the config for them (it would read an explicit None as False, where pre-v5 callers mean "not
+    given"); and makes an index selection of ``output_hidden_states`` on transformers that lacks it."""
 
     @wraps(forward)
     def wrapper(self, *args, **kwargs):

@@ -4,6 +4,8 @@ Each family declares its task models as ``class XForTask(EncoderForTask, XPreTra
 ``base_model_class = XModel``; the head, the loss and the output dataclass are written once here.
 """
 
+from typing import Unpack
+
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
@@ -15,6 +17,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .attention import is_tracing, packed_document_ids
 from .base import IGNORE_INDEX, check_labels, masked_mean
@@ -106,18 +109,11 @@ class EncoderTaskModel:
 
     base_model_class = None
 
-    def run_base_model(self, input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
-                       output_hidden_states, kwargs):
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
-        )
+    def run_base_model(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
+        """The base model's output as a ModelOutput whatever ``config.return_dict`` says (the head reads its
+        fields by name); the output flags and packed-input boundaries in ``kwargs`` go through unchanged."""
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
 
     def sequence_features(self, outputs):
         """(B, L, hidden_size) features the head reads; families with several streams override this."""
@@ -144,10 +140,10 @@ class EncoderForMaskedLM(EncoderTaskModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
-                                      output_hidden_states, kwargs)
+                **kwargs: Unpack[TransformersKwargs]):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         features = self.sequence_features(outputs)  # (B, L, hidden_size)
         check_labels("labels", labels, [features.shape[:-1]], self.config.vocab_size, "vocab_size")
         if labels is not None and self.config.sparse_prediction:
@@ -157,9 +153,8 @@ class EncoderForMaskedLM(EncoderTaskModel):
         loss = None
         if labels is not None:
             loss = cross_entropy(logits.float(), labels)
-        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
 
 
 class EncoderForSequenceClassification(EncoderTaskModel):
@@ -194,10 +189,10 @@ class EncoderForSequenceClassification(EncoderTaskModel):
                 isinstance(conversion, WeightRenaming) and conversion.source_patterns[0] in EARLIER_SEQUENCE_HEAD_KEYS)]
         return loaded
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, kwargs)
+                **kwargs: Unpack[TransformersKwargs]):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         hidden = self.sequence_features(outputs)
         cu_seq_lens = kwargs.get("cu_seq_lens_q", kwargs.get("cu_seq_lens_k"))
         document_ids = None
@@ -211,9 +206,8 @@ class EncoderForSequenceClassification(EncoderTaskModel):
             pooled = hidden[:, 0]
         logits = self.classifier(pooled)
         loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
-        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                          attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
 
 
 class EncoderForTokenClassification(EncoderTaskModel):
@@ -227,18 +221,17 @@ class EncoderForTokenClassification(EncoderTaskModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, kwargs)
+                **kwargs: Unpack[TransformersKwargs]):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         logits = self.classifier(self.dropout(self.sequence_features(outputs)))
         check_labels("labels", labels, [logits.shape[:-1]], self.num_labels)
         loss = None
         if labels is not None:
             loss = cross_entropy(logits, labels)
-        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                       attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                     attentions=outputs.attentions)
 
 
 class EncoderForQuestionAnswering(EncoderTaskModel):
@@ -250,11 +243,10 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, **kwargs):
-        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, kwargs)
+                start_positions=None, end_positions=None, **kwargs: Unpack[TransformersKwargs]):
+        outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         logits = self.qa_outputs(self.sequence_features(outputs))
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
@@ -268,9 +260,8 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
             start = start_positions.view(-1).clamp(0, ignored)
             end = end_positions.view(-1).clamp(0, ignored)
             loss = (cross_entropy(start_logits, start, ignored) + cross_entropy(end_logits, end, ignored)) / 2
-        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 __all__ = [
