@@ -10,6 +10,7 @@ from .configuration.dstg import DSTGNeoBERTConfig
 from .configuration.dta import DTABertConfig
 from .configuration.homa import HOMAConfig
 from .modeling.dta import (
+    DTA_AUTO_CLASSES,
     DTABertForMaskedLM,
     DTABertForQuestionAnswering,
     DTABertForSequenceClassification,
@@ -17,6 +18,7 @@ from .modeling.dta import (
     DTABertModel,
 )
 from .modeling.dstg import (
+    DSTG_AUTO_CLASSES,
     DSTGNeoBERT,
     DSTGNeoBERTForMaskedLM,
     DSTGNeoBERTForQuestionAnswering,
@@ -35,27 +37,10 @@ from .registry import register_family
 
 __version__ = "0.1.0"
 
-register_family(
-    DTABertConfig,
-    {
-        "AutoModel": DTABertModel,
-        "AutoModelForMaskedLM": DTABertForMaskedLM,
-        "AutoModelForSequenceClassification": DTABertForSequenceClassification,
-        "AutoModelForTokenClassification": DTABertForTokenClassification,
-        "AutoModelForQuestionAnswering": DTABertForQuestionAnswering,
-    },
-)
+# Every family registers here, from the Auto-class map its modeling module declares.
+register_family(DTABertConfig, DTA_AUTO_CLASSES)
 register_family(HOMAConfig, HOMA_AUTO_CLASSES)
-register_family(
-    DSTGNeoBERTConfig,
-    {
-        "AutoModel": DSTGNeoBERT,
-        "AutoModelForMaskedLM": DSTGNeoBERTForMaskedLM,
-        "AutoModelForSequenceClassification": DSTGNeoBERTForSequenceClassification,
-        "AutoModelForTokenClassification": DSTGNeoBERTForTokenClassification,
-        "AutoModelForQuestionAnswering": DSTGNeoBERTForQuestionAnswering,
-    },
-)
+register_family(DSTGNeoBERTConfig, DSTG_AUTO_CLASSES)
 
 __all__ = [
     "EncoderConfig",

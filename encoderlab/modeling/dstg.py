@@ -615,7 +615,18 @@ class DSTGNeoBERTForQuestionAnswering(EncoderForQuestionAnswering, DSTGNeoBERTPr
     base_model_class = DSTGNeoBERT
 
 
+# The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
+DSTG_AUTO_CLASSES = {
+    "AutoModel": DSTGNeoBERT,
+    "AutoModelForMaskedLM": DSTGNeoBERTForMaskedLM,
+    "AutoModelForSequenceClassification": DSTGNeoBERTForSequenceClassification,
+    "AutoModelForTokenClassification": DSTGNeoBERTForTokenClassification,
+    "AutoModelForQuestionAnswering": DSTGNeoBERTForQuestionAnswering,
+}
+
+
 __all__ = [
+    "DSTG_AUTO_CLASSES",
     "DSTGNeoBERT",
     "DSTGNeoBERTModel",
     "DSTGNeoBERTPreTrainedModel",

@@ -236,7 +236,18 @@ class DTABertForQuestionAnswering(EncoderForQuestionAnswering, DTABertPreTrained
     base_model_class = DTABertModel
 
 
+# The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
+DTA_AUTO_CLASSES = {
+    "AutoModel": DTABertModel,
+    "AutoModelForMaskedLM": DTABertForMaskedLM,
+    "AutoModelForSequenceClassification": DTABertForSequenceClassification,
+    "AutoModelForTokenClassification": DTABertForTokenClassification,
+    "AutoModelForQuestionAnswering": DTABertForQuestionAnswering,
+}
+
+
 __all__ = [
+    "DTA_AUTO_CLASSES",
     "DTABertModel",
     "DTABertPreTrainedModel",
     "DTABertForMaskedLM",

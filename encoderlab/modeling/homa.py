@@ -497,7 +497,7 @@ class HOMAForTokenClassification(EncoderForTokenClassification, HOMAPreTrainedMo
     base_model_class = HOMAModel
 
 
-# The Auto classes of the family: `encoderlab.registry.register_family(HOMAConfig, HOMA_AUTO_CLASSES)`.
+# The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
 HOMA_AUTO_CLASSES = {
     "AutoModel": HOMAModel,
     "AutoModelForMaskedLM": HOMAForMaskedLM,
