@@ -4,8 +4,6 @@ Each family declares its task models as ``class XForTask(EncoderForTask, XPreTra
 ``base_model_class = XModel``; the head, the loss and the output dataclass are written once here.
 """
 
-from typing import Unpack
-
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
@@ -18,6 +16,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.utils import TransformersKwargs, can_return_tuple
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11; setup.cfg allows 3.10
 
 from .attention import is_tracing, packed_document_ids
 from .base import IGNORE_INDEX, check_labels, masked_mean
