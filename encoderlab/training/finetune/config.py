@@ -6,10 +6,8 @@ folder (``run_config.yaml``)."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ..run_config import (PRECISIONS, RunConfigSchema, apply_overrides, check_at_least, check_choice, check_fraction,
-                          config_from_dict, resolve_config_path)
+                          config_from_dict, read_config_file)
 from .tasks import get_task
 
 DEFAULT_OUTPUT_ROOT = Path("runs/finetune")
@@ -194,9 +192,7 @@ def load_finetune_config(task: str | None, model: str | None, config: str | None
     """The task's CPU default, under the config file, under ``--set`` overrides, under ``--task`` / ``--model``."""
     raw = {}
     if config is not None:
-        raw = yaml.safe_load(resolve_config_path(config).read_text(encoding="utf-8")) or {}
-        if not isinstance(raw, dict):
-            raise ValueError(f"--config {config!r} must hold a mapping of sections")
+        raw = read_config_file(config)
     raw = apply_overrides(raw, list(overrides))
     if task is not None:
         raw["task"] = task

@@ -13,7 +13,6 @@ logger = logging.getLogger(__name__)
 
 def load_model_config(run: FinetuneRunConfig):
     """The checkpoint's config; a missing local path or an unreachable Hub id is a ValueError naming model.path."""
-    import encoderlab  # noqa: F401  (registers the families)
     from transformers import AutoConfig
 
     from .model_path import check_model_path, not_found_error

@@ -6,6 +6,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from ...results.plots import pyplot
 from ..run_folder import base_model_record, write_results
 from .config import FinetuneRunConfig
 from .point import ADAPTER_DIR, point_name
@@ -75,10 +76,7 @@ def drop_point_model(run_dir: Path, point: dict) -> None:
 
 def plot_dev_curve(log_history: list, main_metric: str, path: Path, title: str) -> None:
     """Training loss and the validation main metric against the optimizer step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, (loss_axis, metric_axis) = plt.subplots(1, 2, figsize=(11, 4))
     train = [entry for entry in log_history if "loss" in entry]
@@ -99,10 +97,7 @@ def plot_dev_curve(log_history: list, main_metric: str, path: Path, title: str) 
 
 def write_grid(grid: list, main_metric: str, run_dir: Path) -> None:
     """Every grid point as a CSV row and as a bar of the validation main metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     with open(run_dir / GRID_CSV, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(grid[0]))
