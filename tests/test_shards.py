@@ -21,7 +21,7 @@ from encoderlab import cli
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training import pretrain as pretrain_module
 from encoderlab.training import shards as shards_module
-from encoderlab.training.data import assign_split, document_windows, load_documents
+from encoderlab.training.data import assign_split, document_windows, load_documents, tokenize_to_examples
 from encoderlab.training.pretrain import RunConfig, prepare_data
 from encoderlab.training.shards import load_or_build_shards, shard_directory
 
@@ -100,6 +100,16 @@ def test_a_folder_of_fasta_files_becomes_packed_memory_mapped_shards(tmp_path, f
                                                          for w, n in expected.items())
     for sets in (shards.eval_sets, shards.test_sets):
         assert set(sets) == {"short", "long"} and all(len(row["input_ids"]) == 128 for row in sets["long"])
+
+
+def test_truncation_counts_the_tokens_it_drops(tmp_path, fasta_folder, esm):
+    shards = load_or_build_shards(protein_run(fasta_folder, tmp_path / "cache", packing="truncate"), esm)
+    rule = dict(validation_size=0.2, test_size=0.2, seed=0)
+    train = [text for text in load_documents(fasta_folder) if assign_split(text, **rule) == "train"]
+    _, stats = tokenize_to_examples(train, esm, 64, mode="truncate", return_stats=True)
+    assert shards.info["truncated_tokens"] == stats.dropped_tokens > 0
+    assert len(shards.train) == stats.examples and "dropped_tokens" not in shards.train.column_names
+    assert load_or_build_shards(protein_run(fasta_folder, tmp_path / "cache"), esm).info["truncated_tokens"] == 0
 
 
 def test_rows_do_not_depend_on_the_number_of_tokenizing_processes(tmp_path, fasta_folder, esm):

@@ -587,11 +587,16 @@ def tokenize_to_examples(
 
 
 def document_windows(
-    docs: list[str], tokenizer: "PreTrainedTokenizerBase", seq_len: int, mode: str = "chunk"
+    docs: list[str], tokenizer: "PreTrainedTokenizerBase", seq_len: int, mode: str = "chunk",
+    counts: dict[str, int] | None = None,
 ) -> list[list[int]]:
-    """The examples `tokenize_to_examples` makes of `docs`, as lists (for a `datasets` map over a batch)."""
+    """The examples `tokenize_to_examples` makes of `docs`, as lists (for a `datasets` map over a batch); `counts`,
+    if given, is filled with the `TokenizationStats` fields of the batch."""
     num_special = tokenizer.num_special_tokens_to_add(pair=False)
-    counts = dict.fromkeys(("documents", "examples", "truncated_documents", "dropped_tokens", "empty_documents"), 0)
+    if counts is None:
+        counts = {}
+    counts.update(dict.fromkeys(("documents", "examples", "truncated_documents", "dropped_tokens",
+                                 "empty_documents"), 0))
     return _tokenize_batch(docs, tokenizer, seq_len, mode, num_special, counts)
 
 

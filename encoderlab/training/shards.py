@@ -38,14 +38,15 @@ import pyarrow.compute as pc
 
 logger = logging.getLogger(__name__)
 
-SHARD_FORMAT = 1
+SHARD_FORMAT = 2
 """Bumped whenever the layout or content of a shard folder changes, so old caches are not reused."""
 INFO_FILE = "info.json"
 PACK_BLOCK = 20_000
 """Windows packed together; best-fit within a block leaves only the block's last rows part-empty."""
 TOKENIZE_BATCH = 1000
 EVAL_LENGTHS = ("short", "long")
-_WINDOW_FEATURES = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
+_WINDOW_FEATURES = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
+                                      "dropped_tokens": datasets.Value("int64")})
 
 
 def cache_root(run) -> Path:
@@ -248,9 +249,13 @@ def _split(documents: datasets.Dataset, split: str) -> datasets.Dataset:
 
 
 def _tokenize(batch: dict, tokenizer, seq_len: int, mode: str) -> dict:
+    """Windows of a batch of documents; the tokens truncation dropped ride on the batch's first window."""
     from .data import document_windows
 
-    return {"input_ids": document_windows(batch["text"], tokenizer, seq_len, mode)}
+    counts = {}
+    windows = document_windows(batch["text"], tokenizer, seq_len, mode, counts)
+    dropped = [counts["dropped_tokens"]] + [0] * (len(windows) - 1) if windows else []
+    return {"input_ids": windows, "dropped_tokens": dropped}
 
 
 def _windows(documents: datasets.Dataset, tokenizer, seq_len: int, mode: str, num_proc: int) -> datasets.Dataset:
@@ -280,13 +285,18 @@ def _build_train(run, tokenizer, documents: datasets.Dataset, target: Path) -> d
     seq_len, packing = run.train.seq_len, run.data.packing
     mode = "truncate" if packing == "truncate" else "chunk"
     windows = _windows(documents, tokenizer, seq_len, mode, run.data.num_proc)
-    rows = _rows(windows, seq_len, packing)
+    dropped = int(pc.sum(windows.data.column("dropped_tokens")).as_py() or 0)
+    if dropped:
+        logger.info("data.packing=truncate: %d tokens past the first window of their document are not trained on",
+                    dropped)
+    rows = _rows(windows.remove_columns("dropped_tokens"), seq_len, packing)
     if len(rows) == 0:
         raise ValueError(f"data.source={run.data.source!r}: the training documents hold no token")
     rows.save_to_disk(str(target), num_shards=max(1, math.ceil(len(rows) / run.data.shard_rows)))
     token_counts, tokens = _token_counts(rows, len(tokenizer))
     return {
         "train_windows": len(windows),
+        "truncated_tokens": dropped,
         "train_rows": len(rows),
         "train_tokens": tokens,
         "fill_rate": tokens / (len(rows) * seq_len),
