@@ -12,9 +12,11 @@ from scipy.stats import ttest_ind
 from transformers import AutoTokenizer
 
 from encoderlab import DTABertConfig, DTABertForMaskedLM
-from encoderlab.experiments import mlm_comparison as mlm
+from encoderlab.experiments.mlm import arms as plan
+from encoderlab.experiments.mlm import figures, options, summary
+from encoderlab.experiments.mlm import training as mlm
 from encoderlab.experiments import stats
-from encoderlab.experiments.mlm_comparison import Arm
+from encoderlab.experiments.mlm.arms import Arm
 from encoderlab.training.metrics import write_metrics_csv
 from encoderlab.training.pretrain import RunConfig, load_run_config
 from figure_checks import assert_png_drawn
@@ -29,7 +31,7 @@ def base_config(**model):
 
 def parse(tmp_path, *extra):
     parser = argparse.ArgumentParser()
-    mlm.add_arguments(parser)
+    options.add_arguments(parser)
     return parser.parse_args(["--out-dir", str(tmp_path), *extra])
 
 
@@ -71,7 +73,7 @@ def synthetic_curve(row):
 
 def test_arm_config_sets_the_arm_fields(tmp_path):
     base = base_config(num_hidden_layers=2)
-    off = mlm.arm_config(base, Arm("dual_triangle", "rope-off", 3), head_size=32, out_dir=tmp_path)
+    off = plan.arm_config(base, Arm("dual_triangle", "rope-off", 3), head_size=32, out_dir=tmp_path)
     assert off.model.config["attention_type"] == "dual_triangle"
     assert off.model.config["position_embedding_type"] == "rope"
     assert off.train.drope_fraction == 0.7 and off.train.seed == 3
@@ -79,20 +81,20 @@ def test_arm_config_sets_the_arm_fields(tmp_path):
     assert off.model.config["num_hidden_layers"] == 2
     assert Path(off.output_dir) == tmp_path / "runs" / "dual_triangle-rope-off-s3"
     for positions, position_type in (("rope", "rope"), ("none", "none")):
-        arm = mlm.arm_config(base, Arm("bidirectional", positions, 0), head_size=32, out_dir=tmp_path)
+        arm = plan.arm_config(base, Arm("bidirectional", positions, 0), head_size=32, out_dir=tmp_path)
         assert arm.model.config["position_embedding_type"] == position_type
         assert arm.train.drope_fraction is None
         assert arm.model.config["num_attention_heads"] == 4
     assert base.train.drope_fraction is None and "attention_type" not in base.model.config  # base untouched
     with pytest.raises(ValueError, match="family"):
-        mlm.arm_config(RunConfig.from_dict({"model": {"family": "dstg_bert"}}), Arm("causal", "none", 0), 32, tmp_path)
+        plan.arm_config(RunConfig.from_dict({"model": {"family": "dstg_bert"}}), Arm("causal", "none", 0), 32, tmp_path)
 
 
 def test_head_size_comes_from_the_base_config():
-    assert mlm.base_head_size(base_config(attention_type="dual_triangle", num_attention_heads=1)) == 64
-    assert mlm.base_head_size(base_config(attention_type="bidirectional", num_attention_heads=4)) == 32
-    assert mlm.base_head_size(base_config(attention_type="bidirectional"), head_size=16) == 16
-    assert mlm.base_head_size(load_run_config("dta_nl")) == 64  # the paper: 12 x 64 vs dual triangle 6 x 128
+    assert plan.base_head_size(base_config(attention_type="dual_triangle", num_attention_heads=1)) == 64
+    assert plan.base_head_size(base_config(attention_type="bidirectional", num_attention_heads=4)) == 32
+    assert plan.base_head_size(base_config(attention_type="bidirectional"), head_size=16) == 16
+    assert plan.base_head_size(load_run_config("dta_nl")) == 64  # the paper: 12 x 64 vs dual triangle 6 x 128
 
 
 @pytest.mark.parametrize("domain, tokenizer", [("text", "bpe"), ("protein", "esm2")])
@@ -102,8 +104,8 @@ def test_packaged_configs_load_and_the_default_grid_trains_18_runs(tmp_path, dom
     assert args.attention == ["bidirectional", "dual_triangle"] and args.positions == ["rope", "none", "rope-off"]
     base = mlm.base_config(args)
     assert base.tokenizer.name == tokenizer and base.train.seq_len == 64 and base.data.long_factor == 4
-    arms = mlm.grid(args.attention, args.positions, args.seeds, scalings=args.eval_scaling)
-    runs = [mlm.arm_config(base, arm, mlm.base_head_size(base), tmp_path) for arm in arms]
+    arms = plan.grid(args.attention, args.positions, args.seeds, scalings=args.eval_scaling)
+    runs = [plan.arm_config(base, arm, plan.base_head_size(base), tmp_path) for arm in arms]
     # 18 training runs; the 6 rope runs are also evaluated with linear, NTK and YaRN scaling (no retraining).
     assert len({run.output_dir for run in runs}) == 18 and len(arms) == 18 + 6 * 3
     assert {arm.scaling for arm in arms if arm.positions != "rope"} == {"none"}
@@ -116,15 +118,15 @@ def test_data_path_and_training_length_axis(tmp_path):
     args = parse(tmp_path, "--domain", "protein", "--data", "/elsewhere/x.fasta", "--set", "train.batch_size=3")
     base = mlm.base_config(args)
     assert base.data.source == "/elsewhere/x.fasta" and base.train.batch_size == 3
-    long = mlm.arm_config(base, Arm("dual_triangle", "rope", 1, seq_len=128), 32, tmp_path)
+    long = plan.arm_config(base, Arm("dual_triangle", "rope", 1, seq_len=128), 32, tmp_path)
     assert long.train.seq_len == 128 and Path(long.output_dir).name == "dual_triangle-rope-s1-L128"
-    assert mlm.arm_config(base, Arm("dual_triangle", "rope", 1), 32, tmp_path).train.seq_len == 64
+    assert plan.arm_config(base, Arm("dual_triangle", "rope", 1), 32, tmp_path).train.seq_len == 64
     with pytest.raises(ValueError, match="scaling='dynamic'"):
-        mlm.grid(["dual_triangle"], ["rope"], [0], scalings=["dynamic"])
+        plan.grid(["dual_triangle"], ["rope"], [0], scalings=["dynamic"])
     scaled = RunConfig.from_dict({**base.to_dict(), "model": {"family": "dta_bert",
                                                              "config": {"rope_scaling_type": "yarn"}}})
     with pytest.raises(ValueError, match="rope_scaling_type='yarn'"):
-        mlm.arm_config(scaled, Arm("dual_triangle", "rope", 0), 32, tmp_path)
+        plan.arm_config(scaled, Arm("dual_triangle", "rope", 0), 32, tmp_path)
     for bad, match in ((["--scaling-factor", "0.5"], "--scaling-factor"), (["--seq-lens", "1"], "--seq-lens")):
         with pytest.raises(ValueError, match=match):
             mlm.run(parse(tmp_path, *bad))
@@ -144,7 +146,7 @@ def test_resume_skips_finished_runs(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(mlm, "train_arm", fake_train_arm(calls))
     base = base_config()
-    arms = mlm.grid(["bidirectional", "dual_triangle"], ["none"], [0])
+    arms = plan.grid(["bidirectional", "dual_triangle"], ["none"], [0])
     assert mlm.sweep(arms, base, 64, tmp_path) == 2
     assert mlm.sweep(arms + [Arm("dual_triangle", "none", 1)], base, 64, tmp_path) == 1
     assert calls[-1] == Arm("dual_triangle", "none", 1) and len(calls) == 3
@@ -171,7 +173,7 @@ def test_interrupted_arm_resumes_from_its_checkpoint_or_restarts(tmp_path, monke
         return SimpleNamespace(results=results, trainer=trainer)
 
     monkeypatch.setattr(mlm, "pretrain", fake_pretrain)
-    run = mlm.arm_config(base_config(), Arm("causal", "none", 0), 64, tmp_path)
+    run = plan.arm_config(base_config(), Arm("causal", "none", 0), 64, tmp_path)
     (Path(run.output_dir) / "checkpoint-3").mkdir(parents=True)
     (row,), _ = mlm.train_arm(Arm("causal", "none", 0), run, "x")
     (Path(run.output_dir) / "checkpoint-3").rmdir()
@@ -189,7 +191,7 @@ def test_finished_arm_missing_from_the_csv_is_read_back_from_its_folder(tmp_path
         raise mlm.RunFinished("finished")
 
     monkeypatch.setattr(mlm, "pretrain", finished_pretrain)
-    run = mlm.arm_config(base_config(), Arm("dual_triangle", "none", 0), 64, tmp_path)
+    run = plan.arm_config(base_config(), Arm("dual_triangle", "none", 0), 64, tmp_path)
     run_dir = Path(run.output_dir)
     model = DTABertForMaskedLM(DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                                              num_attention_heads=2, intermediate_size=16))
@@ -221,7 +223,7 @@ def test_comparisons_mark_a_real_difference_and_not_identical_groups():
     rows += [synthetic_row(a, "rope", s, acc) for a in ("dual_triangle", "bidirectional")
              for s, acc in enumerate((0.40, 0.45, 0.50))]
     rows += [synthetic_row("dual_triangle", "rope-off", s, 0.40) for s in range(3)]
-    stats = {(e["a"], e["b"], e["length"], e["metric"]): e for e in mlm.comparisons(rows)}
+    stats = {(e["a"], e["b"], e["length"], e["metric"]): e for e in summary.comparisons(rows)}
     real = stats[("dual_triangle/none", "bidirectional/none", "long", "accuracy")]
     assert real["mark"] in ("**", "***") and real["difference"] == pytest.approx(0.11)
     assert real["p_value"] == pytest.approx(ttest_ind([0.30, 0.31, 0.32], [0.20, 0.21, 0.19], equal_var=False).pvalue)
@@ -316,7 +318,7 @@ def test_scaling_arms_evaluate_the_finished_runs_without_retraining(tiny_sweep, 
 def test_evaluation_time_scaling_changes_only_the_evaluated_model(tiny_sweep):
     tmp_path, args = tiny_sweep
     base = mlm.base_config(args)
-    run = mlm.arm_config(base, Arm("dual_triangle", "rope", 0), mlm.base_head_size(base), tmp_path)
+    run = plan.arm_config(base, Arm("dual_triangle", "rope", 0), plan.base_head_size(base), tmp_path)
     row = next(r for r in mlm.read_results(tmp_path / "mlm_runs.csv") if (r["positions"], r["scaling"]) ==
                ("rope", "none"))
     # No scaling reproduces the run's own test metrics: same weights, same windows, same masks.
@@ -405,13 +407,13 @@ def test_routing_axis_trains_dual_triangle_once_per_routing(tmp_path):
     args = parse(tmp_path, "--routing", "channel_halves", "head_groups")
     assert args.routing == ["channel_halves", "head_groups"]
     assert parse(tmp_path).routing == ["channel_halves"]
-    arms = mlm.grid(["bidirectional", "dual_triangle"], ["rope", "none"], [0, 1], scalings=["yarn"],
+    arms = plan.grid(["bidirectional", "dual_triangle"], ["rope", "none"], [0, 1], scalings=["yarn"],
                     routings=args.routing)
     # bidirectional: 2 positions x 2 seeds + 2 yarn rows; dual triangle: the same once per routing
     assert len(arms) == 6 + 2 * 6
     assert {arm.routing for arm in arms if arm.attention == "bidirectional"} == {"channel_halves"}
     base = base_config()
-    runs = {arm.name: mlm.arm_config(base, arm, 32, tmp_path) for arm in arms}
+    runs = {arm.name: plan.arm_config(base, arm, 32, tmp_path) for arm in arms}
     assert len(runs) == 4 + 2 * 4
     head_groups = Arm("dual_triangle", "rope", 1, seq_len=128, routing="head_groups")
     assert head_groups.name == "dual_triangle-rope-s1-L128-head_groups"
@@ -422,15 +424,15 @@ def test_routing_axis_trains_dual_triangle_once_per_routing(tmp_path):
     # the routing is an arm field: it does not change the setup of the sweep
     assert mlm.config_hash(base_config(dual_triangle_routing="head_groups"), 64) == mlm.config_hash(base, 64)
     with pytest.raises(ValueError, match="routing='groups'"):
-        mlm.grid(["dual_triangle"], ["rope"], [0], routings=["groups"])
+        plan.grid(["dual_triangle"], ["rope"], [0], routings=["groups"])
 
 
 def test_adding_a_routing_trains_only_the_new_dual_triangle_runs(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(mlm, "train_arm", fake_train_arm(calls))
     base = base_config()
-    assert mlm.sweep(mlm.grid(["bidirectional", "dual_triangle"], ["rope"], [0]), base, 64, tmp_path) == 2
-    both = mlm.grid(["bidirectional", "dual_triangle"], ["rope"], [0], routings=["channel_halves", "head_groups"])
+    assert mlm.sweep(plan.grid(["bidirectional", "dual_triangle"], ["rope"], [0]), base, 64, tmp_path) == 2
+    both = plan.grid(["bidirectional", "dual_triangle"], ["rope"], [0], routings=["channel_halves", "head_groups"])
     assert mlm.sweep(both, base, 64, tmp_path) == 1
     assert calls[-1] == Arm("dual_triangle", "rope", 0, routing="head_groups") and len(calls) == 3
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
@@ -477,9 +479,9 @@ def test_routing_in_tests_tables_and_the_context_figure(tmp_path):
 
 def test_rows_from_before_the_routing_axis_read_as_the_default_routing(tmp_path):
     old = [synthetic_row("dual_triangle", "none", seed, 0.3 + 0.01 * seed) for seed in range(2)]
-    assert mlm.variant_of(old[0]) == "dual_triangle"
-    assert mlm.table_rows(old)[0]["routing"] == "channel_halves"
-    assert mlm.variant("bidirectional", "head_groups") == "bidirectional"  # no routing outside dual triangle
+    assert plan.variant_of(old[0]) == "dual_triangle"
+    assert summary.table_rows(old)[0]["routing"] == "channel_halves"
+    assert plan.variant("bidirectional", "head_groups") == "bidirectional"  # no routing outside dual triangle
 
 
 def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
@@ -498,7 +500,7 @@ def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
 
 
 def test_legend_names_the_default_routing_only_beside_another():
-    assert mlm.legend_label("dual_triangle", ["bidirectional", "dual_triangle"]) == "dual_triangle"
-    assert mlm.legend_label("dual_triangle", ["dual_triangle", "dual_triangle:head_groups"]) == \
+    assert figures.legend_label("dual_triangle", ["bidirectional", "dual_triangle"]) == "dual_triangle"
+    assert figures.legend_label("dual_triangle", ["dual_triangle", "dual_triangle:head_groups"]) == \
         "dual_triangle:channel_halves"
-    assert mlm.legend_label("bidirectional", ["bidirectional", "dual_triangle:head_groups"]) == "bidirectional"
+    assert figures.legend_label("bidirectional", ["bidirectional", "dual_triangle:head_groups"]) == "bidirectional"

@@ -1,8 +1,5 @@
 """Running the MLM comparison: train each arm of the plan through `pretrain` (resuming an interrupted run), evaluate
-the trained runs with RoPE scaling, and append their rows and curves to the results CSVs; `run` is the command.
-
-Also importable as ``encoderlab.experiments.mlm_comparison`` (the sweep's former module), with the plan's and the
-summary's names that module held."""
+the trained runs with RoPE scaling, and append their rows and curves to the results CSVs; `run` is the command."""
 
 import csv
 import json
@@ -15,7 +12,7 @@ from ...training.metrics import METRIC_NAMES
 from ...training.pretrain import RunConfig, load_run_config, pretrain
 from ...training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
 from ..sweeps import quiet_worker, run_jobs
-from .arms import (  # noqa: F401  (variant, variant_of: re-exported)
+from .arms import (
     ARM_FIELDS,
     CURVES_CSV,
     LENGTHS,
@@ -26,13 +23,9 @@ from .arms import (  # noqa: F401  (variant, variant_of: re-exported)
     config_hash,
     grid,
     row_label,
-    variant,
-    variant_of,
 )
-from .figures import legend_label  # noqa: F401  (re-exported, see the docstring)
-from .options import DEFAULT_ROUTING, DOMAINS, add_arguments  # noqa: F401  (add_arguments: re-exported)
+from .options import DEFAULT_ROUTING, DOMAINS
 from .report import write_outputs
-from .summary import comparisons, table_rows  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +72,16 @@ def trained_row(arm: Arm, run: RunConfig, setup: str):
         "drope_step": results["drope_step"] or "",
         **{f"test_{length}_{name}": results["test"][length][name] for length in LENGTHS for name in METRIC_NAMES},
         **{f"unigram_{length}": results["unigram_baseline"][length] for length in LENGTHS},
+        **{f"floor_{length}": floor_of(results, length) for length in LENGTHS},
         "wall_seconds": round(time.perf_counter() - start, 1),  # of this (possibly resumed) session only
         "run_dir": str(run_dir),
     }
     return row, curve_points(log_history, row)
+
+
+def floor_of(results: dict, length: str):
+    """The copy-or-unigram floor of `results` at `length`; "" (missing) for a run from before the floor."""
+    return results.get("copy_or_unigram_floor", {}).get(length, "")
 
 
 def finished_run(run_dir: Path):
@@ -187,12 +186,14 @@ def check_setup(rows, setup: str, csv_path: Path):
 
 
 def migrate_csv(path: Path, columns, train_len):
-    """Adds the `columns` (of ``train_len``, ``scaling``, ``routing``) that the CSV of a sweep from before the
-    context-extension axes lacks, so that new rows can be appended to it: its runs were trained at the base length,
-    without scaling, with the default routing."""
+    """Adds the `columns` (of ``train_len``, ``scaling``, ``routing``, ``floor_short``, ``floor_long``) that the CSV
+    of a sweep from before the context-extension axes or the floor lacks, so that new rows can be appended to it:
+    its runs were trained at the base length, without scaling, with the default routing, and their floor is
+    missing ("")."""
     rows = read_results(path)
     if rows and any(name not in rows[0] for name in columns):
-        defaults = {"train_len": train_len, "scaling": "none", "routing": DEFAULT_ROUTING}
+        defaults = {"train_len": train_len, "scaling": "none", "routing": DEFAULT_ROUTING, "floor_short": "",
+                    "floor_long": ""}
         write_rows(path, [{**{name: defaults[name] for name in columns}, **row} for row in rows])
 
 
@@ -219,7 +220,7 @@ def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1, facto
     as runs finish, so a crash loses only the runs in flight. Returns the number of rows added."""
     runs_csv = out_dir / RUNS_CSV
     setup = config_hash(base, head_size)
-    migrate_csv(runs_csv, ("train_len", "scaling", "routing"), base.train.seq_len)
+    migrate_csv(runs_csv, ("train_len", "scaling", "routing", "floor_short", "floor_long"), base.train.seq_len)
     migrate_csv(out_dir / CURVES_CSV, ("train_len", "routing"), base.train.seq_len)
     rows = read_results(runs_csv)
     check_setup(rows, setup, runs_csv)
