@@ -96,7 +96,8 @@ def run_row(arm: Arm, run: RunConfig, results: dict):
     return {"arm": arm.name, "preset": arm.preset, "seed": arm.seed, "run_dir": run.output_dir,
             "steps": results["steps"], "tokens_seen": results["tokens_seen"],
             "test_mlm_loss": test["mlm_loss"], "test_accuracy": test["accuracy"],
-            "unigram_accuracy": results["unigram_baseline"]["short"]}
+            "unigram_accuracy": results["unigram_baseline"]["short"],
+            "floor_accuracy": results.get("copy_or_unigram_floor", {}).get("short", "")}  # "": a run before the floor
 
 
 def finished(run: RunConfig):
@@ -329,9 +330,10 @@ def summary_markdown(runs_rows, collected):
              "paper: with the MLM head on the semantic slice the last block's AP update gets no gradient.", "",
              "## Runs", ""]
     lines += markdown_lines(
-        ["run", "steps", "test MLM loss", "test accuracy", "unigram accuracy"],
+        ["run", "steps", "test MLM loss", "test accuracy", "unigram accuracy", "copy-or-unigram floor"],
         [[f"{row['arm']}-s{row['seed']}", row["steps"], f"{float(row['test_mlm_loss']):.3f}",
-          f"{float(row['test_accuracy']):.3f}", f"{float(row['unigram_accuracy']):.3f}"] for row in runs_rows])
+          f"{float(row['test_accuracy']):.3f}", f"{float(row['unigram_accuracy']):.3f}",
+          f"{float(row['floor_accuracy']):.3f}" if row.get("floor_accuracy") else "missing"] for row in runs_rows])
     titles = {"position": "Token-level AP (Table 2)", "segment": "Segment-level AP (Table 3)",
               "intra_segment": "Intra-segment AP (Table 4)"}
     for target, title in titles.items():

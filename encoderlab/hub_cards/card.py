@@ -109,15 +109,18 @@ def _body(model_name: str, config: dict, results: dict, run: dict, repo_id: str)
     architecture = _table(
         [("field", "value")] + [(name, config[name]) for name in ARCHITECTURE_FIELDS if name in config]
     )
-    results_rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.")]
+    results_rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.",
+                     "copy-or-unigram floor acc.")]
+    floor = results.get("copy_or_unigram_floor", {})  # absent from the results of runs from before the floor
     for split in ("validation", "test"):
         for length in LENGTHS:
             m = results[split][length]
             tokens = results["seq_len"] if length == "short" else results["long_len"]
             baseline = f"{results['unigram_baseline'][length]:.4f}" if split == "test" else ""
+            floor_cell = (f"{floor[length]:.4f}" if length in floor else "missing") if split == "test" else ""
             results_rows.append(
                 (split, tokens, f"{m['mlm_loss']:.4f}", f"{m['accuracy']:.4f}", f"{m['micro_f1']:.4f}",
-                 f"{m['mcc']:.4f}", baseline)
+                 f"{m['mcc']:.4f}", baseline, floor_cell)
             )  # fmt: skip
     plan, train, tokenizer = results["plan"], run["train"], run["tokenizer"]
     tokenizer_name = public_name(tokenizer["path"]) if tokenizer["path"] else tokenizer["name"]
@@ -191,7 +194,9 @@ random token.
 Masked-token metrics (over masked positions only) on this run's held-out documents (no Hub dataset split);
 micro-F1 equals accuracy for single-label prediction.
 The unigram baseline always predicts the most frequent training token
-(`{results['unigram_baseline']['token']}`).
+(`{results['unigram_baseline']['token']}`). The copy-or-unigram floor, on the same test masks as the model,
+copies every input token that is not the mask token (kept tokens are then right) and predicts that most
+frequent token at the mask tokens: accuracy at or below it means the model learnt nothing beyond token counts.
 
 {_table(results_rows)}
 

@@ -1,4 +1,4 @@
-"""Masked-language-modelling metrics, the unigram baseline, and the run's metrics CSV and curve plot.
+"""Masked-language-modelling metrics, the unigram baseline and copy-or-unigram floor, the metrics CSV and curve plot.
 
 Every metric is over masked positions only (labels != -100): mean cross-entropy per masked token, accuracy,
 micro-F1 (equal to accuracy for single-label multiclass prediction, reported because the paper does) and
@@ -83,6 +83,57 @@ def unigram_baseline_accuracy(token_id: int, labels: Iterable[np.ndarray]) -> fl
     if masked.size == 0:
         raise ValueError("No masked position (every label is -100): nothing to evaluate")
     return float((masked == token_id).mean())
+
+
+def copy_or_unigram_floor(
+    batches: Iterable[Mapping], top_token_id: int, mask_token_id: int, special_token_ids: Iterable[int]
+) -> float:
+    """Masked accuracy of the best guess that needs no model, on the masks of `batches` themselves.
+
+    At each labelled position (labels != -100) the guess is the input token itself unless the input is the mask
+    token, and `top_token_id` (the most frequent non-special training token) where it is. Kept tokens (the
+    ``1 - mask_replace_prob - random_replace_prob`` share of the selected ones, 10% under 80/10/10 masking) are
+    thus copied and right; a random replacement is copied too, since nothing in the input tells it from a kept
+    token, and is right only when the draw hit the original. In expectation that is about
+    ``kept + mask_replace_prob * unigram``, e.g. 0.1 + 0.8 x unigram under BERT masking and the unigram accuracy
+    itself under NeoBERT's 100% [MASK].
+
+    Args:
+        batches: Mappings with ``input_ids`` (masked) and ``labels`` of equal shape (tensors or arrays), e.g. the
+            batches of an evaluation collator, packed or not.
+        top_token_id: The token guessed at masked positions; must not be special.
+        mask_token_id: The id the masking wrote.
+        special_token_ids: Ids the guess may never be.
+    """
+    if top_token_id in set(special_token_ids):
+        raise ValueError(f"top_token_id={top_token_id} is a special token; the floor guesses a non-special one")
+    correct = labelled = 0
+    for batch in batches:
+        input_ids, labels = np.asarray(batch["input_ids"]), np.asarray(batch["labels"])
+        if input_ids.shape != labels.shape:
+            raise ValueError(f"input_ids {input_ids.shape} and labels {labels.shape} must have one shape")
+        scored = labels != IGNORE_INDEX
+        guess = np.where(input_ids == mask_token_id, top_token_id, input_ids)
+        correct += int((guess[scored] == labels[scored]).sum())
+        labelled += int(scored.sum())
+    if labelled == 0:
+        raise ValueError("No masked position (every label is -100): nothing to evaluate")
+    return correct / labelled
+
+
+def evaluation_floor(collator, dataset, top_token_id: int, batch_size: int = 256) -> float:
+    """`copy_or_unigram_floor` on the masks `collator` gives `dataset`'s rows, the ones the model is scored on.
+
+    `collator` must be the run's evaluation collator (an `MLMCollator` or `PackedMLMCollator` with a `seed`): its
+    masks depend only on the seed and each example's (or packed window's) tokens, not on the batching, so these
+    batches carry the positions and corruptions of the Trainer's evaluation. An unseeded collator would draw a
+    fresh mask, and is refused.
+    """
+    if collator.seed is None:
+        raise ValueError("evaluation_floor needs the seeded evaluation collator (seed=None draws a fresh mask)")
+    rows = list(dataset)
+    batches = (collator(rows[start : start + batch_size]) for start in range(0, len(rows), batch_size))
+    return copy_or_unigram_floor(batches, top_token_id, collator.tokenizer.mask_token_id, collator.special_token_ids)
 
 
 def write_metrics_csv(log_history: list[Mapping], path: str | Path) -> Path:

@@ -354,10 +354,11 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
 
 
 def _final_results(run: RunConfig, trainer, data: RunData, plan: dict, tokenizer) -> dict:
-    """Validation and test metrics at 1x / 4x length, the unigram baseline and the real token count."""
+    """Validation and test metrics at 1x / 4x length, the unigram baseline, the copy-or-unigram floor on the test
+    masks and the real token count."""
     from .callbacks import DroPECallback
     from .collator import special_token_ids_of
-    from .metrics import unigram_baseline_accuracy
+    from .metrics import evaluation_floor, unigram_baseline_accuracy
     from .shards import unigram_argmax_of
 
     validation = trainer.evaluate()
@@ -368,6 +369,7 @@ def _final_results(run: RunConfig, trainer, data: RunData, plan: dict, tokenizer
         name: unigram_baseline_accuracy(top_token, [collate(list(dataset))["labels"].numpy()])
         for name, dataset in data.test_sets.items()
     }
+    floor = {name: evaluation_floor(collate, dataset, top_token) for name, dataset in data.test_sets.items()}
     callback = next((c for c in trainer.callback_handler.callbacks if isinstance(c, DroPECallback)), None)
     return {
         "family": run.model.family,
@@ -379,6 +381,7 @@ def _final_results(run: RunConfig, trainer, data: RunData, plan: dict, tokenizer
         "validation": _metrics_by_length(validation, "eval"),
         "test": _metrics_by_length(test, "test"),
         "unigram_baseline": {"token_id": top_token, "token": tokenizer.convert_ids_to_tokens(top_token), **baseline},
+        "copy_or_unigram_floor": floor,
         "drope_step": None if callback is None else callback.switch_step,
         "seq_len": run.train.seq_len,
         "long_len": run.train.seq_len * run.data.long_factor,
@@ -461,15 +464,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_results(results: dict) -> str:
-    """A plain-text table of the test metrics at 1x and 4x length next to the unigram baseline."""
-    header = f"{'test set':<22}{'mlm_loss':>10}{'accuracy':>10}{'mcc':>8}{'unigram acc':>13}"
+    """A plain-text table of the test metrics at 1x and 4x length next to the unigram baseline and the
+    copy-or-unigram floor ("missing" in the results of runs from before the floor)."""
+    header = f"{'test set':<22}{'mlm_loss':>10}{'accuracy':>10}{'mcc':>8}{'unigram acc':>13}{'floor acc':>11}"
     lines = [header, "-" * len(header)]
+    floor = results.get("copy_or_unigram_floor", {})
     for length, tokens in (("short", results["seq_len"]), ("long", results["long_len"])):
         m = results["test"][length]
         baseline = results["unigram_baseline"][length]
+        floor_cell = f"{floor[length]:>11.3f}" if length in floor else f"{'missing':>11}"
         lines.append(
             f"{f'{length} ({tokens} tokens)':<22}{m['mlm_loss']:>10.3f}{m['accuracy']:>10.3f}{m['mcc']:>8.3f}"
-            f"{baseline:>13.3f}"
+            f"{baseline:>13.3f}{floor_cell}"
         )
     lines.append(
         f"trained on {results['tokens_seen']:,} non-padding tokens in {results['steps']} steps "

@@ -79,6 +79,15 @@ def welch_cell(entry):
     return f"{entry['difference']:+.3f} (p={entry['p_value']:.2g} {entry['mark']})".replace(" )", ")")
 
 
+def floor_cell(rows, length):
+    """Mean copy-or-unigram floor of `rows` at `length`, or "missing" where a row lacks it (runs and CSVs from
+    before the floor, whose ``floor_*`` cells are empty or absent)."""
+    values = [row.get(f"floor_{length}", "") for row in rows]
+    if any(value in ("", None) for value in values):
+        return "missing"
+    return f"{statistics.mean(float(value) for value in values):.3f}"
+
+
 def summary_markdown(rows, stats):
     metric_columns = [(length, name) for length in LENGTHS for name in METRIC_NAMES]
     first = rows[0]
@@ -103,6 +112,9 @@ def summary_markdown(rows, stats):
         "",
         f"Unigram baseline (always the most frequent training token), test accuracy: {unigram['short']:.3f} (1x), "
         f"{unigram['long']:.3f} (4x).",
+        f"Copy-or-unigram floor (on the models' own test masks: copy every input that is not the mask token, "
+        f"predict the most frequent training token at the mask tokens), test accuracy: {floor_cell(rows, 'short')} "
+        f"(1x), {floor_cell(rows, 'long')} (4x).",
         "",
         "## Welch's t-tests (two-sided, over seeds)",
         "",
