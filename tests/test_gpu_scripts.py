@@ -115,6 +115,12 @@ def test_copy_or_unigram_floor(gpu_scripts):
     floor = gpu_scripts["experiments"].copy_or_unigram_floor
     assert floor(0.0) == pytest.approx(0.1)  # the kept 10% are copied
     assert floor(0.099) == pytest.approx(0.1 + 0.8 * 0.099)
+    row = {"attention": "dual_triangle", "positions": "rope", "scaling": "none", "steps": "9", "tokens_seen": "100",
+           "test_short_accuracy": "0.3", "test_long_accuracy": "0.2", "unigram_short": "0.1", "unigram_long": "0.1"}
+    measured, estimated = gpu_scripts["experiments"].floor_table([{**row, "floor_short": "0.29",
+                                                                   "floor_long": "0.19"}, row]).splitlines()[2:4]
+    assert "| 0.300 | 0.290 | 0.200 | 0.190 | no |" in measured  # the floor measured on the test masks wins
+    assert "| 0.300 | 0.180 | 0.200 | 0.180 | yes |" in estimated  # rows from before it: 0.1 + 0.8 x unigram
 
 
 def test_fsdp2_is_not_run_on_cpu(gpu_scripts, tmp_path, shared_data):

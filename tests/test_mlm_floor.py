@@ -198,6 +198,7 @@ def test_pretrain_reports_the_floor_of_its_own_evaluation_batches(tmp_path, monk
         result = pretrain(tiny_run(tmp_path / attention, model={"config": model}))
         results, trainer = result.results, result.trainer
         top, tokenizer = results["unigram_baseline"]["token_id"], trainer.processing_class
+        assert isinstance(trainer.eval_data_collator, PackedMLMCollator)  # the default pipeline packs
         assert top not in tokenizer.all_special_ids
         for length, dataset in test_sets.items():  # the batches the Trainer's evaluation fed the model
             batches = list(trainer.get_eval_dataloader(dataset))
@@ -267,3 +268,14 @@ def test_card_shows_the_floor_or_missing(tmp_path):
     (run_dir / "results.json").write_text(json.dumps(results))
     row = next(line for line in build_model_card(run_dir).text.splitlines() if line.startswith("| test | 128 |"))
     assert row.rstrip(" |").endswith("missing")
+
+
+def test_dstg_rows_carry_the_floor_or_missing():
+    from types import SimpleNamespace
+
+    from encoderlab.experiments.dstg import run_row
+
+    arm, run = SimpleNamespace(name="dstg", preset="dstg", seed=0), SimpleNamespace(output_dir="runs/x")
+    old, new = old_and_new_results({"short": 0.041, "long": 0.05})
+    assert run_row(arm, run, new)["floor_accuracy"] == 0.041
+    assert run_row(arm, run, old)["floor_accuracy"] == ""  # a run from before the floor
