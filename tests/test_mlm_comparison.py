@@ -39,7 +39,7 @@ def synthetic_row(attention, positions, seed, accuracy, loss=2.0):
     """A row as `train_arm` returns it (the CSV turns every value into a string)."""
     row = {"attention": attention, "positions": positions, "seed": seed, "setup": "x", "steps": 10,
            "tokens_seen": 1000, "drope_step": 7 if positions == "rope-off" else "", "unigram_short": 0.15,
-           "unigram_long": 0.16, "wall_seconds": 1.0}
+           "unigram_long": 0.16, "floor_short": 0.22, "floor_long": 0.23, "wall_seconds": 1.0}
     for length in ("short", "long"):
         row.update({f"test_{length}_mlm_loss": loss, f"test_{length}_accuracy": accuracy,
                     f"test_{length}_micro_f1": accuracy, f"test_{length}_mcc": accuracy - 0.1})
