@@ -279,3 +279,16 @@ def test_dstg_rows_carry_the_floor_or_missing():
     old, new = old_and_new_results({"short": 0.041, "long": 0.05})
     assert run_row(arm, run, new)["floor_accuracy"] == 0.041
     assert run_row(arm, run, old)["floor_accuracy"] == ""  # a run from before the floor
+
+
+def test_demo_prints_the_margin_over_the_floor(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from encoderlab.training import demo
+
+    _, results = old_and_new_results({"short": 0.141, "long": 0.152})
+    monkeypatch.setattr(demo, "pretrain", lambda config, command: SimpleNamespace(results=results))
+    monkeypatch.setattr(demo, "fill_mask_example", lambda run_dir: [{"sequence": "x", "token_str": "a", "score": 0.5}])
+    assert demo.run(SimpleNamespace(overrides=[], output_dir=str(tmp_path / "demo"))) == 0
+    printed = capsys.readouterr().out
+    assert "minus the copy-or-unigram floor" in printed and "at 32 tokens: +0.159" in printed

@@ -196,7 +196,7 @@ micro-F1 equals accuracy for single-label prediction.
 The unigram baseline always predicts the most frequent training token
 (`{results['unigram_baseline']['token']}`). The copy-or-unigram floor, on the same test masks as the model,
 copies every input token that is not the mask token (kept tokens are then right) and predicts that most
-frequent token at the mask tokens: accuracy at or below it means the model learnt nothing beyond token counts.
+frequent token at the mask tokens; a model at or below it does no better than that rule.
 
 {_table(results_rows)}
 
