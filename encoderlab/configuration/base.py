@@ -16,7 +16,7 @@ import math
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
-from .choices import ROPE_SCALING_TYPES
+from .choices import ROPE_SCALING_TYPES, check_choice
 
 POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
 NORM_TYPES = ("layernorm", "rmsnorm")
@@ -25,11 +25,6 @@ CLASSIFIER_POOLING = ("cls", "mean")
 # transformers keeps one id2label entry per label (in memory and in config.json).
 MAX_NUM_LABELS = 100_000
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
-
-
-def check_choice(field, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{field}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}")
 
 
 def check_positive_int(field, value, maximum=None, why=""):

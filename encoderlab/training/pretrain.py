@@ -141,7 +141,7 @@ def validate_run(run: RunConfig) -> None:
     """What the sections cannot check alone: the tokenizer name, the family and its config (a dry run)."""
     from encoderlab.tokenization import TOKENIZER_BUILDERS
 
-    from .run_config import check_choice
+    from ..configuration.choices import check_choice
 
     if run.tokenizer.path is None:
         check_choice("tokenizer.name", run.tokenizer.name, sorted(TOKENIZER_BUILDERS))

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from ..configuration.choices import check_choice
+
 
 CONFIG_DIR = Path(__file__).with_name("configs")
 PACKING_MODES = ("pack", "chunk", "truncate")
@@ -61,11 +63,6 @@ class OptimizerSettings:
 # ---------------------------------------------------------------------------------------------
 # Checks shared by the sections
 # ---------------------------------------------------------------------------------------------
-
-
-def check_choice(key: str, value: Any, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"{key}={value!r} is not supported; allowed values: {list(allowed)}")
 
 
 def check_at_least(key: str, value: Any, minimum: int) -> None:

@@ -6,7 +6,8 @@ folder (``run_config.yaml``)."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..run_config import (PRECISIONS, RunConfigSchema, apply_overrides, check_at_least, check_choice, check_fraction,
+from ...configuration.choices import check_choice
+from ..run_config import (PRECISIONS, RunConfigSchema, apply_overrides, check_at_least, check_fraction,
                           config_from_dict, read_config_file)
 from .tasks import get_task
 
