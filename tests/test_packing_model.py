@@ -459,3 +459,89 @@ def test_varlen_with_dstg_presets(preset, monkeypatch):
         got = model(**inputs).logits
     real = attention_mask.bool()
     assert (got[real] - expected[real]).abs().max() <= TOLERANCE
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sdpa on CPU: each row's runs of queries over its own documents
+
+
+def row_case(layouts, pad_left):
+    """Rows of packed documents (lengths per row; 0 is one padding token, on the left of the row or after the pack)
+    -> attention_mask and document ids (B, L); every padding token is its own document, as position_ids that stay 0
+    make it."""
+    attention_mask, document_ids = [], []
+    for lengths in layouts:
+        valid, ids = [], []
+        for length in lengths:
+            valid += [length > 0] * max(length, 1)
+            ids += [len(ids) and ids[-1] + 1] * max(length, 1)
+        if pad_left:
+            valid, ids = valid[::-1], [ids[-1] - i for i in ids[::-1]]
+        attention_mask.append(valid)
+        document_ids.append(ids)
+    return torch.tensor(attention_mask, dtype=torch.long), torch.tensor(document_ids)
+
+
+@pytest.mark.parametrize("attention_type", TYPES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("pad_left", [False, True])
+@pytest.mark.parametrize("chunk,layouts", [
+    (8, [[13, 1, 7, 0, 0, 0], [5, 5, 5, 9], [24]]),  # 24 tokens in runs of 8, padding after the pack
+    (16, [[39, 3, 1, 1, 0], [17, 16, 12], [2] * 22 + [1]]),  # 45 tokens: a last run of 13, one-token documents
+    (32, [[31, 33, 0, 0, 0], [1, 64, 2]]),  # 67 tokens, a document crossing two runs
+])
+def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bias, pad_left, chunk, layouts,
+                                                              monkeypatch):
+    """fp64, forward and gradients, at every real token: the CPU path (`sdpa_document_rows`, each row alone in runs
+    of queries over its own documents' keys) equals eager and the path that runs over all rows at once."""
+    from encoderlab.modeling import dual_triangle
+
+    monkeypatch.setattr(dual_triangle, "_ROW_QUERY_CHUNK", chunk)
+    monkeypatch.setattr(dual_triangle, "_DOCUMENT_QUERY_CHUNK", chunk)
+    generator = torch.Generator().manual_seed(chunk)
+    attention_mask, document_ids = row_case(layouts, pad_left)
+    batch, length = attention_mask.shape
+    heads = 2
+    query, key, value = (torch.randn(batch, heads, length, 6, generator=generator, dtype=torch.float64,
+                                     requires_grad=True) for _ in range(3))
+    upstream = torch.randn(batch, heads, length, 6, generator=generator, dtype=torch.float64)
+    bias_module = ALiBiBias(heads) if bias else None
+    results = {}
+    for name, implementation, row_devices in [("eager", "eager", ("cpu",)), ("rows", "sdpa", ("cpu",)),
+                                              ("all rows", "sdpa", ())]:
+        monkeypatch.setattr(dual_triangle, "_ROW_SPAN_DEVICES", row_devices)
+        mask = AttentionMask(attention_mask, batch, length, "cpu", document_ids)
+        output, _ = attend(query, key, value, mask=mask, implementation=implementation,
+                           attention_type=attention_type, bias_module=bias_module)
+        results[name] = (output, *torch.autograd.grad(output, (query, key, value), upstream))
+        if name == "rows":  # the row path ran
+            assert any(cached[0] == "row spans" for cached in mask._cache if isinstance(cached, tuple))
+    real = attention_mask.bool()
+    for name in ("rows", "all rows"):
+        for got, want in zip(results[name], results["eager"], strict=True):
+            assert (got - want).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE, name
+
+
+def test_row_key_spans_follow_each_rows_own_documents():
+    """Row 0: documents of 3, 6 and 3 tokens; row 1: one of 12. Runs of 4 queries."""
+    document_ids = torch.tensor([[0] * 3 + [1] * 6 + [2] * 3, [0] * 12])
+    attention_mask = torch.ones(2, 12, dtype=torch.long)
+    attention_mask[0, -1] = 0
+    mask = AttentionMask(attention_mask, 2, 12, "cpu", document_ids)
+    assert mask.row_key_spans("lower", 4) == [[(0, 4, 0, 4), (4, 8, 3, 8), (8, 12, 3, 12)],
+                                              [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 0, 12)]]
+    assert mask.row_key_spans("upper", 4) == [[(0, 4, 0, 9), (4, 8, 4, 9), (8, 12, 8, 12)],
+                                              [(0, 4, 0, 12), (4, 8, 4, 12), (8, 12, 8, 12)]]
+    assert mask.row_key_spans("all", 4) == [[(0, 4, 0, 9), (4, 8, 3, 9), (8, 12, 3, 12)],
+                                            [(0, 4, 0, 12), (4, 8, 0, 12), (8, 12, 0, 12)]]
+    for triangle in ("lower", "upper", "all"):
+        dense = mask.dense_allowed(triangle)
+        masks = mask.row_span_masks(triangle, 4, torch.float64)
+        for row, spans in enumerate(mask.row_key_spans(triangle, 4)):
+            index, lengths = mask.row_key_index(triangle, 4)[row]
+            assert lengths == [end - start for *_, start, end in spans]
+            assert index.tolist() == [k for *_, start, end in spans for k in range(start, end)]
+            for (start, end, key_start, key_end), block in zip(spans, masks[row], strict=True):
+                assert torch.equal(block == 0, dense[row, 0, start:end, key_start:key_end])
+                # every key the run's queries may see lies in the span
+                assert dense[row, 0, start:end].sum() == dense[row, 0, start:end, key_start:key_end].sum()

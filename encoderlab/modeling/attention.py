@@ -139,23 +139,89 @@ class AttentionMask:
         end)]. None while tracing: the spans are read from the document ids' values."""
         if is_tracing():
             return None
-        return self._cached(("spans", triangle, chunk), lambda: self._build_key_spans(triangle, chunk))
 
-    def _build_key_spans(self, triangle, chunk):
-        ids, seq_len = self.document_ids, self.seq_len
-        index = torch.arange(seq_len, device=ids.device).expand_as(ids)
-        changes = ids[:, 1:] != ids[:, :-1]  # (B, L - 1): a document ends at i and the next begins at i + 1
-        first = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), changes], dim=1)
-        last = torch.cat([changes, torch.ones_like(ids[:, :1], dtype=torch.bool)], dim=1)
-        doc_start = torch.where(first, index, 0).cummax(dim=-1).values  # (B, L) first token of each one's document
-        from_end = torch.where(last.flip(-1), index, 0).cummax(dim=-1).values.flip(-1)
-        doc_end = seq_len - from_end  # (B, L) one past the last token of each one's document
-        query_starts = list(range(0, seq_len, chunk))
-        query_ends = [min(start + chunk, seq_len) for start in query_starts]
-        key_starts = doc_start[:, query_starts].amin(dim=0).tolist()
-        key_ends = doc_end[:, [end - 1 for end in query_ends]].amax(dim=0).tolist()
-        return [(start, end, start if triangle == "upper" else key_start, end if triangle == "lower" else key_end)
-                for start, end, key_start, key_end in zip(query_starts, query_ends, key_starts, key_ends)]
+        def build():
+            doc_start, doc_end = self._document_bounds()
+            query_starts, query_ends = self._query_runs(chunk)
+            key_starts = doc_start[:, query_starts].amin(dim=0).tolist()
+            key_ends = doc_end[:, [end - 1 for end in query_ends]].amax(dim=0).tolist()
+            return [_cut_by_triangle(triangle, *span)
+                    for span in zip(query_starts, query_ends, key_starts, key_ends)]
+
+        return self._cached(("spans", triangle, chunk), build)
+
+    def row_key_spans(self, triangle, chunk):
+        """`key_spans` for each row on its own: one list per row of (query start, query end, key start, key end),
+        one per run of ``chunk`` queries. A row's spans follow its own documents, not the longest one crossing the
+        run in any row. None while tracing."""
+        if is_tracing():
+            return None
+
+        def build():
+            doc_start, doc_end = self._document_bounds()
+            query_starts, query_ends = self._query_runs(chunk)
+            key_starts = doc_start[:, query_starts].tolist()
+            key_ends = doc_end[:, [end - 1 for end in query_ends]].tolist()
+            return [[_cut_by_triangle(triangle, *span) for span in zip(query_starts, query_ends, starts, ends)]
+                    for starts, ends in zip(key_starts, key_ends)]
+
+        return self._cached(("row spans", triangle, chunk), build)
+
+    def row_key_index(self, triangle, chunk):
+        """For each row, (index, lengths): the key positions of all its `row_key_spans`, one span after the other
+        ((sum of lengths,) long), and each span's length, to gather a row's keys once and split them per run."""
+
+        def build():
+            return [(torch.cat([torch.arange(start, end, device=self.device) for *_, start, end in spans]),
+                     [end - start for *_, start, end in spans])
+                    for spans in self.row_key_spans(triangle, chunk)]
+
+        return self._cached(("row key index", triangle, chunk), build)
+
+    def row_span_masks(self, triangle, chunk, dtype):
+        """The additive masks of `row_key_spans`: one list per row of (query run, key span) float tensors of
+        ``dtype``, 0 where `dense_allowed` allows and -inf elsewhere, built block by block."""
+
+        def additive(row, start, end, key_start, key_end):
+            allowed = self._allowed_block(triangle, row, slice(start, end), slice(key_start, key_end))
+            return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, float("-inf"))
+
+        def build():
+            return [[additive(row, *span) for span in spans]
+                    for row, spans in enumerate(self.row_key_spans(triangle, chunk))]
+
+        return self._cached(("row masks", triangle, chunk, dtype), build)
+
+    def _allowed_block(self, triangle, row, queries, keys):
+        """``dense_allowed(triangle)[row, 0, queries, keys]`` built for that block alone: (q, k) bool."""
+        query = torch.arange(self.seq_len, device=self.device)[queries, None]
+        key = torch.arange(self.seq_len, device=self.device)[None, keys]
+        allowed = {"all": torch.ones_like(query == key), "lower": key <= query, "upper": key >= query}[triangle]
+        if self.key_valid is not None:
+            allowed = allowed & (self.key_valid[row, None, keys] | (query == key))
+        if self.document_ids is not None:
+            ids = self.document_ids[row]
+            allowed = allowed & (ids[queries, None] == ids[None, keys])
+        return allowed
+
+    def _query_runs(self, chunk):
+        starts = list(range(0, self.seq_len, chunk))
+        return starts, [min(start + chunk, self.seq_len) for start in starts]
+
+    def _document_bounds(self):
+        """(doc_start, doc_end), both (B, L) long: the first token of each token's document and one past its last."""
+
+        def build():
+            ids, seq_len = self.document_ids, self.seq_len
+            index = torch.arange(seq_len, device=ids.device).expand_as(ids)
+            changes = ids[:, 1:] != ids[:, :-1]  # (B, L - 1): a document ends at i and the next begins at i + 1
+            first = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), changes], dim=1)
+            last = torch.cat([changes, torch.ones_like(ids[:, :1], dtype=torch.bool)], dim=1)
+            doc_start = torch.where(first, index, 0).cummax(dim=-1).values
+            from_end = torch.where(last.flip(-1), index, 0).cummax(dim=-1).values.flip(-1)
+            return doc_start, seq_len - from_end
+
+        return self._cached("document bounds", build)
 
     def row_order(self, triangle):
         """Per-row token order that turns ``triangle`` into a causal problem with padding last.
@@ -171,6 +237,13 @@ class AttentionMask:
         sort_key = torch.where(self.key_valid, rank, self.seq_len + positions)
         order = sort_key.argsort(dim=-1)
         return order, order.argsort(dim=-1)
+
+
+def _cut_by_triangle(triangle, query_start, query_end, key_start, key_end):
+    """A run of queries' key span (its documents) cut by ``triangle``: "lower" sees no key past the run's last query,
+    "upper" none before its first."""
+    return (query_start, query_end, query_start if triangle == "upper" else key_start,
+            query_end if triangle == "lower" else key_end)
 
 
 

@@ -30,8 +30,9 @@ tested against each other and against a naive reference (the fourth, ``varlen``,
   first use (a float64 model runs it uncompiled, after a warning: Inductor has no float64 CPU kernel for it).
 
 Packed documents (``mask.document_ids``): a query only sees keys of its own document. eager and flex_attention add
-the term to their mask; sdpa then takes one dense (B, 1, L, L) mask instead of reordering (a reordered causal call
-would run across the documents of a row).
+the term to their mask; sdpa then takes the dense (B, 1, L, L) mask instead of reordering (a reordered causal call
+would run across the documents of a row), in runs of queries over the keys their documents reach (`sdpa_documents`;
+on CPU each row alone, `sdpa_document_rows`).
 
 Padding: a query may only see real keys. A padded query row sees itself (and, in the SDPA paths, whatever precedes
 it in its reordered row), which keeps every row finite; nothing downstream reads padded rows.
@@ -125,13 +126,22 @@ def _causal_float_mask(bias, seq_len, device):
 
 
 _DOCUMENT_QUERY_CHUNK = 256
+# On CPU each row takes its own runs of 128 queries (`sdpa_document_rows`): many small calls cost little there, and a
+# row's runs follow its own documents. Elsewhere one call per run covers all rows, as launches cost more.
+_ROW_QUERY_CHUNK = 128
+_ROW_SPAN_DEVICES = ("cpu",)
 
 
 def sdpa_documents(query, key, value, mask, triangle, bias, scale, dropout_p):
     """Packed rows: the dense (B, 1, L, L) mask of the document blocks, the padding and the triangle (a reordered
     causal call would run across the documents of a row). Queries go in runs of 256, each against the span of keys
     its documents reach (`AttentionMask.key_spans`): every key it may see lies in that span, so the result is the
-    same, and the work falls from L x L towards L x (256 + document length). query/key/value (B, H, L, D)."""
+    same, and the work falls from L x L towards L x (256 + document length); on CPU, `sdpa_document_rows`.
+    query/key/value (B, H, L, D)."""
+    if query.device.type in _ROW_SPAN_DEVICES and query.shape[2] > _ROW_QUERY_CHUNK:
+        output = sdpa_document_rows(query, key, value, mask, triangle, bias, scale, dropout_p)
+        if output is not None:
+            return output
     allowed = mask.dense_allowed(triangle)
 
     def attn_mask(queries, keys):  # the bias (B|1, H, L, L) is masked per span, never as a whole (B, H, L, L)
@@ -151,6 +161,36 @@ def sdpa_documents(query, key, value, mask, triangle, bias, scale, dropout_p):
         for start, end, key_start, key_end in spans
     ]
     return torch.cat(outputs, dim=2)
+
+
+def sdpa_document_rows(query, key, value, mask, triangle, bias, scale, dropout_p):
+    """`sdpa_documents` row by row, in runs of 128 queries, each against the keys of its own row's documents
+    (`AttentionMask.row_key_spans`): the work falls towards each document's own length, where a run over all rows
+    reaches as far back as the longest document crossing it in any row. Each run's additive mask is built once per
+    forward (`AttentionMask.row_span_masks`). No run slices a row: rows and queries are split, a row's keys and
+    values gathered for all its runs at once and split (`AttentionMask.row_key_index`), so the backward is one
+    concatenation and one index_add per row, not a zero-filled row per run. Calls stay 4-D (torch's CPU flash kernel
+    takes no 3-D input). None while tracing (the spans read the document ids' values).
+    query/key/value (B, H, L, D) -> (B, H, L, D)."""
+    spans = mask.row_key_spans(triangle, _ROW_QUERY_CHUNK)
+    if spans is None:
+        return None
+    blocks = mask.row_span_masks(triangle, _ROW_QUERY_CHUNK, query.dtype)
+    key_indices = mask.row_key_index(triangle, _ROW_QUERY_CHUNK)
+    rows = []
+    for row, (query_row, key_row, value_row) in enumerate(zip(query.split(1), key.split(1), value.split(1))):
+        index, lengths = key_indices[row]
+        key_runs = key_row.index_select(2, index).split(lengths, dim=2)
+        value_runs = value_row.index_select(2, index).split(lengths, dim=2)
+        runs = []
+        for query_run, key_run, value_run, (start, end, key_start, key_end), block in zip(
+                query_row.split(_ROW_QUERY_CHUNK, dim=2), key_runs, value_runs, spans[row], blocks[row], strict=True):
+            if bias is not None:  # (B|1, H, L, L): this run's part, -inf where the mask forbids
+                block = bias[row if bias.shape[0] > 1 else 0, :, start:end, key_start:key_end] + block
+            runs.append(F.scaled_dot_product_attention(query_run, key_run, value_run, attn_mask=block,
+                                                       dropout_p=dropout_p, scale=scale))
+        rows.append(torch.cat(runs, dim=2))
+    return torch.cat(rows)
 
 
 def sdpa_triangle(query, key, value, mask, triangle, bias_module, scale, dropout, training):
