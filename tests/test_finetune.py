@@ -21,6 +21,7 @@ from encoderlab.training.finetune.run import finetune, glue_table, load_finetune
 from encoderlab.training.finetune.tokens import encode_words, word_windows
 from figure_checks import assert_png_drawn
 from remote_code import without_encoderlab
+from tiny_checkpoints import save_tiny_dta_mlm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,17 +126,10 @@ def tiny_dta(tmp_path_factory):
     """A tiny DTA-BERT masked LM with a WordPiece tokenizer trained on English text, saved to a folder."""
     from pydoc_data.topics import topics
 
-    from encoderlab import DTABertConfig, DTABertForMaskedLM
     from encoderlab.tokenization import build_tokenizer
 
     tokenizer = build_tokenizer("wordpiece", list(topics.values()), vocab_size=800, model_max_length=128)
-    torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    folder = tmp_path_factory.mktemp("dta")
-    DTABertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_dta_mlm(tmp_path_factory.mktemp("dta"), tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -532,11 +526,14 @@ def test_squad_card_model_index_lists_the_scores_only(version):
     if version == "v1":
         predictions = [{key: p[key] for key in ("id", "prediction_text")} for p in predictions]
     metrics = load_metric("squad", version).compute(predictions=predictions, references=references)
-    hub_split = {"origin": "hub", "name": f"rajpurkar/squad{'_v2' if version == 'v2' else ''}", "config": None,
-                 "hub_split": "validation", "whole_hub_split": True}
+    dataset, config = ("rajpurkar/squad_v2", "squad_v2") if version == "v2" else ("rajpurkar/squad", "plain_text")
+    hub_split = {"origin": "hub", "name": dataset, "config": config, "hub_split": "validation",
+                 "whole_hub_split": True}
     results = {"pipeline_tag": "question-answering", "task": f"squad_{version}", "data": {"validation": hub_split},
                "metrics": {"validation": {**metrics, "loss": 1.0, "runtime": 0.1}}}
-    listed = {entry.metric_type: entry.metric_value for entry in _finetune_eval_results(results)}
+    entries = _finetune_eval_results(results)
+    assert {(entry.dataset_type, entry.dataset_config) for entry in entries} == {(dataset, config)}
+    listed = {entry.metric_type: entry.metric_value for entry in entries}
     expected = {"exact_match", "f1"} | ({"HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact",
                                          "best_f1"} if version == "v2" else set())
     assert set(listed) == expected

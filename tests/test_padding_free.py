@@ -12,22 +12,16 @@ from encoderlab import DTABertConfig, DTABertForTokenClassification
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.finetune.run import finetune, load_finetune_config
 from encoderlab.training.finetune.tokens import PaddingFreeTokenCollator, TokenKind
+from tiny_checkpoints import save_tiny_dta_mlm
 
 
 @pytest.fixture(scope="module")
 def tiny_dta(tmp_path_factory):
     from pydoc_data.topics import topics
 
-    from encoderlab import DTABertForMaskedLM
 
     tokenizer = build_tokenizer("wordpiece", list(topics.values())[:200], vocab_size=400, model_max_length=64)
-    torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    folder = tmp_path_factory.mktemp("dta")
-    DTABertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_dta_mlm(tmp_path_factory.mktemp("dta"), tokenizer)
 
 
 def features_of(tokenizer, sentences):

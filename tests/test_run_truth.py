@@ -236,33 +236,6 @@ def test_model_index_lists_only_splits_that_are_a_whole_hub_split():
     assert "No result on a Hub dataset is claimed" in _data_section(glue_results(metrics, data))
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_squad_model_index_uses_the_hub_metric_names_and_config(version):
-    from encoderlab.metrics import load_metric
-
-    answers = {"text": ["William"], "answer_start": [0]}
-    none = {"text": [], "answer_start": []}
-    references = [{"id": "q1", "answers": answers}, {"id": "q2", "answers": none if version == "v2" else answers}]
-    predictions = [{"id": "q1", "prediction_text": "William", "no_answer_score": -1.0},
-                   {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0}]
-    if version == "v1":
-        predictions = [{key: p[key] for key in ("id", "prediction_text")} for p in predictions]
-    metrics = load_metric("squad", version).compute(predictions=predictions, references=references)
-    dataset, config = ("rajpurkar/squad_v2", "squad_v2") if version == "v2" else ("rajpurkar/squad", "plain_text")
-    results = {"task": f"squad_{version}", "pipeline_tag": "question-answering",
-               "metrics": {"validation": {**metrics, "loss": 1.0, "runtime": 0.1}},
-               "data": {"validation": hub_split(dataset, config, "validation", 2)}}
-    entries = _finetune_eval_results(results)
-    listed = {entry.metric_type: entry.metric_value for entry in entries}
-    exact = "exact" if version == "v2" else "exact_match"
-    assert listed["exact_match"] == pytest.approx(metrics[exact], abs=1e-4)
-    assert listed["f1"] == pytest.approx(metrics["f1"], abs=1e-4)
-    assert "exact" not in listed and "total" not in listed and not any(key.endswith("_thresh") for key in listed)
-    if version == "v2":
-        assert {"HasAns_f1", "NoAns_f1", "best_f1"} <= set(listed)
-    assert {(e.dataset_type, e.dataset_config) for e in entries} == {(dataset, config)}
-
-
 def test_glue_model_index_uses_the_hub_metric_names():
     metrics = {"validation": {"pearson": 0.8, "spearmanr": 0.7, "loss": 1.0}}
     data = {"validation": hub_split("nyu-mll/glue", "stsb", "validation", 1500)}

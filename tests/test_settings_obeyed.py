@@ -16,6 +16,7 @@ import torch
 from encoderlab.cli import main
 from encoderlab.training.finetune.run import (finetune, load_finetune_config, load_model, point_name, prepare,
                                               step_limit)
+from tiny_checkpoints import save_tiny_dta_mlm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,17 +26,10 @@ def tiny_dta(tmp_path_factory):
     """A tiny DTA-BERT masked LM (no trained head: transformers' placeholder labels) with a WordPiece tokenizer."""
     from pydoc_data.topics import topics
 
-    from encoderlab import DTABertConfig, DTABertForMaskedLM
     from encoderlab.tokenization import build_tokenizer
 
     tokenizer = build_tokenizer("wordpiece", list(topics.values())[:200], vocab_size=400, model_max_length=64)
-    torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-    folder = tmp_path_factory.mktemp("dta")
-    DTABertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_dta_mlm(tmp_path_factory.mktemp("dta"), tokenizer, num_hidden_layers=1)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import torch
 from encoderlab import DTABertConfig, DTABertForQuestionAnswering
 from encoderlab.tokenization.text import train_bpe_tokenizer
 from encoderlab.training.finetune import predict_qa, squad
+from tiny_checkpoints import save_tiny_dta_mlm
 
 V2_FILE = ("squad", "dev-v2.0-first5.json")
 V1_FILE = ("squad", "dev-v1.1-answerable-first5.json")
@@ -713,15 +714,8 @@ def test_a_bert_baseline_gets_its_token_type_ids(bpe_tokenizer, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_dta_checkpoint(tmp_path_factory, bpe_tokenizer):
     """A tiny pretrained-style DTA-BERT masked LM with a byte-level BPE (fast) tokenizer, saved to a folder."""
-    from encoderlab import DTABertForMaskedLM
 
-    torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(bpe_tokenizer), pad_token_id=bpe_tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    folder = tmp_path_factory.mktemp("dta_mlm")
-    DTABertForMaskedLM(config).save_pretrained(folder)
-    bpe_tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_dta_mlm(tmp_path_factory.mktemp("dta_mlm"), bpe_tokenizer)
 
 
 def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, tmp_path, capsys):
