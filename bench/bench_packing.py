@@ -8,11 +8,13 @@ this replaced (``list(load_documents)`` + ``tokenize_to_examples``). Each report
 
 ``throughput``: useful (non-padding) tokens/s of a pretraining step (forward + backward + AdamW step) on the same
 tokens, packed rows of exactly seq_len (`PackedMLMCollator`) vs padded chunks (`MLMCollator`, today's
-``data.packing=chunk``), for DTA-BERT and HOMA, and HF ``ModernBertForMaskedLM`` (sdpa, sparse_prediction on) on the
-padded batches at equal width and depth. Variants run interleaved, so ratios come from the same minutes.
+``data.packing=chunk``), for DTA-BERT and HOMA, and HF ``ModernBertForMaskedLM`` (sdpa) on the padded batches at
+equal width and depth; every model with sparse_prediction on (the MLM head on the masked tokens only). Variants run
+interleaved, so ratios come from the same minutes.
 
     PYTHONPATH=. python bench/bench_packing.py data
     PYTHONPATH=. python bench/bench_packing.py throughput --repeats 3
+    PYTHONPATH=. python bench/bench_packing.py throughput --cases uniprot:1024 --families dta_bert --repeats 5
 """
 
 import argparse
@@ -188,6 +190,9 @@ def data_benchmark(corpora=tuple(CORPORA), kinds=tuple(KINDS), scales=(1, 10)) -
 # ---------------------------------------------------------------------------------------------
 
 
+FAMILIES = ("dta_bert", "homa")
+CASES = ("uniprot:1024", "uniprot:512", "wikitext:512")
+"""The throughput cases, corpus:seq_len."""
 WIDTH = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 256}
 """Width and depth of every model (DTA-BERT, HOMA, ModernBERT), small enough for a loaded 2-core CPU."""
 
@@ -224,18 +229,18 @@ def batches_of(tokenizer, windows, seq_len: int, rows: int, count: int) -> dict:
     }
 
 
-def models_for(tokenizer, seq_len: int) -> dict:
+def models_for(tokenizer, seq_len: int, families=FAMILIES) -> dict:
     import torch
     from transformers import ModernBertConfig, ModernBertForMaskedLM
 
     from encoderlab.training.pretrain import family_classes
 
     models = {}
-    for family in ("dta_bert", "homa"):
+    for family in families:
         config_class, model_class = family_classes(family)
         torch.manual_seed(0)
         models[family] = model_class(config_class(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                                  max_position_embeddings=seq_len, **WIDTH))
+                                                  max_position_embeddings=seq_len, sparse_prediction=True, **WIDTH))
     torch.manual_seed(0)
     ids = {"pad_token_id": tokenizer.pad_token_id, "cls_token_id": tokenizer.cls_token_id,
            "sep_token_id": tokenizer.sep_token_id, "bos_token_id": tokenizer.cls_token_id,
@@ -255,7 +260,7 @@ def training_steps(model, optimizer, batches):
     return steps
 
 
-def throughput_case(corpus: str, seq_len: int, repeats: int, rows: int = 8, count: int = 2,
+def throughput_case(corpus: str, seq_len: int, repeats: int, families=FAMILIES, rows: int = 8, count: int = 2,
                     documents: int = 400) -> list:
     import statistics
 
@@ -265,7 +270,7 @@ def throughput_case(corpus: str, seq_len: int, repeats: int, rows: int = 8, coun
 
     tokenizer, windows = windows_of(corpus, seq_len, documents)
     batches = batches_of(tokenizer, windows, seq_len, rows, count)
-    models = models_for(tokenizer, seq_len)
+    models = models_for(tokenizer, seq_len, families)
     steps, useful = {}, {}
     for name, model in models.items():
         model.train()
@@ -276,7 +281,7 @@ def throughput_case(corpus: str, seq_len: int, repeats: int, rows: int = 8, coun
     times = interleaved_times(steps, repeats)
     rate = {key: useful[key] / statistics.median(times[key]) for key in steps}
     baseline = rate[("modernbert", "padded")]
-    fill = {layout: useful[("dta_bert", layout)] / sum(batch["input_ids"].numel() for batch in batches[layout])
+    fill = {layout: useful[(families[0], layout)] / sum(batch["input_ids"].numel() for batch in batches[layout])
             for layout in ("packed", "padded")}
     return [[corpus, seq_len, name, layout, f"{fill[layout]:.0%}", f"{useful[(name, layout)]:,}",
              f"{rate[(name, layout)]:,.0f}",
@@ -284,18 +289,20 @@ def throughput_case(corpus: str, seq_len: int, repeats: int, rows: int = 8, coun
              f"{rate[(name, layout)] / baseline:.2f}x"] for name, layout in steps]
 
 
-def throughput_benchmark(repeats: int) -> str:
+def throughput_benchmark(repeats: int, cases=CASES, families=FAMILIES) -> str:
     from common import markdown_table
 
     table = []
-    for corpus, seq_len in (("uniprot", 1024), ("uniprot", 512), ("wikitext", 512)):
-        rows = throughput_case(corpus, seq_len, repeats)
+    for case in cases:
+        corpus, seq_len = case.split(":")
+        rows = throughput_case(corpus, int(seq_len), repeats, families)
         print(rows, flush=True)
         table += rows
     header = ["corpus", "seq_len", "model", "batch", "real tokens", "useful tokens / step", "useful tokens/s",
               "vs its padded", "vs ModernBERT padded"]
     note = (f"Models: {WIDTH}, default attention implementation of each family (DTA-BERT, HOMA: sdpa with the "
-            "block-diagonal document mask on packed rows); ModernBERT sdpa, sparse_prediction on. Two batches of 8 "
+            "block-diagonal document mask on packed rows); sparse_prediction on in every model, ModernBERT with sdpa. "
+            "Two batches of 8 "
             "rows per variant (packed: rows of exactly seq_len; padded: consecutive windows padded to the longest, as "
             "data.packing=chunk), each a forward + backward + AdamW step; median of the interleaved rounds. Useful "
             "tokens: non-padding tokens.")
@@ -310,6 +317,9 @@ def main():
     parser.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS),
                         help="data: which processes to measure")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), help="throughput: which cases")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
+                        help="throughput: which encoderlab families (ModernBERT always runs)")
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
     args = parser.parse_args()
     if args.part == "worker":
@@ -323,7 +333,7 @@ def main():
         body = data_benchmark(args.corpora, args.kinds)
         title = f"Pretraining data at 1x and 10x a corpus: {', '.join(args.kinds)}"
     else:
-        body = throughput_benchmark(args.repeats)
+        body = throughput_benchmark(args.repeats, args.cases, args.families)
         title = "Packed rows vs padded chunks: useful tokens/s of a pretraining step"
     print(body)
     if not args.no_write:
