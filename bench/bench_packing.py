@@ -105,7 +105,8 @@ def measured_work(kind: str, corpus: str, source: Path, cache: Path) -> dict:
     run = run_config(corpus, source, cache)
     imported = time.perf_counter()
     if kind == "in_memory":
-        from encoderlab.training.data import load_documents, split_documents, tokenize_to_examples
+        from encoderlab.training.data import split_documents, tokenize_to_examples
+        from encoderlab.training.sources import load_documents
 
         tokenizer = run_tokenizer(run, None, PartialState())
         documents = list(load_documents(run.data.source))
@@ -200,7 +201,8 @@ WIDTH = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "
 def windows_of(corpus: str, seq_len: int, documents: int):
     """(tokenizer, windows): the first `documents` documents of the corpus, cut into windows of at most seq_len."""
     from encoderlab.tokenization import build_tokenizer
-    from encoderlab.training.data import document_windows, load_documents
+    from encoderlab.training.data import document_windows
+    from encoderlab.training.sources import load_documents
 
     texts = list(load_documents(CORPORA[corpus]["file"], limit=documents))
     if corpus == "uniprot":

@@ -20,11 +20,11 @@ from encoderlab.tokenization import esm2_tokenizer, train_bpe_tokenizer
 from encoderlab.training.data import (
     TokenizationStats,
     assign_split,
-    load_documents,
     select_long_documents,
     split_documents,
     tokenize_to_examples,
 )
+from encoderlab.training.sources import load_documents
 
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

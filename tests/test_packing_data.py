@@ -10,7 +10,8 @@ import torch
 
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.collator import MLMCollator
-from encoderlab.training.data import document_windows, load_documents
+from encoderlab.training.data import document_windows
+from encoderlab.training.sources import load_documents
 from encoderlab.training.packing import PackedMLMCollator, best_fit_rows, pack_block, positions_of
 
 

@@ -19,7 +19,8 @@ from encoderlab import cli
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training import pretrain as pretrain_module
 from encoderlab.training import shards as shards_module
-from encoderlab.training.data import assign_split, document_windows, load_documents, tokenize_to_examples
+from encoderlab.training.data import assign_split, document_windows, tokenize_to_examples
+from encoderlab.training.sources import load_documents
 from encoderlab.training.pretrain import RunConfig, prepare_data
 from encoderlab.training.shards import load_or_build_shards, shard_directory
 from tiny_checkpoints import assert_same_saved_weights

@@ -22,7 +22,7 @@ from encoderlab.tokenization import (
     train_bpe_tokenizer,
     train_wordpiece_tokenizer,
 )
-from encoderlab.training.data import load_documents
+from encoderlab.training.sources import load_documents
 
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

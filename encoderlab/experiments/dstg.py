@@ -137,7 +137,8 @@ ANALYSIS_FILES = {"probes": "probes.csv", "heads": "heads.csv", "geometry": "ap_
 def probe_texts(run: RunConfig):
     """The run's held-out documents (validation + test, split as `pretrain` split them): probe documents the model
     never trained on."""
-    from ..training.data import load_documents, split_documents
+    from ..training.data import split_documents
+    from ..training.sources import load_documents
 
     documents = list(load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
                                     streaming=run.data.streaming, limit=run.data.limit))

@@ -15,6 +15,9 @@ the AP query/key rows of special tokens removes exactly their AP term, and ``v =
 shared weights to both value streams. With flex_attention the bias is a score_mod, so no L x L tensor is built.
 
 The ``ap``, ``rp`` and ``rope`` presets are the paper's NeoBERT baselines (learned absolute, T5 bias, rotary).
+
+The whole family is one file (about 640 lines), as a transformers modeling file is: its bias, attention, SwiGLU,
+layers, embeddings, norm and heads only make sense together, and the exported remote code copies it as one unit.
 """
 
 from dataclasses import dataclass

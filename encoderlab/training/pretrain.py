@@ -5,7 +5,7 @@ A run is described by a YAML/JSON file with the sections of `RunConfig` (``model
 (`encoderlab.training.run_config`). This module orchestrates; the Trainer side is in
 `encoderlab.training.trainer`, the run folder's checks and files in `encoderlab.training.run_folder`. The pipeline:
 
-1. documents (`encoderlab.training.data.load_documents`) split by document into train / validation / test;
+1. documents (`encoderlab.training.sources.load_documents`) split by document into train / validation / test;
 2. the tokenizer: trained on the training split (``bpe``, ``wordpiece``) or built in code (``esm2``,
    ``tape_iupac``), or loaded from ``tokenizer.path``;
 3. training examples of ``train.seq_len`` tokens; evaluation sets from the validation and test documents with
@@ -205,7 +205,8 @@ def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
 
 def training_documents(run: RunConfig) -> Iterator[str]:
     """The training split of the run's corpus, streamed (documents placed by their hash, as in the shards)."""
-    from .data import assign_split, load_documents
+    from .data import assign_split
+    from .sources import load_documents
 
     documents = load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
                                streaming=run.data.streaming, limit=run.data.limit)

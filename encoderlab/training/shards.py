@@ -64,7 +64,7 @@ def cache_root(run) -> Path:
 def source_fingerprint(source: str) -> dict:
     """What identifies the documents of `source`: a local file or folder by its files' paths, sizes and mtimes
     (so an edited corpus is tokenized again), the embedded corpus by the Python version, a Hub id by its name."""
-    from .data import EMBEDDED_SOURCE
+    from .sources import EMBEDDED_SOURCE
 
     if source == EMBEDDED_SOURCE:
         return {"embedded": sys.version}
@@ -215,7 +215,8 @@ def _summary(info: dict) -> str:
 
 
 def _document_rows(source, text_field, split, streaming, limit, validation_size, test_size, seed):
-    from .data import assign_split, load_documents
+    from .data import assign_split
+    from .sources import load_documents
 
     documents = load_documents(source, text_field=text_field, split=split, streaming=streaming, limit=limit)
     for text in documents:

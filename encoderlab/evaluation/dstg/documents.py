@@ -126,8 +126,8 @@ def build_probe_documents(texts, tokenizer, length, count=None):
 
 def load_texts(source=None, limit=None):
     """Texts for probe documents: `source` (a text file, folder, Hub dataset id or ``embedded``, as
-    `encoderlab.training.data.load_documents` reads them), by default WikiText-2 where present."""
-    from ...training.data import load_documents
+    `encoderlab.training.sources.load_documents` reads them), by default WikiText-2 where present."""
+    from ...training.sources import load_documents
 
     if source is None:
         source = str(DEFAULT_TEXT) if DEFAULT_TEXT.is_file() else "embedded"

@@ -106,7 +106,8 @@ def test_sets_of(run: RunConfig):
     and tokenizer, which is loaded from the run folder)."""
     from transformers import AutoTokenizer
 
-    from ...training.data import evaluation_sets, load_documents, split_documents
+    from ...training.data import evaluation_sets, split_documents
+    from ...training.sources import load_documents
 
     tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
     documents = list(load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
