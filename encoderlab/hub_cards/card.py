@@ -18,10 +18,9 @@ is scored on held-out documents of the corpus, never a Hub split, so its card ha
 import json
 from pathlib import Path
 
-import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..training.run_folder import is_local_path, public_name
+from ..training.run_folder import is_local_path, public_name, read_run_config
 
 
 PAPERS = {
@@ -73,7 +72,7 @@ def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
         )
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    run = yaml.safe_load((run_dir / "run_config.yaml").read_text(encoding="utf-8"))
+    run = read_run_config(run_dir)
     return config, results, run
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ..training.run_folder import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name,
+from ..training.run_folder import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name, read_run_config,
                                    record_publication)
 
 
@@ -68,7 +68,7 @@ def _make_public(out_dir: Path, run_dir: Path) -> None:
     that no staged text file names the run folder's location."""
     results = _results(out_dir)
     if (out_dir / RUN_CONFIG_FILE).is_file():
-        run = yaml.safe_load((out_dir / RUN_CONFIG_FILE).read_text(encoding="utf-8")) or {}
+        run = read_run_config(out_dir)
         public = public_run_config(run, results.get("base_model") if "base_checkpoint" in results else None)
         (out_dir / RUN_CONFIG_FILE).write_text("# paths of the training machine are cut to their last component\n"
                                                + yaml.safe_dump(public, sort_keys=False), encoding="utf-8")

@@ -105,11 +105,16 @@ def run_owner(run_dir: Path) -> str | None:
         return None
 
 
+def read_run_config(run_dir: Path) -> dict:
+    """The run config a run folder saved (``run_config.yaml``), as a mapping."""
+    return yaml.safe_load((Path(run_dir) / RUN_CONFIG_FILE).read_text(encoding="utf-8")) or {}
+
+
 def load_saved_run_config(run_dir: Path) -> dict:
     path = Path(run_dir) / RUN_CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"--resume: {str(path)!r} is missing, so the run's config cannot be compared; start anew")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return read_run_config(run_dir)
 
 
 def changed_keys(saved: dict, current: dict) -> list[str]:
