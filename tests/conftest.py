@@ -1,10 +1,18 @@
 """Shared test set-up: offline hub, deterministic seeds, tiny configs, and the data folder beside the repo."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "ENCODERLAB_CACHE" not in os.environ:
+    # The tokenized shards of the tests' pretraining runs (subprocesses included) go to a folder of this test
+    # process, not to the user's ~/.cache/encoderlab.
+    os.environ["ENCODERLAB_CACHE"] = tempfile.mkdtemp(prefix="encoderlab-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ENCODERLAB_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

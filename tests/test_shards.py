@@ -254,3 +254,13 @@ def test_resume_on_sharded_packed_rows_equals_the_uninterrupted_run(tmp_path):
     assert straight_results["plan"]["mean_example_tokens"] > 0.98 * 32  # packed rows, nearly full
     for length in ("short", "long"):
         assert resumed_results["test"][length] == pytest.approx(straight_results["test"][length], abs=1e-6)
+
+
+def test_resume_may_move_the_shard_cache_or_change_num_proc_but_not_the_rows():
+    from encoderlab.training.run_folder import changed_keys
+
+    saved = RunConfig.from_dict({"data": {"cache_dir": "/old/cache", "num_proc": 1}}).to_dict()
+    moved = RunConfig.from_dict({"data": {"cache_dir": "/new/cache", "num_proc": 2}}).to_dict()
+    assert changed_keys(saved, moved) == []  # the same shards, wherever cached and however built
+    other_rows = RunConfig.from_dict({"data": {"cache_dir": "/old/cache", "num_proc": 1, "packing": "chunk"}})
+    assert changed_keys(saved, other_rows.to_dict()) == ["data.packing (saved 'pack', now 'chunk')"]

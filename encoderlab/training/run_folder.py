@@ -34,8 +34,10 @@ HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 RESUMABLE_KEYS = (
     "output_dir", "train.logging_steps", "train.num_workers", "train.eval_batch_size", "train.save_steps",
     "train.save_total_limit", "train.precision", "train.attn_implementation", "train.torch_compile",
+    "data.cache_dir", "data.num_proc",
 )  # fmt: skip
-"""Keys a resumed run may change: they touch neither the model, the data nor the schedule."""
+"""Keys a resumed run may change: they touch neither the model, the data nor the schedule (shards are the same
+wherever they are cached and however many processes tokenized them)."""
 
 
 class RunFinished(Exception):
