@@ -7,7 +7,7 @@ used, so adding a subcommand is one line in `SUBCOMMANDS`. A failing command pri
 The installed command is `encoderlab_cli.main`: it builds the parser without running the encoderlab package's
 ``__init__``, so ``--help`` and usage errors never load torch or transformers. A subcommand module must therefore
 import them inside functions (tests/test_cli.py checks every one); a module whose body needs torch at import keeps
-its options in a light companion module (``experiments/argmax_cli.py`` for ``experiments/argmax.py``).
+its options in a light companion module (``experiments/argmax_cli.py`` for ``experiments/argmax/``).
 """
 
 import argparse

@@ -5,22 +5,24 @@ import argparse
 import pytest
 import torch
 
-from encoderlab.experiments import argmax
-from encoderlab.experiments.argmax import (
+from encoderlab.experiments.argmax import arms, options, probe, training
+from encoderlab.experiments.argmax.arms import RunSpec
+from encoderlab.experiments.argmax.probe import (
     CHANCE,
     POSITION_BLIND_CEILING,
-    RunSpec,
     SoftmaxPoolingHead,
     evaluation_batches,
     first_argmax,
     sample_batch,
 )
+from encoderlab.experiments.argmax.summary import best_constant_score, summary_table
+from encoderlab.results.rows import read_results
 from figure_checks import assert_png_drawn
 
 
 def tiny_args(tmp_path, **overrides):
     parser = argparse.ArgumentParser()
-    argmax.add_arguments(parser)
+    options.add_arguments(parser)
     args = parser.parse_args([
         "--out-dir", str(tmp_path), "--attention", "causal", "--positions", "none", "--hidden-sizes", "32",
         "--depths", "1", "--seeds", "11", "--batch-size", "16", "--cycle-steps", "2", "--max-cycles", "3",
@@ -69,13 +71,13 @@ def test_pooling_weights_sum_to_one():
 
 
 def test_heads_follow_the_head_size():
-    assert argmax.heads_for("causal", 128, 64) == 2
-    assert argmax.heads_for("dual_triangle", 256, 64) == 2  # 128-channel heads, 64 per half
-    assert argmax.heads_for("bidirectional", 32, 64) == 1
+    assert probe.heads_for("causal", 128, 64) == 2
+    assert probe.heads_for("dual_triangle", 256, 64) == 2  # 128-channel heads, 64 per half
+    assert probe.heads_for("bidirectional", 32, 64) == 1
     with pytest.raises(ValueError, match="multiple"):
-        argmax.heads_for("causal", 96 + 64, 64 + 32)
+        probe.heads_for("causal", 96 + 64, 64 + 32)
     with pytest.raises(ValueError, match="positions"):
-        argmax.build_probe("causal", "alibi-drop", 32, 1)
+        probe.build_probe("causal", "alibi-drop", 32, 1)
 
 
 def test_causal_without_positions_learns_above_chance_quickly():
@@ -83,28 +85,28 @@ def test_causal_without_positions_learns_above_chance_quickly():
     # position-blind model can reach; 512 held-out samples put that ceiling's noise at ~0.007.
     spec = RunSpec("argmax", "causal", "none", 64, 1, 11, batch_size=64, cycle_steps=80, max_cycles=2, patience=3,
                    warmup_steps=10, learning_rate=3e-3, weight_decay=0.01, eval_batches=8, head_size=64)
-    row = argmax.train_run(spec, progress=False)
+    row = training.train_run(spec, progress=False)
     assert row["steps"] == 160
     assert row["best_accuracy"] > 2 * POSITION_BLIND_CEILING
 
 
 def test_sweep_resume_skips_finished_runs(tmp_path):
     args = tiny_args(tmp_path, seeds=[11, 22])
-    assert argmax.run(args) == 0
-    rows = argmax.read_results(tmp_path / "argmax_runs.csv")
+    assert training.run(args) == 0
+    rows = read_results(tmp_path / "argmax_runs.csv")
     assert len(rows) == 2 and {row["seed"] for row in rows} == {"11", "22"}
     assert_png_drawn(tmp_path / "argmax_heatmaps.png")
     assert_png_drawn(tmp_path / "argmax_no_position.png")
     summary = (tmp_path / "argmax_summary.md").read_text()
     assert "| argmax | causal | none | 32 | 1 | 2 |" in summary
     args.seeds = [11, 22, 33]
-    assert argmax.sweep(argmax.grid(args), tmp_path / "argmax_runs.csv", progress=False) == 1
-    assert len(argmax.read_results(tmp_path / "argmax_runs.csv")) == 3
+    assert training.sweep(arms.grid(args), tmp_path / "argmax_runs.csv", progress=False) == 1
+    assert len(read_results(tmp_path / "argmax_runs.csv")) == 3
 
 
 def test_drop_switches_positions_off_after_the_second_cycle(tmp_path, monkeypatch):
     switched_at, training_steps = [], []
-    original_forward = argmax.ArgmaxProbe.forward
+    original_forward = probe.ArgmaxProbe.forward
 
     def counting_forward(self, input_ids):
         if self.training:  # evaluation forwards run in eval mode
@@ -115,22 +117,22 @@ def test_drop_switches_positions_off_after_the_second_cycle(tmp_path, monkeypatc
         switched_at.append((len(training_steps), enabled))
         self.config.use_positions = enabled
 
-    monkeypatch.setattr(argmax.ArgmaxProbe, "forward", counting_forward)
-    monkeypatch.setattr(argmax.DTABertModel, "set_positions_enabled", record_switch)
+    monkeypatch.setattr(probe.ArgmaxProbe, "forward", counting_forward)
+    monkeypatch.setattr(probe.DTABertModel, "set_positions_enabled", record_switch)
     spec = RunSpec("argmax", "causal", "rope-drop", 32, 1, 11, batch_size=8, cycle_steps=3, max_cycles=4,
                    patience=10, warmup_steps=1, learning_rate=3e-4, weight_decay=0.01, eval_batches=1, head_size=64)
-    row = argmax.train_run(spec, progress=False)
+    row = training.train_run(spec, progress=False)
     assert switched_at == [(6, False)] and row["drop_step"] == 6 and row["steps"] == 12
     assert training_steps == [True] * 6 + [False] * 6
     no_drop = RunSpec(**{**spec.__dict__, "positions": "rope"})
     switched_at.clear()
-    argmax.train_run(no_drop, progress=False)
+    training.train_run(no_drop, progress=False)
     assert switched_at == []
 
 
 def test_drop_needs_cycles_after_the_switch(tmp_path):
     with pytest.raises(ValueError, match="max-cycles"):
-        argmax.run(tiny_args(tmp_path, positions=["rope-drop"], max_cycles=2))
+        training.run(tiny_args(tmp_path, positions=["rope-drop"], max_cycles=2))
 
 
 def test_attention_maps_write_one_png_per_layer(tmp_path):
@@ -154,10 +156,10 @@ def test_attention_maps_write_one_png_per_layer(tmp_path):
 
 def test_drop_runs_report_the_best_accuracy_without_positions(monkeypatch):
     scores = iter([0.9, 0.8, 0.3, 0.4, 0.35])
-    monkeypatch.setattr(argmax, "evaluate", lambda model, batches: next(scores))
+    monkeypatch.setattr(training, "evaluate", lambda model, batches: next(scores))
     spec = RunSpec("argmax", "causal", "absolute-drop", 32, 1, 11, batch_size=4, cycle_steps=1, max_cycles=5,
                    patience=10, warmup_steps=1, learning_rate=3e-4, weight_decay=0.01, eval_batches=1, head_size=64)
-    row = argmax.train_run(spec, progress=False)
+    row = training.train_run(spec, progress=False)
     assert row["best_accuracy"] == 0.4 and row["last_accuracy"] == 0.35 and row["cycles"] == 5
 
 
@@ -168,11 +170,11 @@ def test_parallel_sweep_matches_the_sequential_one(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # each of the 2 workers then gets max(1, 1 // 2) = 1 thread: the same arithmetic
     try:
-        argmax.sweep(argmax.grid(args), sequential, progress=False)
-        assert argmax.sweep(argmax.grid(args), parallel, progress=False, workers=2) == 2
+        training.sweep(arms.grid(args), sequential, progress=False)
+        assert training.sweep(arms.grid(args), parallel, progress=False, workers=2) == 2
     finally:
         torch.set_num_threads(threads)
-    by_seed = {name: {row["seed"]: row for row in argmax.read_results(path)}
+    by_seed = {name: {row["seed"]: row for row in read_results(path)}
                for name, path in (("sequential", sequential), ("parallel", parallel))}
     assert by_seed["sequential"].keys() == by_seed["parallel"].keys() == {"11", "22"}
     for seed, row in by_seed["sequential"].items():
@@ -184,10 +186,10 @@ def test_parallel_sweep_matches_the_sequential_one(tmp_path):
 
 
 def test_summary_reports_the_best_constant_answer_of_its_evaluation_set():
-    assert argmax.best_constant_score(torch.tensor([0, 0, 5, 7])) == 0.5
+    assert best_constant_score(torch.tensor([0, 0, 5, 7])) == 0.5
     labels = torch.cat([labels for _, labels in evaluation_batches(2, 16)])
     row = {"task": "argmax", "attention": "causal", "positions": "none", "hidden_size": "64", "depth": "1",
            "seed": "1", "best_accuracy": "0.5", "eval_batches": "2", "batch_size": "16"}
-    table = argmax.summary_table([row])
+    table = summary_table([row])
     expected = torch.bincount(labels).max().item() / 32
     assert f"On the 32 held-out examples of 2 x 16, the best constant answer scores {expected:.3f}" in table

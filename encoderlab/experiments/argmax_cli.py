@@ -1,10 +1,11 @@
-"""``encoderlab experiment argmax``: the options (`argmax_options`, torch-free, so ``--help`` answers at once) and the
-run (`argmax`, imported only when the command runs). Neither module imports this one, so there is no import cycle."""
+"""``encoderlab experiment argmax``: the options (`argmax.options`, torch-free, so ``--help`` answers at once) and the
+run (`argmax.training`, imported only when the command runs). Neither module imports this one, so there is no import
+cycle."""
 
-from .argmax_options import add_arguments  # noqa: F401  (the command's options)
+from .argmax.options import add_arguments  # noqa: F401  (the command's options)
 
 
 def run(args):
-    from .argmax import run as run_experiment
+    from .argmax.training import run as run_sweep
 
-    return run_experiment(args)
+    return run_sweep(args)

@@ -1,9 +1,9 @@
-"""The options of ``encoderlab experiment argmax`` (the argmax probe sweep, `argmax`) and the constants they offer, in
-a module that imports neither torch nor transformers, so ``--help`` answers at once."""
+"""The options of ``encoderlab experiment argmax`` and the constants they offer, in a module that imports neither
+torch nor transformers, so ``--help`` answers at once."""
 
 from pathlib import Path
 
-from ..configuration.choices import DTA_ATTENTION_TYPES as ATTENTION_TYPES
+from ...configuration.choices import DTA_ATTENTION_TYPES as ATTENTION_TYPES
 
 POSITION_SCHEMES = ("none", "absolute", "absolute-drop", "rope", "rope-drop")
 
