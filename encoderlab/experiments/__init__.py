@@ -9,7 +9,7 @@ smaller sweeps are one module each, in the same order inside: `argmax` (the DTA 
 (the DSTG paper's analyses) and `finetune` (checkpoints x fine-tuning tasks x seeds).
 
 A ``NAME_cli`` module is the subcommand of a sweep whose body imports torch: it takes the options from a torch-free
-module (``argmax.options``, ``dstg_options``, ``mlm.options``) and imports the sweep only when the command runs, so
+module (``argmax.options``, ``dstg.options``, ``mlm.options``) and imports the sweep only when the command runs, so
 ``--help`` stays fast and no sweep imports its command. `sweeps` runs a sweep's jobs here or in worker processes;
 the result helpers (CSVs, statistics, tables, plotting) are `encoderlab.results`, below both this package and
 `encoderlab.evaluation`.

@@ -1,5 +1,5 @@
-"""The options of ``encoderlab experiment dstg`` (the DSTG analyses experiment, `dstg`) and the arms they offer, in a
-module that imports neither torch nor transformers, so ``--help`` answers at once."""
+"""The options of ``encoderlab experiment dstg`` and the arms they offer, in a module that imports neither torch nor
+transformers, so ``--help`` answers at once."""
 
 from pathlib import Path
 
