@@ -13,7 +13,7 @@ from scipy.stats import ttest_ind
 
 from encoderlab.cli import main
 from encoderlab.experiments import finetune as experiment
-from encoderlab.experiments.sweeps import read_results
+from encoderlab.results.rows import read_results
 from figure_checks import assert_png_drawn
 
 from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
@@ -144,18 +144,19 @@ def test_interrupted_run_resumes_through_the_job(shared_data, tiny_dta, tmp_path
 
 
 def fake_rows(seed=0):
-    """A CSV of 3 models x 3 tasks (two GLUE tasks and squad_v1) x 3 seeds with random scores; one seed of one task
-    is missing for model c, so its GLUE average has two seeds."""
+    """A CSV of 3 models x 4 tasks (two GLUE tasks, WNLI, which the GLUE average leaves out, and squad_v1) x 3 seeds
+    with random scores; one seed of one task is missing for model c, so its GLUE average has two seeds."""
     rng = np.random.default_rng(seed)
     rows = []
     for model, shift in (("a", 5.0), ("b", 0.0), ("c", 1.0)):
-        for task in ("cola", "stsb", "squad_v1"):
+        for task in ("cola", "stsb", "wnli", "squad_v1"):
             for run_seed in range(3):
                 if (model, task, run_seed) == ("c", "stsb", 2):
                     continue
                 score = float(rng.normal(50 + shift, 2))
                 metrics = {"f1": score, "exact": score - 3} if task == "squad_v1" else \
                     {"matthews_correlation": score / 100} if task == "cola" else \
+                    {"accuracy": score / 100} if task == "wnli" else \
                     {"pearson": score / 100 + 0.01, "spearmanr": score / 100 - 0.01}
                 rows.append({"model": model, "task": task, "seed": run_seed, "checkpoint": model, "main_metric": "x",
                              "score": score, "metrics": json.dumps(metrics), "steps": 1, "tokens_seen": 1,
@@ -164,7 +165,7 @@ def fake_rows(seed=0):
 
 
 def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
-    from encoderlab.experiments.sweeps import write_rows
+    from encoderlab.results.rows import write_rows
 
     write_rows(tmp_path / experiment.RUNS_CSV, fake_rows())
     paths = experiment.write_outputs(tmp_path, baselines=["b", "c"])
@@ -180,7 +181,7 @@ def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
         cola, stsb = scores(model, "cola"), scores(model, "stsb")
         return [(cola[seed] + stsb[seed]) / 2 for seed in sorted(set(cola) & set(stsb))]
 
-    expected = {(m, t): list(scores(m, t).values()) for m in "abc" for t in ("cola", "stsb", "squad_v1")}
+    expected = {(m, t): list(scores(m, t).values()) for m in "abc" for t in ("cola", "stsb", "wnli", "squad_v1")}
     expected |= {(m, experiment.GLUE_AVERAGE): glue_average(m) for m in "abc"}
     assert len(expected[("c", experiment.GLUE_AVERAGE)]) == 2
 
@@ -204,7 +205,7 @@ def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
         assert float(entry["p_value"]) == pytest.approx(p)
         assert float(entry["difference"]) == pytest.approx(np.mean(a) - np.mean(b))
         assert f"{p:.3g}" in summary
-    assert len(stats) == 3 * 4  # three pairs x (three tasks + the GLUE average)
+    assert len(stats) == 3 * 5  # three pairs x (four tasks + the GLUE average)
 
 
 def test_summary_from_a_real_sweep_and_the_command_line(shared_data, tiny_dta, tmp_path, capsys):  # noqa: F811

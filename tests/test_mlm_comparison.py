@@ -15,7 +15,7 @@ from encoderlab import DTABertConfig, DTABertForMaskedLM
 from encoderlab.experiments.mlm import arms as plan
 from encoderlab.experiments.mlm import figures, options, summary
 from encoderlab.experiments.mlm import training as mlm
-from encoderlab.experiments import stats
+from encoderlab.results import stats
 from encoderlab.experiments.mlm.arms import Arm
 from encoderlab.training.metrics import write_metrics_csv
 from encoderlab.training.pretrain import RunConfig, load_run_config

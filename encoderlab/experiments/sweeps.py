@@ -1,10 +1,8 @@
 """Running a sweep's jobs: here, or spread over worker processes. The results CSV each sweep grows by one row per
-finished run is kept by `encoderlab.results.rows` (whose helpers stay importable from here)."""
+finished run is kept by `encoderlab.results.rows`."""
 
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
-
-from ..results.rows import append_rows, read_header, read_results, write_rows  # noqa: F401
 
 
 def runs_in_this_process(workers, num_jobs):

@@ -15,7 +15,7 @@ Arms. Every arm is a fresh HOMA-family model of one backbone (the config's ``mod
 
 A warm-started arm trains after the blockwise arm it copies. Every arm gets the same finetune run config (steps,
 batch, schedule, evaluation; ``finetune`` / ``task_finetune``) and the same seed drives initialisation, dropout and
-data order, so two arms of one seed see the same batches. Fresh weights come from experiments/finetune.py's
+data order, so two arms of one seed see the same batches. Fresh weights come from experiments/finetune's
 ``untrained:`` mechanism (``OUT/untrained``); training, data and metrics are the finetune job's.
 
 Each run happens in a fresh process (so its peak memory can be read) and appends one row to ``homa_runs.csv``: the

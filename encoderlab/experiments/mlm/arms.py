@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...configuration.dta import ATTENTION_TYPES, DUAL_TRIANGLE_ROUTINGS, DTABertConfig
 from ...training.run_config import PretrainRunConfig as RunConfig
-from ..argmax import heads_for
+from ..argmax.probe import heads_for
 from .options import DEFAULT_ROUTING, POSITION_ARMS, SCALINGS
 
 LENGTHS = {"short": "1x", "long": "4x"}
