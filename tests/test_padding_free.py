@@ -1,16 +1,18 @@
-"""``train.padding_free`` for token-classification fine-tuning: flattened batches give each sequence the logits and
-the loss of the padded batch, and a fine-tuning run trains the same; sequence classification refuses it."""
+"""``train.padding_free`` for token- and sequence-classification fine-tuning: flattened batches give each sequence the
+logits and the loss of the padded batch, and a fine-tuning run trains the same; question answering refuses it."""
 
 import json
 
 import numpy as np
 import pytest
 import torch
-from transformers import DataCollatorForTokenClassification
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-from encoderlab import DTABertConfig, DTABertForTokenClassification
+from encoderlab import DTABertConfig, DTABertForSequenceClassification, DTABertForTokenClassification
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.sequence import SequenceKind
+from encoderlab.training.finetune.squad import QuestionAnsweringKind
 from encoderlab.training.finetune.tokens import PaddingFreeTokenCollator, TokenKind
 from tiny_checkpoints import save_tiny_dta_mlm
 
@@ -95,11 +97,50 @@ def test_fine_tuning_trains_the_same_with_and_without_padding(tiny_dta, tmp_path
     assert results[True]["tokens_seen"] == results[False]["tokens_seen"]  # real tokens only, either way
 
 
-def test_sequence_classification_refuses_padding_free(tiny_dta, tmp_path):
-    write_tags(tmp_path / "train.jsonl", 8, 0)
-    run = load_finetune_config("text-classification", str(tiny_dta), None,
-                               [*QUICK, f"data.train={tmp_path / 'train.jsonl'}", "data.text_columns=[text]",
-                                "data.label_column=label", f"output_dir={tmp_path / 'out'}", "train.padding_free=true"])
-    with pytest.raises(ValueError, match="train.padding_free=true applies to token classification only"):
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("problem_type", ["single_label_classification", "regression"])
+def test_flattened_batch_gives_each_sequence_its_padded_classifier_logits_and_loss(pooling, problem_type):
+    tokenizer = build_tokenizer("wordpiece", ["the cat sat on a mat", "import lambda x statements"] * 20,
+                                vocab_size=120, model_max_length=64)
+    torch.manual_seed(0)
+    model = DTABertForSequenceClassification(DTABertConfig(
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, num_labels=3 if problem_type != "regression" else 1,
+        problem_type=problem_type, classifier_pooling=pooling)).double().eval()
+    labels = [2, 0, 1, 2] if problem_type != "regression" else [0.5, -1.0, 2.0, 0.25]
+    features = [{"input_ids": tokenizer(" ".join(words))["input_ids"], "labels": label}
+                for words, label in zip(SENTENCES, labels)]
+    flat = SequenceKind().padding_free_collator(tokenizer)(features)
+    padded = DataCollatorWithPadding(tokenizer)(features)
+    assert flat["input_ids"].shape == (1, sum(len(f["input_ids"]) for f in features))
+    assert flat["labels"].tolist() == labels  # one label per sequence, in order
+    flat_out, padded_out = model(**flat), model(**padded)
+    torch.testing.assert_close(flat_out.logits, padded_out.logits.double(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(flat_out.loss, padded_out.loss, rtol=0, atol=1e-10)
+
+
+def test_sequence_fine_tuning_trains_the_same_with_and_without_padding(tiny_dta, tmp_path):
+    write_tags(tmp_path / "train.jsonl", 32, 0)
+    write_tags(tmp_path / "dev.jsonl", 16, 1)
+    files = [f"data.train={tmp_path / 'train.jsonl'}", f"data.validation={tmp_path / 'dev.jsonl'}",
+             "data.text_columns=[text]", "data.label_column=label"]
+    results = {}
+    for padding_free in (False, True):
+        run = load_finetune_config("text-classification", str(tiny_dta), None,
+                                   [*QUICK, *files, f"output_dir={tmp_path / str(padding_free)}",
+                                    f"train.padding_free={str(padding_free).lower()}"])
+        results[padding_free] = finetune(run).results
+    padded, flat = results[False]["metrics"]["validation"], results[True]["metrics"]["validation"]
+    assert flat["loss"] == pytest.approx(padded["loss"], abs=1e-4)
+    assert flat["accuracy"] == padded["accuracy"]
+
+
+def test_question_answering_refuses_padding_free(shared_data, tiny_dta, tmp_path):
+    assert not QuestionAnsweringKind.padding_free
+    squad = shared_data / "squad" / "dev-v2.0-first5.json"
+    run = load_finetune_config("squad_v2", str(tiny_dta), None,
+                               [*QUICK, f"data.train={squad}[0:1]", f"data.validation={squad}[1:2]",
+                                f"output_dir={tmp_path / 'out'}", "train.padding_free=true"])
+    with pytest.raises(ValueError, match="train.padding_free=true applies to token and sequence classification"):
         finetune(run)
     assert not (tmp_path / "out").exists()

@@ -92,8 +92,8 @@ class FinetuneTrainSection:
     num_workers: int = 0
     eval_batch_size: int | None = None
     padding_free: bool = False
-    """Token classification only: batches flattened into one row without padding, position_ids restarting at each
-    sequence (transformers' `DataCollatorWithFlattening`)."""
+    """Token and sequence classification: batches flattened into one row without padding, position_ids restarting at
+    each sequence (transformers' `DataCollatorWithFlattening`); a sequence classifier pools each sequence alone."""
 
     def __post_init__(self):
         if not self.lr > 0:

@@ -72,8 +72,9 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     task = resolve_task(run)
     kind = task.kind_object()
     if run.train.padding_free and not kind.padding_free:
-        raise ValueError(f"train.padding_free=true applies to token classification only; task {task.name!r} is "
-                         f"{task.problem_type}, whose kind has no padding-free collator; use train.padding_free=false")
+        raise ValueError(f"train.padding_free=true applies to token and sequence classification; task {task.name!r} "
+                         f"is {task.problem_type}, whose kind has no padding-free collator; use "
+                         "train.padding_free=false")
     settings = KindSettings(data=run.data, task_options=kind_options(kind, run.task_options))
     kind.check_settings(task, settings)
     model_config = load_model_config(run)

@@ -45,6 +45,7 @@ class SequenceKind(TaskKind):
     """`TaskKind` of sequence classification / regression (see `encoderlab.training.finetune.tasks`)."""
 
     auto_class = "AutoModelForSequenceClassification"
+    padding_free = True
     pipeline_tag = "text-classification"
 
     def load(self, task, data):
@@ -117,6 +118,11 @@ class SequenceKind(TaskKind):
 
         return DataCollatorWithPadding(tokenizer)
 
+    def padding_free_collator(self, tokenizer):
+        """``train.padding_free``: every batch flattened into one row without padding, ``position_ids`` restarting
+        at each sequence; the classification head pools each sequence of the row on its own (one label each)."""
+        return PaddingFreeSequenceCollator()
+
     def compute_metrics(self, task, raw_split, features, settings):
         from encoderlab.metrics import load_metric
 
@@ -140,3 +146,25 @@ def predictions_from_logits(problem_type: str, logits: np.ndarray) -> np.ndarray
     if problem_type == "multi_label_classification":
         return (logits > 0).astype(int)
     return logits.argmax(axis=-1)
+
+
+class PaddingFreeSequenceCollator:
+    """transformers' `DataCollatorWithFlattening` for the inputs of a batch, and the sequences' labels as they are,
+    one per sequence: a packed row's classifier logits are (num_sequences, num_labels), pooled per sequence."""
+
+    def __init__(self):
+        from transformers import DataCollatorWithFlattening
+
+        self.flatten = DataCollatorWithFlattening(return_position_ids=True)
+
+    def __call__(self, features):
+        import torch
+
+        if any(len(feature["input_ids"]) == 0 for feature in features):
+            raise ValueError("train.padding_free: an empty sequence has nothing to pool; drop it from the data")
+        batch = self.flatten([{"input_ids": feature["input_ids"]} for feature in features])
+        labels = [feature["labels"] for feature in features]
+        integer = all(isinstance(label, int) for label in labels)  # class ids; regression and multi-label are floats
+        batch["labels"] = torch.tensor(labels, dtype=torch.long if integer else torch.float32)
+        return batch
+
