@@ -80,21 +80,27 @@ def write_tags(path, count, seed):
 QUICK = ["train.max_steps=4", "train.eval_steps=4", "train.batch_size=8", "train.logging_steps=1"]
 
 
-def test_fine_tuning_trains_the_same_with_and_without_padding(tiny_dta, tmp_path):
+def train_with_and_without_padding(task, text_column, label_column, tiny_dta, tmp_path):
+    """The same quick fine-tuning run with padded and with flattened batches: their results, padded first."""
     write_tags(tmp_path / "train.jsonl", 32, 0)
     write_tags(tmp_path / "dev.jsonl", 16, 1)
     files = [f"data.train={tmp_path / 'train.jsonl'}", f"data.validation={tmp_path / 'dev.jsonl'}",
-             "data.text_columns=[words]", "data.label_column=tags"]
-    results = {}
+             f"data.text_columns=[{text_column}]", f"data.label_column={label_column}"]
+    results = []
     for padding_free in (False, True):
-        run = load_finetune_config("token-classification", str(tiny_dta), None,
+        run = load_finetune_config(task, str(tiny_dta), None,
                                    [*QUICK, *files, f"output_dir={tmp_path / str(padding_free)}",
                                     f"train.padding_free={str(padding_free).lower()}"])
-        results[padding_free] = finetune(run).results
-    padded, flat = results[False]["metrics"]["validation"], results[True]["metrics"]["validation"]
+        results.append(finetune(run).results)
+    return results
+
+
+def test_fine_tuning_trains_the_same_with_and_without_padding(tiny_dta, tmp_path):
+    padded_run, flat_run = train_with_and_without_padding("token-classification", "words", "tags", tiny_dta, tmp_path)
+    padded, flat = padded_run["metrics"]["validation"], flat_run["metrics"]["validation"]
     # Same initial weights, batches and labelled tokens: the runs differ only by float rounding (fp32).
     assert flat["loss"] == pytest.approx(padded["loss"], abs=1e-4)
-    assert results[True]["tokens_seen"] == results[False]["tokens_seen"]  # real tokens only, either way
+    assert flat_run["tokens_seen"] == padded_run["tokens_seen"]  # real tokens only, either way
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
@@ -120,17 +126,8 @@ def test_flattened_batch_gives_each_sequence_its_padded_classifier_logits_and_lo
 
 
 def test_sequence_fine_tuning_trains_the_same_with_and_without_padding(tiny_dta, tmp_path):
-    write_tags(tmp_path / "train.jsonl", 32, 0)
-    write_tags(tmp_path / "dev.jsonl", 16, 1)
-    files = [f"data.train={tmp_path / 'train.jsonl'}", f"data.validation={tmp_path / 'dev.jsonl'}",
-             "data.text_columns=[text]", "data.label_column=label"]
-    results = {}
-    for padding_free in (False, True):
-        run = load_finetune_config("text-classification", str(tiny_dta), None,
-                                   [*QUICK, *files, f"output_dir={tmp_path / str(padding_free)}",
-                                    f"train.padding_free={str(padding_free).lower()}"])
-        results[padding_free] = finetune(run).results
-    padded, flat = results[False]["metrics"]["validation"], results[True]["metrics"]["validation"]
+    padded_run, flat_run = train_with_and_without_padding("text-classification", "text", "label", tiny_dta, tmp_path)
+    padded, flat = padded_run["metrics"]["validation"], flat_run["metrics"]["validation"]
     assert flat["loss"] == pytest.approx(padded["loss"], abs=1e-4)
     assert flat["accuracy"] == padded["accuracy"]
 
