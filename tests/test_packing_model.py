@@ -366,6 +366,41 @@ def test_varlen_refuses_cpu_biases_and_dropout_with_clear_errors(monkeypatch):
         dta_model("dual_triangle", "rope", "varlen", attention_dropout=0.1).train()(input_ids=ids)
 
 
+@pytest.mark.parametrize("implementation", ["varlen", "flex_attention"])
+def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeypatch):
+    """Under bf16 autocast RoPE hands float32 q/k to attention; sdpa is cast by autocast, but FlashAttention and flex
+    are not on its list, so the backend casts them itself (else varlen refuses and flex runs at float32 speed)."""
+    import encoderlab.modeling.dual_triangle as dual_triangle
+
+    seen = []
+
+    def recording(kernel):
+        def run(query, key, value, *args, **kwargs):
+            seen.append((query.dtype, key.dtype, value.dtype))
+            return kernel(query, key, value, *args, **kwargs)
+        return run
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", recording(reference_varlen_attn))
+    flex_attention = dual_triangle._flex_attention_fn
+    monkeypatch.setattr(dual_triangle, "_flex_attention_fn", lambda query: recording(flex_attention(query)))
+    model = dta_model("dual_triangle", "rope", implementation).float()
+    ids = torch.randint(4, 40, (2, 9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(input_ids=ids, attention_mask=torch.tensor([[1] * 9, [0, 0] + [1] * 7])).logits
+    assert seen and all(dtypes == (torch.bfloat16,) * 3 for dtypes in seen)
+    assert torch.isfinite(logits).all()
+    with torch.no_grad():  # and nothing is cast without autocast
+        model(input_ids=ids)
+    assert seen[-1] == (torch.float32,) * 3
+
+
+def test_alibi_score_mod_reads_slopes_already_on_the_device():
+    """A copy inside the score_mod is a new buffer, which Inductor's GPU lowering refuses (seen on an H100)."""
+    score_mod = ALiBiBias(6).score_mod(6, torch.device("meta"))
+    captured = [cell.cell_contents for cell in score_mod.__closure__ if torch.is_tensor(cell.cell_contents)]
+    assert captured and all(t.device.type == "meta" for t in captured)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # sequence classification pools per document
 

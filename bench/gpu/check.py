@@ -292,7 +292,10 @@ def kernel_digest(table) -> str:
         key = (row["case"].split("-")[0], row["implementation"], row["dtype"])
         errors = [row[c] for c in ("logits_vs_fp64", "grads_vs_fp64", "logits_vs_eager_fp32", "grads_vs_eager_fp32")
                   if isinstance(row[c], float)]
-        ratio = {"ERROR": float("inf"), "REFUSED": 0.0}.get(row["status"], max(errors) / row["tolerance"])
+        if row["status"] in ("ERROR", "REFUSED"):  # no errors measured: an error counts as infinitely far off
+            ratio = float("inf") if row["status"] == "ERROR" else 0.0
+        else:
+            ratio = max(errors) / row["tolerance"]
         count, fails, value = worst.get(key, (0, 0, 0.0))
         worst[key] = (count + 1, fails + (row["status"] in ("FAIL", "ERROR")), max(value, ratio))
     digest = common.Table("kernels: worst error / tolerance per family, implementation, dtype",

@@ -352,3 +352,10 @@ def check_out_files(out: Path) -> None:
     files = [path for path in out.rglob("*") if path.is_file()]
     if len(files) > MAX_OUT_FILES:
         print(f"WARNING: {len(files)} files under {out}; only {MAX_OUT_FILES} come back from the device", flush=True)
+
+
+def error_note(error: Exception) -> str:
+    """The exception's type, its first line and its last lines: a compiler error (Inductor, Triton) says what went
+    wrong at the end of a long message."""
+    text = " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {text if len(text) <= 700 else text[:200] + ' ... ' + text[-500:]}"

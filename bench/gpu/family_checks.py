@@ -186,7 +186,7 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
                             logits = forward_only(device_model, batches, device, dtype)
                         grads = None
                 except Exception as error:  # a kernel that fails on this input is a row of the table, not a crash
-                    table.add(**row, status=error_status(error), note=f"{type(error).__name__}: {str(error)[:120]}")
+                    table.add(**row, status=error_status(error), note=common.error_note(error))
                     continue
                 if implementation == "eager" and dtype == "fp32":
                     eager_fp32[padding] = (logits, grads)

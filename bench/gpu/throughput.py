@@ -283,12 +283,17 @@ def bench_models(context, table, budget_end: float) -> None:
                 # varlen is one fused FlashAttention call already; compiling around it would recompile for every
                 # batch's number of documents.
                 if context.on_gpu and context.compile and model.config._attn_implementation != "varlen":
-                    runner = torch.compile(model)
+                    # dynamic=False: each length its own graph. Dynamo would otherwise turn the length symbolic at
+                    # the second workload, and Inductor 2.11 cannot split flex's block-rounded symbolic length.
+                    runner = torch.compile(model, dynamic=False)
             common.reset_peak_memory(context.device)
             try:
                 seconds = time_batches(runner, batches, context.device, warmup=1 if context.quick else 3)
             except torch.OutOfMemoryError:
                 table.add(workload=workload, model=name, note="out of memory")
+                continue
+            except Exception as error:  # a model that fails here is a row of the table, not the end of the run
+                table.add(workload=workload, model=name, note=common.error_note(error))
                 continue
             useful = sum(int(b["attention_mask"].sum()) for b in batches)
             rate = useful / seconds
@@ -379,7 +384,7 @@ def profile_dta(context) -> dict:
     seq_len, batch = (64, 2) if context.quick else (4096, 8)
     model = build_models(context, seq_len, names=("DTA-BERT",))["DTA-BERT"]
     model.set_attn_implementation("flex_attention" if context.on_gpu else "sdpa")
-    runner = torch.compile(model) if context.on_gpu and context.compile else model
+    runner = torch.compile(model, dynamic=False) if context.on_gpu and context.compile else model
     inputs = fixed_batch(batch, seq_len, model_sizes(context.quick)["vocab"], context.device,
                          torch.Generator().manual_seed(0))
     table, numbers = throughput_report.profile_step(context, runner, inputs)
@@ -411,7 +416,7 @@ def main(argv=None) -> int:
     }
     ceiling = float("nan")
     share = {"ceiling": 0.02, "attention": 0.27, "homa": 0.13, "models": 0.38, "memory": 0.14, "profile": 0.06}
-    profile = {}
+    profile, failures = {}, {}
     for index, section in enumerate(args.sections):
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
         if context.seconds_left() <= 0:
@@ -419,33 +424,40 @@ def main(argv=None) -> int:
             continue
         # This section's share of the time left, among the sections still to run.
         end = time.monotonic() + context.seconds_left() * share[section] / sum(share[s] for s in args.sections[index:])
-        if section == "ceiling":
-            ceiling = common.matmul_ceiling_tflops(context.device, context.quick)
-            print(f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s" if context.on_gpu else
-                  f"fp32 matmul rate: {ceiling:.3f} TFLOP/s")
-        elif section == "attention":
-            bench_attention(context, tables["attention"], implementations, end, ceiling)
-        elif section == "homa":
-            bench_homa(context, tables["homa"])
-        elif section == "models":
-            bench_models(context, tables["models"], end)
-        elif section == "memory":
-            bench_memory(context, tables["memory"], end)
-        else:
-            profile = profile_dta(context)
-    for name, table in tables.items():
+        try:
+            if section == "ceiling":
+                ceiling = common.matmul_ceiling_tflops(context.device, context.quick)
+                print(f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s" if context.on_gpu else
+                      f"fp32 matmul rate: {ceiling:.3f} TFLOP/s")
+            elif section == "attention":
+                bench_attention(context, tables["attention"], implementations, end, ceiling)
+            elif section == "homa":
+                bench_homa(context, tables["homa"])
+            elif section == "models":
+                bench_models(context, tables["models"], end)
+            elif section == "memory":
+                bench_memory(context, tables["memory"], end)
+            else:
+                profile = profile_dta(context)
+        except Exception as error:  # one section's failure is reported; the sections after it still run
+            failures[section] = common.error_note(error)
+            print(f"section {section} failed: {failures[section]}", flush=True)
+        for name, table in tables.items():  # after every section, so that a run stopped at its limit keeps them
+            if table.rows:
+                table.write_csv(context.out / f"throughput_{name}.csv")
+    for table in tables.values():
         if table.rows:
-            table.write_csv(context.out / f"throughput_{name}.csv")
             print(table.text())
     goals = throughput_report.targets(tables, long_from=128 if context.quick else 4096)
     print(goals.text())
     common.write_json(context.out / "throughput_summary.json",
                       {"device": common.device_name(context.device), "versions": common.versions(),
                        "matmul_ceiling_tflops": ceiling, "targets": goals.rows, "profile": profile,
+                       "failed_sections": failures,
                        "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})
     print(f"matmul ceiling {ceiling:.1f} TFLOP/s; profile {profile}; {context.elapsed():.0f} s")
     common.check_out_files(context.out)
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -135,7 +135,8 @@ class SpecialTokenRelativeBias:
             torch.where(key_special, key, torch.where(query_special, query, bucket_bias)),
         )
 
-    def score_mod(self, num_logical_heads):
+    def score_mod(self, num_logical_heads, device):
+        """flex_attention score_mod; every tensor it reads already lives on ``device``."""
         table = self.buckets.relative_attention_bias.weight  # (num_buckets, H)
         num_buckets, max_distance = self.buckets.num_buckets, self.buckets.max_distance
         both, key, query = self.special_scalars  # each (H,)

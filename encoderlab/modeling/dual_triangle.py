@@ -364,9 +364,29 @@ def flex_attention_call(query, key, value, mask, triangles, bias_module, logical
         block_mask = flex_block_mask(mask, triangles, query.shape[1] // len(triangles), padded_len)
     if padded_len != seq_len:
         query, key, value = (F.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
-    score_mod = None if bias_module is None else bias_module.score_mod(logical_heads)
-    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    score_mod = None if bias_module is None else bias_module.score_mod(logical_heads, query.device)
+    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                       kernel_options=flex_kernel_options(query, value))
     return output[:, :, :seq_len]
+
+
+def flex_kernel_options(query, value):
+    """Smaller Triton tiles for float32 flex on a GPU with wide heads: the default backward tiles of float32 q/k of
+    128 channels need more shared memory than an H100 block has (the compile fails). None elsewhere (defaults)."""
+    if query.device.type != "cuda" or query.dtype != torch.float32 or max(query.shape[-1], value.shape[-1]) <= 64:
+        return None
+    return {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_M1": 32, "BLOCK_N1": 32, "BLOCK_M2": 32, "BLOCK_N2": 32}
+
+
+def autocast_inputs(*tensors):
+    """Casts float32 q/k/v to the autocast dtype, as autocast does for sdpa: flex_attention and FlashAttention are
+    not on autocast's list, and RoPE returns float32 q/k, so under bf16 autocast they would get float32 (varlen
+    refuses it, flex runs it at float32 speed)."""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if t.dtype == torch.float32 else t for t in tensors)
 
 
 def _needs_cpu_backward(*tensors):
@@ -512,6 +532,7 @@ def flex_attention_forward(module, query, key, value, attention_mask, *, attenti
                                       training=training)
     if dropout and is_training(module, training):
         raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
+    query, key, value = autocast_inputs(query, key, value)
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
     output = flex_attention_call(*_grouped(parts), attention_mask, triangles, bias_module, query.shape[1], scale)
     return merge_triangles(output.split(query.shape[1], dim=1), routing), None

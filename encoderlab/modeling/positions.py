@@ -134,12 +134,14 @@ class ALiBiBias(nn.Module):
         distance = (positions[:, None] - positions[None, :]).abs().to(torch.float64)
         return (-self.slopes.to(device)[:, None, None] * distance).to(dtype).unsqueeze(0)
 
-    def score_mod(self, num_logical_heads):
-        """flex_attention score_mod; head indices above the logical head count (dual triangle halves) wrap."""
-        slopes = self.slopes.to(torch.float32)
+    def score_mod(self, num_logical_heads, device):
+        """flex_attention score_mod; head indices above the logical head count (dual triangle halves) wrap. The
+        slopes move to ``device`` here: inside the score_mod a copy would be a new buffer, which Inductor's GPU
+        lowering refuses."""
+        slopes = self.slopes.to(device=device, dtype=torch.float32)
 
         def add_alibi(score, batch, head, q_idx, kv_idx):
-            slope = slopes.to(score.device)[head % num_logical_heads]
+            slope = slopes[head % num_logical_heads]
             return score - slope * (q_idx - kv_idx).abs()
 
         return add_alibi
@@ -184,7 +186,8 @@ class T5RelativeBias(nn.Module):
         values = self.relative_attention_bias(self.buckets(seq_len, device))  # (L, L, H)
         return values.permute(2, 0, 1).unsqueeze(0).to(dtype)
 
-    def score_mod(self, num_logical_heads):
+    def score_mod(self, num_logical_heads, device):
+        """flex_attention score_mod; the table already lives on the model's ``device``."""
         table = self.relative_attention_bias.weight  # (num_buckets, H)
         num_buckets, max_distance = self.num_buckets, self.max_distance
 

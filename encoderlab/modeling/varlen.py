@@ -19,7 +19,7 @@ import inspect
 
 import torch
 
-from .dual_triangle import is_training, merge_triangles, refuse_probabilities, triangle_parts
+from .dual_triangle import autocast_inputs, is_training, merge_triangles, refuse_probabilities, triangle_parts
 
 try:
     from torch.nn.attention.varlen import varlen_attn
@@ -120,6 +120,7 @@ def varlen_attention_forward(module, query, key, value, attention_mask, *, atten
     Returns (output (B, H, L, D), None); padded positions of the output are 0.
     """
     refuse_probabilities("varlen", output_attentions)
+    query, key, value = autocast_inputs(query, key, value)
     check_varlen_call(query, bias_module, dropout, is_training(module, training))
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
     layout = attention_mask._cached("varlen", lambda: VarlenLayout(attention_mask))
