@@ -209,6 +209,10 @@ def main():
         PartialState(cpu=True)  # the gloo group, and the state accelerate's logging (in save_fsdp_model) wants
     try:
         (train if args.command == "train" else check_wrapping)(args)
+        if dist.is_initialized():
+            # Both ranks finish (rank 0 writes the results) before either tears the gloo group down: a rank that
+            # leaves first closes the pairs the other's gloo threads still read, which once aborted rank 0 in CI.
+            dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
