@@ -394,6 +394,37 @@ def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeyp
     assert seen[-1] == (torch.float32,) * 3
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_with_values_padded_to_the_query_width_is_exact(monkeypatch):
+    """The CUDA path pads DSTG's narrower values to the q/k width; here forced on CPU (fp64, uncompiled flex,
+    padded and packed rows): the logits equal sdpa's, so the padding changes nothing but the kernel's shapes."""
+    import encoderlab.modeling.dual_triangle as dual_triangle
+
+    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", False)
+    widths = []
+
+    def pads(query, value):
+        widths.append((query.shape[-1], value.shape[-1]))
+        return value.shape[-1] < query.shape[-1]
+
+    monkeypatch.setattr(dual_triangle, "_pads_value_to_query_dim", pads)
+    model = dstg_model("dstg", "sdpa")
+    docs, (input_ids, position_ids, attention_mask, spans) = packed_case([[7, 1, 9], [5, 12]], seed=1)
+    left_padded = torch.ones_like(input_ids)
+    left_padded[0, :3] = 0
+    cases = [dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask),
+             dict(input_ids=input_ids, attention_mask=left_padded)]
+    for inputs in cases:
+        with torch.no_grad():
+            expected = model(**inputs).logits
+            model.set_attn_implementation("flex_attention")
+            got = model(**inputs).logits
+            model.set_attn_implementation("sdpa")
+        real = inputs["attention_mask"].bool()
+        assert (got[real] - expected[real]).abs().max() <= TOLERANCE
+    assert widths and all(value < query for query, value in widths)  # the case the padding is for
+
+
 def test_alibi_score_mod_reads_slopes_already_on_the_device():
     """A copy inside the score_mod is a new buffer, which Inductor's GPU lowering refuses (seen on an H100)."""
     score_mod = ALiBiBias(6).score_mod(6, torch.device("meta"))

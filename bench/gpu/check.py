@@ -322,7 +322,7 @@ def main(argv=None) -> int:
             summary.add(section=section, check="not started", measured="time budget spent", criterion="",
                         status="SKIP")
             continue
-        begin = time.monotonic()
+        begin, rows_before = time.monotonic(), len(summary.rows)
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
         if section == "kernels":
             kernel_section(context, summary, only)
@@ -337,7 +337,9 @@ def main(argv=None) -> int:
         else:
             check_fsdp2(context, summary)
         print(f"--- {section} done in {time.monotonic() - begin:.0f} s", flush=True)
-    summary.write_csv(context.out / "check_summary.csv")
+        for row in summary.rows[rows_before:]:
+            print(f"  {row['status']:7} {row['check']}: {row['measured']} ({row['criterion']})", flush=True)
+        summary.write_csv(context.out / "check_summary.csv")  # each section's rows survive a run stopped later
     common.write_json(context.out / "check_environment.json",
                       {"device": common.device_name(context.device), "versions": common.versions(),
                        "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})

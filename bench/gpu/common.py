@@ -355,7 +355,10 @@ def check_out_files(out: Path) -> None:
 
 
 def error_note(error: Exception) -> str:
-    """The exception's type, its first line and its last lines: a compiler error (Inductor, Triton) says what went
-    wrong at the end of a long message."""
-    text = " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    return f"{type(error).__name__}: {text if len(text) <= 700 else text[:200] + ' ... ' + text[-500:]}"
+    """The exception's type, its first line, the lines that name an error inside it and its last lines: a compiler
+    error (Inductor, Triton) buries what went wrong in a long message (the kernel source it could not build)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(" | ".join(lines)) <= 700:
+        return f"{type(error).__name__}: {' | '.join(lines)}"
+    named = [line for line in lines[1:-3] if "Error" in line or "error:" in line or "out of resource" in line]
+    return f"{type(error).__name__}: {' | '.join([lines[0], *named[-4:], '...', *lines[-3:]])}"[:1500]
