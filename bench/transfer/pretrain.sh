@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Pretraining arms of the transfer experiment (issue 34): DTA-BERT (the demo config: dual triangle, no positions)
+# and bidirectional + RoPE at the same size, each at every token budget of BUDGETS, as separate runs (each its own
+# warm-up / constant / cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
+# side by side, one thread each.
+#
+#   bash bench/transfer/pretrain.sh            # from the repository root; RUNS=... BUDGETS="..." to change
+set -euo pipefail
+RUNS=${RUNS:-runs/transfer}
+BUDGETS=${BUDGETS:-"500000 2000000 5000000"}
+ENCODERLAB=${ENCODERLAB:-.venv/bin/encoderlab}
+common=(--config demo --set data.source="$RUNS/corpus" --set tokenizer.vocab_size=4096)
+
+lane() {  # name, then the model overrides; runs every budget in turn
+    local name=$1; shift
+    for budget in $BUDGETS; do
+        local out="$RUNS/${name}_$budget"
+        [[ -f "$out/results.json" ]] && continue  # done in an earlier call
+        rm -rf "$out"
+        OMP_NUM_THREADS=1 "$ENCODERLAB" pretrain "${common[@]}" "$@" --set train.token_budget="$budget" \
+            --set output_dir="$out" > "$RUNS/${name}_$budget.log" 2>&1
+        echo "$name $budget done"
+    done
+}
+
+mkdir -p "$RUNS"
+lane dta &
+lane bidir --set model.config.attention_type=bidirectional --set model.config.position_embedding_type=rope &
+wait

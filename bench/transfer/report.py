@@ -1,0 +1,186 @@
+"""Tables and figures of the transfer experiment (issue 34), from what its runs wrote:
+
+- the pretraining folders ``RUNS/{arm}_{budget}`` (results.json: tokens seen, masked accuracy, the copy-or-unigram
+  floor), written by bench/transfer/pretrain.sh;
+- the probe CSV of bench/transfer/probe.py (models named ``{arm}_{budget}`` and ``{arm}_untrained``);
+- the fine-tuning CSV of `encoderlab experiment finetune` (its finetune_runs.csv; models named as in the probe);
+- the bag of words on the fine-tuning runs' number of examples (bench/glue_bow_baseline.py --train-examples).
+
+    PYTHONPATH=. python bench/transfer/report.py --runs runs/transfer --out bench/figures/transfer
+
+writes pretraining.csv, probe_table.csv, transfer_summary.md and transfer_vs_tokens.png into --out.
+"""
+
+import argparse
+import csv
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
+ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE"}
+COLORS = {"dta": "tab:blue", "bidir": "tab:orange"}
+
+
+def read_csv(path: Path) -> list:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_csv(path: Path, rows: list) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def split_name(model: str):
+    """'dta_2000000' -> ('dta', 2000000); 'dta_untrained' -> ('dta', 0)."""
+    arm, _, budget = model.rpartition("_")
+    return arm, 0 if budget == "untrained" else int(budget)
+
+
+def pretraining_rows(runs: Path) -> list:
+    rows = []
+    for folder in sorted(runs.iterdir()):
+        if not re.fullmatch(r"[a-z]+_\d+", folder.name) or not (folder / "results.json").exists():
+            continue
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        arm, budget = split_name(folder.name)
+        rows.append({"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"],
+                     "steps": results["steps"], "epochs": round(results["plan"]["epochs"], 2),
+                     "test_accuracy_128": results["test"]["short"]["accuracy"],
+                     "test_accuracy_512": results["test"]["long"]["accuracy"],
+                     "floor_128": results["copy_or_unigram_floor"]["short"],
+                     "floor_512": results["copy_or_unigram_floor"]["long"],
+                     "test_mlm_loss_128": results["test"]["short"]["mlm_loss"]})
+    return sorted(rows, key=lambda r: (r["arm"], r["token_budget"]))
+
+
+def per_seed_average(rows: list, score_key="score") -> dict:
+    """model -> [GLUE average of each seed over TASKS] (a seed missing a task is left out)."""
+    scores = defaultdict(dict)
+    for row in rows:
+        scores[(row["model"], row["seed"])][row["task"]] = float(row[score_key])
+    averages = defaultdict(list)
+    for (model, _), by_task in scores.items():
+        if all(task in by_task for task in TASKS):
+            averages[model].append(np.mean([by_task[task] for task in TASKS]))
+    return averages
+
+
+def task_table(rows: list) -> list:
+    """model -> mean (and sd over seeds) per task and of the GLUE average."""
+    by_model = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_model[row["model"]][row["task"]].append(float(row["score"]))
+    averages = per_seed_average(rows)
+    table = []
+    for model in sorted(by_model, key=lambda m: (split_name(m)[0], split_name(m)[1])):
+        cells = {"model": model}
+        for task in TASKS:
+            values = by_model[model].get(task, [])
+            cells[task] = mean_sd(values)
+        cells["average"] = mean_sd(averages.get(model, []))
+        table.append(cells)
+    return table
+
+
+def mean_sd(values) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
+
+
+def markdown(table: list, columns: list) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in table]
+    return "\n".join(lines)
+
+
+def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    masked, probe_axis, finetune_axis = axes
+    for arm in ARMS:
+        points = [r for r in pretraining if r["arm"] == arm]
+        if points:
+            masked.plot([r["tokens_seen"] for r in points], [r["test_accuracy_128"] for r in points], "o-",
+                        color=COLORS[arm], label=ARMS[arm])
+    floors = [r["floor_128"] for r in pretraining]
+    if floors:
+        masked.axhline(np.mean(floors), color="gray", ls="--", label="copy-or-unigram floor")
+    masked.set(xscale="log", xlabel="pretraining tokens seen", ylabel="masked-token test accuracy (128)",
+               title="pretraining")
+    masked.legend(fontsize=8)
+    for axis, rows, title in ((probe_axis, probe_rows, "frozen-feature probe"),
+                              (finetune_axis, finetune_rows, "fine-tuned (300 steps, lr 1e-3)")):
+        averages = per_seed_average(rows)
+        tokens = {(r["arm"], r["token_budget"]): r["tokens_seen"] for r in pretraining}
+        for arm in ARMS:
+            trained = sorted((tokens[split_name(m)], v) for m, v in averages.items()
+                             if split_name(m)[0] == arm and split_name(m)[1] and split_name(m) in tokens)
+            if trained:
+                axis.errorbar([t for t, _ in trained], [np.mean(v) for _, v in trained],
+                              yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for _, v in trained], fmt="o-",
+                              color=COLORS[arm], capsize=3, label=f"{ARMS[arm]}, pretrained")
+            untrained = averages.get(f"{arm}_untrained")
+            if untrained:
+                mean, sd = np.mean(untrained), np.std(untrained, ddof=1) if len(untrained) > 1 else 0
+                axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained (mean ± sd)")
+                axis.axhspan(mean - sd, mean + sd, color=COLORS[arm], alpha=0.12)
+        if bow_rows and axis is finetune_axis:
+            axis.axhline(np.mean(list(per_seed_average(bow_rows).values())[0]), color="black", ls=":",
+                         label="bag of words, same examples")
+        axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="GLUE average (5 tasks, dev)", title=title)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=150)
+    plt.close(figure)
+
+
+def main(argv=None) -> int:
+    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments.add_argument("--runs", type=Path, default=Path("runs/transfer"))
+    arguments.add_argument("--probe", type=Path, default=Path("bench/figures/transfer/probe.csv"))
+    arguments.add_argument("--finetune", type=Path, default=Path("bench/figures/transfer/finetune_runs.csv"))
+    arguments.add_argument("--bow", type=Path, default=Path("bench/figures/transfer/bow_9600.csv"))
+    arguments.add_argument("--out", type=Path, default=Path("bench/figures/transfer"))
+    args = arguments.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pretraining = pretraining_rows(args.runs) if args.runs.exists() else read_csv(args.out / "pretraining.csv")
+    for row in pretraining:
+        for key in ("token_budget", "tokens_seen"):
+            row[key] = int(row[key])
+        for key in ("test_accuracy_128", "test_accuracy_512", "floor_128", "floor_512"):
+            row[key] = float(row[key])
+    write_csv(args.out / "pretraining.csv", pretraining)
+    probe_rows = read_csv(args.probe) if args.probe.exists() else []
+    finetune_rows = read_csv(args.finetune) if args.finetune.exists() else []
+    bow_rows = [{**r, "model": "bag of words"} for r in read_csv(args.bow)] if args.bow.exists() else []
+    sections = ["## Pretraining\n", markdown(pretraining, list(pretraining[0])) if pretraining else "(none)"]
+    for title, rows in (("Frozen-feature probe", probe_rows), ("Fine-tuned", finetune_rows),
+                        ("Bag of words on the fine-tuning runs' examples", bow_rows)):
+        if rows:
+            table = task_table(rows)
+            sections += [f"\n## {title}\n", markdown(table, ["model", *TASKS, "average"])]
+            if title.startswith("Frozen"):
+                write_csv(args.out / "probe_table.csv", table)
+    (args.out / "transfer_summary.md").write_text("\n".join(sections) + "\n", encoding="utf-8")
+    plot(pretraining, probe_rows, finetune_rows, bow_rows, args.out / "transfer_vs_tokens.png")
+    print("\n".join(sections))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

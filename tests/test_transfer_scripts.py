@@ -1,0 +1,102 @@
+"""The transfer experiment's scripts (issue 34): the pretraining corpus holds GLUE training text only, the probe's
+features do not depend on padding, and the report reads what the runs wrote."""
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from encoderlab.tokenization import build_tokenizer
+from tiny_checkpoints import save_tiny_dta_mlm
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / "transfer" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def glue_rows(path, column, has_header=True):
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not has_header:
+        return [row[column].strip() for row in rows]
+    index = rows[0].index(column)
+    return [row[index].strip() for row in rows[1:] if len(row) > index]
+
+
+def test_corpus_holds_the_training_sentences_and_no_dev_sentence_or_label(shared_data, tmp_path):
+    corpus = load_script("corpus")
+    counts = corpus.write_glue(shared_data, tmp_path)
+    lines = set((tmp_path / "glue_train.txt").read_text(encoding="utf-8").splitlines())
+    train = {"SST-2": glue_rows(shared_data / "glue/SST-2/train.tsv", "sentence"),
+             "RTE": glue_rows(shared_data / "glue/RTE/train.tsv", "sentence2"),
+             "CoLA": glue_rows(shared_data / "glue/CoLA/train.tsv", 3, has_header=False)}
+    for task, sentences in train.items():
+        assert set(sentences) <= lines, task
+    assert counts["CoLA"] == len(train["CoLA"]) and counts["RTE"] == 2 * len(train["RTE"])
+    # GLUE's tasks share sentences (STS-B's dev holds MRPC training pairs): a dev sentence found in no training
+    # file of the five must not be in the corpus.
+    every_train = set(train["CoLA"])
+    for task, columns in (("SST-2", ["sentence"]), ("MRPC", ["#1 String", "#2 String"]),
+                          ("STS-B", ["sentence1", "sentence2"]), ("RTE", ["sentence1", "sentence2"])):
+        every_train.update(*(glue_rows(shared_data / f"glue/{task}/train.tsv", column) for column in columns))
+    for task, column in (("SST-2", "sentence"), ("RTE", "sentence1"), ("STS-B", "sentence1")):
+        dev_only = set(glue_rows(shared_data / f"glue/{task}/dev.tsv", column)) - every_train
+        assert dev_only and not dev_only & lines, task
+    assert not any(line.endswith(("\t0", "\t1")) for line in lines)  # no label cells
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from pydoc_data.topics import topics
+
+    tokenizer = build_tokenizer("wordpiece", list(topics.values())[:200], vocab_size=400, model_max_length=64)
+    return save_tiny_dta_mlm(tmp_path_factory.mktemp("dta"), tokenizer)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_probe_features_are_the_same_alone_and_in_a_padded_batch(tiny_checkpoint, padding_side):
+    probe = load_script("probe")
+    tokenizer, model = probe.load(str(tiny_checkpoint), None)
+    tokenizer.padding_side = padding_side
+    sentences = ["the module is imported", "a much longer sentence about how statements are executed in order here"]
+    together = probe.encode(model, tokenizer, sentences)
+    alone = np.concatenate([probe.encode(model, tokenizer, [s]) for s in sentences])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    # and the untrained copy is a different draw per seed, of the same shape
+    _, fresh = probe.load(str(tiny_checkpoint), 1)
+    assert not np.allclose(probe.encode(fresh, tokenizer, sentences), together)
+
+
+def test_report_tables_from_runs(tmp_path):
+    report = load_script("report")
+    runs = tmp_path / "runs"
+    for arm, budget, accuracy in (("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("bidir", 500000, 0.3)):
+        folder = runs / f"{arm}_{budget}"
+        folder.mkdir(parents=True)
+        split = {"short": {"accuracy": accuracy, "mlm_loss": 5.0}, "long": {"accuracy": accuracy / 2, "mlm_loss": 6.0}}
+        (folder / "results.json").write_text(json.dumps({
+            "tokens_seen": budget + 7, "steps": budget // 2048, "plan": {"epochs": budget / 1.7e6}, "test": split,
+            "copy_or_unigram_floor": {"short": 0.14, "long": 0.15}}))
+    (runs / "corpus").mkdir()
+    rows = report.pretraining_rows(runs)
+    assert [(r["arm"], r["token_budget"], r["test_accuracy_128"]) for r in rows] == [
+        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2)]
+    probe_rows = [{"model": model, "seed": seed, "task": task, "score": score + i}
+                  for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0),
+                                             ("dta_2000000", "", 60.0))
+                  for i, task in enumerate(report.TASKS)]
+    probe_rows.append({"model": "dta_500000", "seed": "", "task": "cola", "score": 1.0})  # four tasks missing
+    averages = report.per_seed_average(probe_rows)
+    assert averages["dta_untrained"] == [52.0, 54.0] and averages["dta_2000000"] == [62.0]
+    assert "dta_500000" not in averages  # an incomplete seed is no GLUE average
+    table = {row["model"]: row for row in report.task_table(probe_rows)}
+    assert table["dta_untrained"]["average"] == "53.00 ± 1.41" and table["dta_500000"]["average"] == "-"
