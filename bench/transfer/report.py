@@ -39,9 +39,12 @@ def write_csv(path: Path, rows: list) -> None:
 
 
 def split_name(model: str):
-    """'dta_2000000' -> ('dta', 2000000); 'dta_untrained' -> ('dta', 0)."""
+    """'dta_2000000' -> ('dta', 2000000); 'dta_untrained' -> ('dta', 0); any other model (a reference such as the
+    off-domain demo checkpoint) -> (name, -1), kept in the tables and out of the plots."""
     arm, _, budget = model.rpartition("_")
-    return arm, 0 if budget == "untrained" else int(budget)
+    if budget == "untrained":
+        return arm, 0
+    return (arm, int(budget)) if budget.isdigit() else (model, -1)
 
 
 def pretraining_rows(runs: Path) -> list:
