@@ -101,9 +101,13 @@ def mean_sd(values) -> str:
     return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
 
 
+def cell(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def markdown(table: list, columns: list) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in table]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
     return "\n".join(lines)
 
 
@@ -140,13 +144,18 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
             untrained = averages.get(f"{arm}_untrained")
             if untrained:
                 mean, sd = np.mean(untrained), np.std(untrained, ddof=1) if len(untrained) > 1 else 0
-                axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained (mean ± sd)")
+                axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained ({len(untrained)} draw{'s' * (len(untrained) > 1)}"
+                             f"{', mean ± sd' * (len(untrained) > 1)})")
                 axis.axhspan(mean - sd, mean + sd, color=COLORS[arm], alpha=0.12)
         if bow_rows and axis is finetune_axis:
             axis.axhline(np.mean(list(per_seed_average(bow_rows).values())[0]), color="black", ls=":",
                          label="bag of words, same examples")
         axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="GLUE average (5 tasks, dev)", title=title)
         axis.legend(fontsize=7)
+    seen = [r["tokens_seen"] for r in pretraining]
+    if seen:
+        for axis in axes:  # one token axis for the three panels
+            axis.set_xlim(min(seen) / 1.5, max(seen) * 1.5)
     figure.tight_layout()
     figure.savefig(path, dpi=150)
     plt.close(figure)
