@@ -51,6 +51,13 @@ def texts_and_labels(task, path: Path, limit=None):
     return texts, np.array([label_id(value, list(task.label_names), str(path), i) for i, value in enumerate(raw)])
 
 
+def sample_examples(texts, labels, count, seed):
+    """A seeded random `count` of the examples (all when there are fewer), as a fine-tuning run's shuffled batches
+    draw them: (texts, one list per text column; labels)."""
+    sample = np.random.default_rng(seed).permutation(len(labels))[:count]
+    return [[column[i] for i in sample] for column in texts], labels[sample]
+
+
 def features(vectorizer, texts):
     """[a, b, |a - b|, a * b] for a pair of sentences, the TF-IDF vector alone for one."""
     if len(texts) == 1:
@@ -63,9 +70,8 @@ def score_task(name: str, glue: Path, eval_limit: int, train_examples=None, seed
     task = get_task(name)
     data = GlueData(glue)
     train_texts, train_labels = texts_and_labels(task, split_file(task, data, "train"))
-    if train_examples is not None:  # a seeded random sample, as a fine-tuning run's shuffled batches draw it
-        sample = np.random.default_rng(seed).permutation(len(train_labels))[:train_examples]
-        train_texts, train_labels = [[column[i] for i in sample] for column in train_texts], train_labels[sample]
+    if train_examples is not None:
+        train_texts, train_labels = sample_examples(train_texts, train_labels, train_examples, seed)
     dev_texts, dev_labels = texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
     vectorizer.fit([sentence for column in train_texts for sentence in column])

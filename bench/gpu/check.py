@@ -251,7 +251,7 @@ def check_fsdp2_folder(summary, run_dir: Path) -> None:
         finite = all(torch.isfinite(p).all() for p in model.parameters())
         measured, ok = f"{type(model).__name__}, finite weights: {finite}", finite
     except Exception as error:  # reported in the table
-        measured, ok = f"{type(error).__name__}: {str(error)[:100]}", False
+        measured, ok = common.error_note(error), False
     summary.add(section="fsdp2", check="gathered folder loads with AutoModelForMaskedLM", measured=measured,
                 criterion="loads, finite", status="PASS" if ok else "FAIL")
 

@@ -82,7 +82,7 @@ def bench_attention(context, table, implementations, budget_end: float, ceiling:
                                           repeat=3 if context.quick else 10)
                 except Exception as error:  # a kernel that refuses the shape is a row, not a crash
                     table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
-                              note=f"{type(error).__name__}: {str(error)[:80]}")
+                              note=common.error_note(error))
                     continue
                 tflops = attention_flops(attention_type, batch, seq_len, heads, head_dim) / (ms * 1e-3) / 1e12
                 results[(attention_type, implementation)] = ms

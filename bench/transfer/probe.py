@@ -15,7 +15,6 @@ column): a tokenizer that shreds words leaves less for a small model to learn fr
 """
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import glue_bow_baseline as bow  # noqa: E402  (the same rows, labels and pair f
 
 from encoderlab.experiments.finetune.training import task_score  # noqa: E402
 from encoderlab.metrics import load_metric  # noqa: E402
+from encoderlab.results.rows import append_rows, read_results  # noqa: E402
 from encoderlab.training.finetune.data import split_file  # noqa: E402
 from encoderlab.training.finetune.tasks import get_task  # noqa: E402
 
@@ -82,9 +82,7 @@ def probe_task(model, tokenizer, name, glue, train_examples, eval_limit) -> dict
     data = bow.GlueData(glue)
     train_texts, train_labels = bow.texts_and_labels(task, split_file(task, data, "train"))
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
-    sample = np.random.default_rng(0).permutation(len(train_labels))[:train_examples]
-    train_texts = [[column[i] for i in sample] for column in train_texts]
-    train_labels = train_labels[sample]
+    train_texts, train_labels = bow.sample_examples(train_texts, train_labels, train_examples, seed=0)
     x_train = pair_features([encode(model, tokenizer, column) for column in train_texts])
     x_dev = pair_features([encode(model, tokenizer, column) for column in dev_texts])
     head = Ridge(alpha=1.0) if task.problem_type == "regression" else LogisticRegression(C=1.0, max_iter=3000)
@@ -118,11 +116,7 @@ def main(argv=None) -> int:
     arguments.add_argument("--eval-limit", type=int, default=1000, help="dev examples scored (the CPU default's)")
     arguments.add_argument("--out", type=Path, required=True, help="CSV; rows already in it are not recomputed")
     args = arguments.parse_args(argv)
-    done = []
-    if args.out.exists():
-        with open(args.out, newline="") as handle:
-            done = list(csv.DictReader(handle))
-    finished = {(row["model"], row["seed"], row["task"]) for row in done}
+    finished = {(row["model"], row["seed"], row["task"]) for row in read_results(args.out)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name, path, seed in tqdm(list(checkpoints(args.model, args.seeds)), desc="checkpoints"):
         todo = [t for t in args.tasks if (name, "" if seed is None else str(seed), t) not in finished]
@@ -133,11 +127,7 @@ def main(argv=None) -> int:
             row = {"model": name, "seed": "" if seed is None else seed,
                    **probe_task(model, tokenizer, task, args.glue, args.train_examples, args.eval_limit)}
             print(f"{name} seed={row['seed']} {task}: {row['score']:.2f}", flush=True)
-            done.append(row)
-            with open(args.out, "w", newline="") as handle:  # after every row: an interrupted run resumes
-                writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-                writer.writeheader()
-                writer.writerows(done)
+            append_rows(args.out, [row], COLUMNS)  # after every row: an interrupted run resumes
     return 0
 
 

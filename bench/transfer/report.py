@@ -12,7 +12,6 @@ writes pretraining.csv, probe_table.csv, transfer_summary.md and transfer_vs_tok
 """
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -21,21 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.results.plots import pyplot
+from encoderlab.results.rows import read_results, write_rows
+from encoderlab.results.stats import mean_sd, mean_sd_cell
+from encoderlab.results.tables import markdown_table
+
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE"}
 COLORS = {"dta": "tab:blue", "bidir": "tab:orange"}
-
-
-def read_csv(path: Path) -> list:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def write_csv(path: Path, rows: list) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def split_name(model: str):
@@ -87,18 +79,17 @@ def task_table(rows: list) -> list:
         cells = {"model": model}
         for task in TASKS:
             values = by_model[model].get(task, [])
-            cells[task] = mean_sd(values)
-        cells["average"] = mean_sd(averages.get(model, []))
+            cells[task] = score_cell(values)
+        cells["average"] = score_cell(averages.get(model, []))
         table.append(cells)
     return table
 
 
-def mean_sd(values) -> str:
+def score_cell(values) -> str:
+    """Mean ± sd over seeds; a single value alone (one draw has no sd), "-" for none."""
     if not values:
         return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
+    return f"{values[0]:.2f}" if len(values) == 1 else mean_sd_cell(values, digits=2)
 
 
 def cell(value) -> str:
@@ -106,17 +97,11 @@ def cell(value) -> str:
 
 
 def markdown(table: list, columns: list) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in table]
-    return "\n".join(lines)
+    return markdown_table(columns, [[cell(row[c]) for c in columns] for row in table])
 
 
 def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     masked, probe_axis, finetune_axis = axes
     for arm in ARMS:
@@ -138,12 +123,12 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
             trained = sorted((tokens[split_name(m)], v) for m, v in averages.items()
                              if split_name(m)[0] == arm and split_name(m)[1] and split_name(m) in tokens)
             if trained:
-                axis.errorbar([t for t, _ in trained], [np.mean(v) for _, v in trained],
-                              yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for _, v in trained], fmt="o-",
+                axis.errorbar([t for t, _ in trained], [mean_sd(v)[0] for _, v in trained],
+                              yerr=[mean_sd(v)[1] for _, v in trained], fmt="o-",
                               color=COLORS[arm], capsize=3, label=f"{ARMS[arm]}, pretrained")
             untrained = averages.get(f"{arm}_untrained")
             if untrained:
-                mean, sd = np.mean(untrained), np.std(untrained, ddof=1) if len(untrained) > 1 else 0
+                mean, sd = mean_sd(untrained)
                 axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained ({len(untrained)} draw{'s' * (len(untrained) > 1)}"
                              f"{', mean ± sd' * (len(untrained) > 1)})")
                 axis.axhspan(mean - sd, mean + sd, color=COLORS[arm], alpha=0.12)
@@ -170,16 +155,15 @@ def main(argv=None) -> int:
     arguments.add_argument("--out", type=Path, default=Path("bench/figures/transfer"))
     args = arguments.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    pretraining = pretraining_rows(args.runs) if args.runs.exists() else read_csv(args.out / "pretraining.csv")
+    pretraining = pretraining_rows(args.runs) if args.runs.exists() else read_results(args.out / "pretraining.csv")
     for row in pretraining:
         for key in ("token_budget", "tokens_seen"):
             row[key] = int(row[key])
         for key in ("test_accuracy_128", "test_accuracy_512", "floor_128", "floor_512"):
             row[key] = float(row[key])
-    write_csv(args.out / "pretraining.csv", pretraining)
-    probe_rows = read_csv(args.probe) if args.probe.exists() else []
-    finetune_rows = read_csv(args.finetune) if args.finetune.exists() else []
-    bow_rows = [{**r, "model": "bag of words"} for r in read_csv(args.bow)] if args.bow.exists() else []
+    write_rows(args.out / "pretraining.csv", pretraining)
+    probe_rows, finetune_rows = read_results(args.probe), read_results(args.finetune)
+    bow_rows = [{**r, "model": "bag of words"} for r in read_results(args.bow)]
     sections = ["## Pretraining\n", markdown(pretraining, list(pretraining[0])) if pretraining else "(none)"]
     for title, rows in (("Frozen-feature probe", probe_rows), ("Fine-tuned", finetune_rows),
                         ("Bag of words on the fine-tuning runs' examples", bow_rows)):
@@ -187,7 +171,7 @@ def main(argv=None) -> int:
             table = task_table(rows)
             sections += [f"\n## {title}\n", markdown(table, ["model", *TASKS, "average"])]
             if title.startswith("Frozen"):
-                write_csv(args.out / "probe_table.csv", table)
+                write_rows(args.out / "probe_table.csv", table)
     (args.out / "transfer_summary.md").write_text("\n".join(sections) + "\n", encoding="utf-8")
     plot(pretraining, probe_rows, finetune_rows, bow_rows, args.out / "transfer_vs_tokens.png")
     print("\n".join(sections))
