@@ -38,6 +38,8 @@ preset; and a DTA sequence classifier (fine-tuning)."""
 STEPS, SAVE_AT, KILL_AT = 4, 2, 3
 LOSS_RTOL, WEIGHT_ATOL = 1e-5, 2e-5
 
+WORKER_ENV = {**ENV, "PYTHONFAULTHANDLER": "1"}
+"""A worker that aborts in torch's C++ code prints where its Python stood."""
 needs_torchrun = pytest.mark.skipif(not os.path.exists(TORCHRUN), reason="torchrun is not installed")
 
 
@@ -54,7 +56,7 @@ def torchrun(*arguments) -> list[str]:
 
 def run_worker(*arguments, check: bool = True) -> subprocess.CompletedProcess:
     command = torchrun(*arguments)
-    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, env=WORKER_ENV, capture_output=True, text=True, timeout=600)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -73,7 +75,7 @@ def train_three_ways(folder: Path) -> SimpleNamespace:
     extra = {"fsdp": ["--gather", folder / "gathered"], "ddp": []}
     launches = {
         mode: subprocess.Popen(torchrun(*common, "--mode", mode, "--out", folder / f"{mode}.pt", *extra[mode]),
-                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               env=WORKER_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for mode in ("fsdp", "ddp")
     }
     fsdp_worker.train(train_args(out=folder / "single.pt"))

@@ -4,10 +4,11 @@
 # warm-up / constant / cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
 # side by side, one thread each.
 #
-#   bash bench/transfer/pretrain.sh            # from the repository root; RUNS=... BUDGETS="..." to change
+#   bash bench/transfer/pretrain.sh            # from the repository root; RUNS=... BUDGETS="..." ARMS="..." to change
 set -euo pipefail
 RUNS=${RUNS:-runs/transfer}
 BUDGETS=${BUDGETS:-"500000 2000000 5000000"}
+ARMS=${ARMS:-"dta bidir"}
 ENCODERLAB=${ENCODERLAB:-.venv/bin/encoderlab}
 common=(--config demo --set data.source="$RUNS/corpus" --set tokenizer.vocab_size=4096)
 
@@ -24,6 +25,7 @@ lane() {  # name, then the model overrides; runs every budget in turn
 }
 
 mkdir -p "$RUNS"
-lane dta &
-lane bidir --set model.config.attention_type=bidirectional --set model.config.position_embedding_type=rope &
+[[ " $ARMS " == *" dta "* ]] && lane dta &
+[[ " $ARMS " == *" bidir "* ]] && lane bidir --set model.config.attention_type=bidirectional \
+    --set model.config.position_embedding_type=rope &
 wait
