@@ -479,6 +479,19 @@ def test_list_names_every_task_with_source_head_metric_and_cpu_default(capsys):
     assert "train.max_steps=300" in task_list()
 
 
+def test_glue_cpu_defaults_score_the_small_dev_sets_whole(shared_data):
+    """The evaluation cap keeps a split's first examples, and STS-B's dev file is ordered by genre: its head is a
+    biased sample (there the gold score falls with pair length, while it rises in training). The CPU default cap
+    must therefore not cut any dev set of the shipped GLUE data."""
+    from encoderlab.training.finetune.data import read_table
+    from encoderlab.training.finetune.tasks import get_task
+
+    for name in ("cola", "sst2", "mrpc", "stsb", "rte"):
+        task = get_task(name)
+        dev = read_table(shared_data / "glue" / task.local.folder / task.local.files["validation"], task.local.columns)
+        assert task.cpu_defaults["data.eval_limit"] >= len(dev), (name, len(dev))
+
+
 def test_own_jsonl_multi_label_and_token_classification(tiny_dta, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 

@@ -100,3 +100,38 @@ def test_report_tables_from_runs(tmp_path):
     assert "dta_500000" not in averages  # an incomplete seed is no GLUE average
     table = {row["model"]: row for row in report.task_table(probe_rows)}
     assert table["dta_untrained"]["average"] == "53.00 ± 1.41" and table["dta_500000"]["average"] == "-"
+
+
+def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_checkpoint, tmp_path):
+    """A regression head on the tiny checkpoint, scored on 12 pairs split into a head of 7 and a rest of 5: each
+    subset's score is the experiment's STS-B score of the predictions of its own pairs, made one pair at a time."""
+    from scipy.stats import pearsonr, spearmanr
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from encoderlab.training.finetune.tasks import get_task
+
+    shift = load_script("stsb_shift")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_checkpoint, num_labels=1,
+                                                               problem_type="regression")  # fmt: skip
+    run_dir = tmp_path / "stsb-s0"
+    model.save_pretrained(run_dir)
+    AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(run_dir)
+    rng = np.random.default_rng(0)
+    words = "the module is imported and every statement runs in order when a name is bound".split()
+    pairs = [[" ".join(rng.choice(words, rng.integers(2, 12))) for _ in range(12)] for _ in range(2)]
+    labels = rng.uniform(0, 5, 12)
+    rows = shift.run_rows("setting", {"run_dir": str(run_dir), "model": "m", "seed": "0"}, get_task("stsb"), pairs,
+                          labels, head=7)  # fmt: skip
+    model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    with torch.no_grad():
+        alone = np.array([model(**tokenizer(a, b, return_tensors="pt")).logits.item() for a, b in zip(*pairs)])
+    lengths = np.array([len(a.split()) + len(b.split()) for a, b in zip(*pairs)])
+    parts = {"head": slice(0, 7), "rest": slice(7, 12), "all": slice(0, 12)}
+    assert [row["subset"] for row in rows] == list(parts)
+    for row in rows:
+        part = parts[row["subset"]]
+        expected = 50 * (pearsonr(alone[part], labels[part])[0] + spearmanr(alone[part], labels[part])[0])
+        assert row["examples"] == len(labels[part]) and row["score"] == pytest.approx(expected, abs=1e-3)
+        assert row["length_spearman"] == pytest.approx(spearmanr(alone[part], lengths[part])[0], abs=1e-6)
