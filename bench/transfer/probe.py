@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     arguments.add_argument("--glue", type=Path, default=bow.GLUE)
     arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="draws of an untrained model")
     arguments.add_argument("--train-examples", type=int, default=6000)
-    arguments.add_argument("--eval-limit", type=int, default=1000, help="dev examples scored (the CPU default's)")
+    arguments.add_argument("--eval-limit", type=int, default=1000,
+                           help="the first dev examples scored (1000, as in the transfer runs)")
     arguments.add_argument("--out", type=Path, required=True, help="CSV; rows already in it are not recomputed")
     args = arguments.parse_args(argv)
     finished = {(row["model"], row["seed"], row["task"]) for row in read_results(args.out)}
