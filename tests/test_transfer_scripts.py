@@ -135,3 +135,8 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
         expected = 50 * (pearsonr(alone[part], labels[part])[0] + spearmanr(alone[part], labels[part])[0])
         assert row["examples"] == len(labels[part]) and row["score"] == pytest.approx(expected, abs=1e-3)
         assert row["length_spearman"] == pytest.approx(spearmanr(alone[part], lengths[part])[0], abs=1e-6)
+    # the yardstick that predicts the pair's length scores what length alone scores
+    for row in shift.length_rows(get_task("stsb"), pairs, labels, head=7):
+        part = parts[row["subset"]]
+        expected = 50 * (pearsonr(lengths[part], labels[part])[0] + spearmanr(lengths[part], labels[part])[0])
+        assert row["score"] == pytest.approx(expected) and row["length_spearman"] == pytest.approx(1.0)

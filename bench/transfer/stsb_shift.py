@@ -6,7 +6,8 @@ fine-tuned STS-B run folder listed in the given finetune_runs.csv files this scr
 and writes, per dev subset (``head``: the first --head examples; ``rest``; ``all``), the run's score (100 x the mean
 of Pearson and Spearman, as the experiment scores it) and the Spearman correlation of its predictions with the pair's
 length in whitespace words. Rows of model ``gold`` give the same length correlation for the gold scores, on the
-training split too: a shortcut that holds on the training pairs and reverses on the head shows up there.
+training split too: a shortcut that holds on the training pairs and reverses on the head shows up there. Rows of
+model ``pair length`` score the pair's length itself as the prediction: what a model that learned only length gets.
 
     PYTHONPATH=. python bench/transfer/stsb_shift.py --finetune lr1e-3=runs/transfer/glue/finetune_runs.csv \
         --out bench/figures/transfer/stsb_shift.csv
@@ -61,17 +62,33 @@ def gold_rows(task, data, head: int) -> list:
     return rows
 
 
-def run_rows(setting: str, run: dict, task, dev_texts, dev_labels, head: int) -> list:
-    model, tokenizer = load_classifier(run["run_dir"])
-    predictions = np.array([p["score"] for p in classify(model, tokenizer, dev_texts[0], dev_texts[1])])
+def subset_rows(setting: str, model: str, seed, predictions, task, dev_texts, dev_labels, head: int) -> list:
+    """One row per dev subset: the score of `predictions` and their correlation with pair length."""
     lengths, metric = pair_lengths(dev_texts), load_metric(task.metric, task.metric_config)
     rows = []
     for subset, part in subset_slices(len(dev_labels), head).items():
         metrics = metric.compute(predictions=predictions[part], references=dev_labels[part])
-        rows.append({"setting": setting, "model": run["model"], "seed": run["seed"], "subset": subset,
+        rows.append({"setting": setting, "model": model, "seed": seed, "subset": subset,
                      "examples": len(dev_labels[part]), "score": task_score(task, metrics),
                      "length_spearman": length_correlation(predictions[part], lengths[part])})
     return rows
+
+
+def run_rows(setting: str, run: dict, task, dev_texts, dev_labels, head: int) -> list:
+    model, tokenizer = load_classifier(run["run_dir"])
+    predictions = np.array([p["score"] for p in classify(model, tokenizer, dev_texts[0], dev_texts[1])])
+    return subset_rows(setting, run["model"], run["seed"], predictions, task, dev_texts, dev_labels, head)
+
+
+def length_rows(task, dev_texts, dev_labels, head: int) -> list:
+    """The yardstick of a model that learned nothing but length: the pair's length in words as its prediction."""
+    lengths = pair_lengths(dev_texts).astype(float)
+    return subset_rows("", "pair length", "", lengths, task, dev_texts, dev_labels, head)
+
+
+def spread_cell(values, digits: int) -> str:
+    """Mean ± sd over seeds; one value (the pair-length yardstick) alone."""
+    return f"{values[0]:.{digits}f}" if len(values) == 1 else mean_sd_cell(values, digits=digits)
 
 
 def summary(rows: list) -> str:
@@ -85,8 +102,7 @@ def summary(rows: list) -> str:
         cells = [setting, model]
         for subset in SUBSETS:
             found = by_subset.get(subset, [])
-            cells += [mean_sd_cell([r["score"] for r in found], digits=1),
-                      mean_sd_cell([r["length_spearman"] for r in found], digits=2)]
+            cells += [spread_cell([r["score"] for r in found], 1), spread_cell([r["length_spearman"] for r in found], 2)]
         lines.append(cells)
     header = ["setting", "model"] + [f"{s} {what}" for s in SUBSETS for what in ("score", "ρ(pred, length)")]
     return markdown_table(header, lines)
@@ -102,7 +118,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     task, data = get_task("stsb"), bow.GlueData(args.glue)
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"))
-    rows = gold_rows(task, data, args.head)
+    rows = gold_rows(task, data, args.head) + length_rows(task, dev_texts, dev_labels, args.head)
     runs = []
     for entry in args.finetune:
         setting, _, path = entry.partition("=")
