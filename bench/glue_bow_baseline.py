@@ -88,7 +88,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue", type=Path, default=GLUE, help="a GLUE folder (CoLA/train.tsv ...)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
-    parser.add_argument("--eval-limit", type=int, default=1000, help="the first dev examples scored (the old CPU default)")
+    parser.add_argument("--eval-limit", type=int, default=1000,
+                        help="the first dev examples scored (the old CPU default)")
     parser.add_argument("--train-examples", type=int, default=None, help="a random sample of this many training "
                         "examples per seed (default: all, one run)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="samples drawn with --train-examples")

@@ -102,7 +102,8 @@ def summary(rows: list) -> str:
         cells = [setting, model]
         for subset in SUBSETS:
             found = by_subset.get(subset, [])
-            cells += [spread_cell([r["score"] for r in found], 1), spread_cell([r["length_spearman"] for r in found], 2)]
+            cells += [spread_cell([r["score"] for r in found], 1),
+                      spread_cell([r["length_spearman"] for r in found], 2)]
         lines.append(cells)
     header = ["setting", "model"] + [f"{s} {what}" for s in SUBSETS for what in ("score", "ρ(pred, length)")]
     return markdown_table(header, lines)
