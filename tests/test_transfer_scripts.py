@@ -100,6 +100,7 @@ def test_report_tables_from_runs(tmp_path):
     assert "dta_500000" not in averages  # an incomplete seed is no GLUE average
     table = {row["model"]: row for row in report.task_table(probe_rows)}
     assert table["dta_untrained"]["average"] == "53.00 ± 1.41" and table["dta_500000"]["average"] == "-"
+    assert table["dta_2000000"]["average"] == "62.00"  # one draw: no sd
 
 
 def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_checkpoint, tmp_path):

@@ -22,7 +22,7 @@ import numpy as np
 
 from encoderlab.results.plots import pyplot
 from encoderlab.results.rows import read_results, write_rows
-from encoderlab.results.stats import mean_sd, mean_sd_cell
+from encoderlab.results.stats import mean_sd, seeds_cell
 from encoderlab.results.tables import markdown_table
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
@@ -78,18 +78,10 @@ def task_table(rows: list) -> list:
     for model in sorted(by_model, key=lambda m: (split_name(m)[0], split_name(m)[1])):
         cells = {"model": model}
         for task in TASKS:
-            values = by_model[model].get(task, [])
-            cells[task] = score_cell(values)
-        cells["average"] = score_cell(averages.get(model, []))
+            cells[task] = seeds_cell(by_model[model].get(task, []))
+        cells["average"] = seeds_cell(averages.get(model, []))
         table.append(cells)
     return table
-
-
-def score_cell(values) -> str:
-    """Mean ± sd over seeds; a single value alone (one draw has no sd), "-" for none."""
-    if not values:
-        return "-"
-    return f"{values[0]:.2f}" if len(values) == 1 else mean_sd_cell(values, digits=2)
 
 
 def cell(value) -> str:
@@ -129,8 +121,8 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
             untrained = averages.get(f"{arm}_untrained")
             if untrained:
                 mean, sd = mean_sd(untrained)
-                axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained ({len(untrained)} draw{'s' * (len(untrained) > 1)}"
-                             f"{', mean ± sd' * (len(untrained) > 1)})")
+                draws = f"{len(untrained)} draws, mean ± sd" if len(untrained) > 1 else "1 draw"
+                axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained ({draws})")
                 axis.axhspan(mean - sd, mean + sd, color=COLORS[arm], alpha=0.12)
         if bow_rows and axis is finetune_axis:
             axis.axhline(np.mean(list(per_seed_average(bow_rows).values())[0]), color="black", ls=":",

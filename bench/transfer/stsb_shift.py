@@ -27,7 +27,7 @@ import glue_bow_baseline as bow  # noqa: E402  (the same GLUE rows and labels as
 from encoderlab.experiments.finetune.training import task_score  # noqa: E402
 from encoderlab.metrics import load_metric  # noqa: E402
 from encoderlab.results.rows import read_results, write_rows  # noqa: E402
-from encoderlab.results.stats import mean_sd_cell  # noqa: E402
+from encoderlab.results.stats import seeds_cell  # noqa: E402
 from encoderlab.results.tables import markdown_table  # noqa: E402
 from encoderlab.training.finetune.data import split_file  # noqa: E402
 from encoderlab.training.finetune.predict import classify, load_classifier  # noqa: E402
@@ -49,12 +49,13 @@ def length_correlation(values, lengths) -> float:
     return float(spearmanr(values, lengths)[0])
 
 
-def gold_rows(task, data, head: int) -> list:
+def gold_rows(task, data, dev_texts, dev_labels, head: int) -> list:
+    train_texts, train_labels = bow.texts_and_labels(task, split_file(task, data, "train"))
+    splits = [(train_texts, train_labels, {"train": slice(None)}),
+              (dev_texts, dev_labels, subset_slices(len(dev_labels), head))]
     rows = []
-    for split in ("train", "validation"):
-        texts, labels = bow.texts_and_labels(task, split_file(task, data, split))
+    for texts, labels, subsets in splits:
         lengths = pair_lengths(texts)
-        subsets = {"train": slice(None)} if split == "train" else subset_slices(len(labels), head)
         for subset, part in subsets.items():
             rows.append({"setting": "", "model": "gold", "seed": "", "subset": subset,
                          "examples": len(labels[part]), "score": "",
@@ -86,11 +87,6 @@ def length_rows(task, dev_texts, dev_labels, head: int) -> list:
     return subset_rows("", "pair length", "", lengths, task, dev_texts, dev_labels, head)
 
 
-def spread_cell(values, digits: int) -> str:
-    """Mean ± sd over seeds; one value (the pair-length yardstick) alone."""
-    return f"{values[0]:.{digits}f}" if len(values) == 1 else mean_sd_cell(values, digits=digits)
-
-
 def summary(rows: list) -> str:
     """Mean ± sd over seeds per setting, model and subset."""
     groups = {}
@@ -102,8 +98,7 @@ def summary(rows: list) -> str:
         cells = [setting, model]
         for subset in SUBSETS:
             found = by_subset.get(subset, [])
-            cells += [spread_cell([r["score"] for r in found], 1),
-                      spread_cell([r["length_spearman"] for r in found], 2)]
+            cells += [seeds_cell([r["score"] for r in found], 1), seeds_cell([r["length_spearman"] for r in found])]
         lines.append(cells)
     header = ["setting", "model"] + [f"{s} {what}" for s in SUBSETS for what in ("score", "ρ(pred, length)")]
     return markdown_table(header, lines)
@@ -119,7 +114,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     task, data = get_task("stsb"), bow.GlueData(args.glue)
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"))
-    rows = gold_rows(task, data, args.head) + length_rows(task, dev_texts, dev_labels, args.head)
+    rows = gold_rows(task, data, dev_texts, dev_labels, args.head) + length_rows(task, dev_texts, dev_labels, args.head)
     runs = []
     for entry in args.finetune:
         setting, _, path = entry.partition("=")

@@ -18,6 +18,14 @@ def mean_sd_cell(values, digits=3):
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
+def seeds_cell(values, digits=2):
+    """Mean ± sd over seeds, a single value alone (one run has no sd), ``"-"`` for none."""
+    values = list(values)
+    if not values:
+        return "-"
+    return f"{values[0]:.{digits}f}" if len(values) == 1 else mean_sd_cell(values, digits)
+
+
 def welch_test(a, b):
     """scipy's two-sided Welch's t-test of `a` against `b`; None when a group has fewer than two values."""
     from scipy.stats import ttest_ind
