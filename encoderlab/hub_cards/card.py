@@ -350,6 +350,14 @@ def _base_model_text(results: dict) -> str:
     return f"`{base}` (no `base_model` in the metadata: {results.get('base_model_note')})"
 
 
+def _layer_decay_text(train: dict) -> str:
+    decay = train.get("layerwise_lr_decay", 1.0)
+    if decay == 1.0:
+        return "One learning rate for every layer."
+    return (f"Layer-wise learning-rate decay {decay:g}: the head at the grid point's rate, each layer below at "
+            f"{decay:g} x the rate of the one above, the embeddings lowest.")
+
+
 def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
     tag, family = results["pipeline_tag"], config["model_type"]
     auto_class = AUTO_CLASS_OF_TAG[tag]
@@ -413,6 +421,7 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 - Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at step
   {results['best_step']} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']} steps).
 - Weights initialised fresh (not in the base checkpoint): {initialised}.
+- {_layer_decay_text(run['train'])}
 - {lora_text}
 
 Every grid point (validation `{results['main_metric']}`):

@@ -76,6 +76,9 @@ class FinetuneTrainSection:
     batch_size: int = 32
     """Examples per device and micro-step."""
     weight_decay: float = 0.01
+    layerwise_lr_decay: float = 1.0
+    """Learning rate of each layer below the head, as a fraction of the one above it (0.8: layer L-1 trains at
+    0.8 x lr, the embeddings at 0.8^(L+1) x lr); 1.0: one rate everywhere."""
     epochs: float = 10.0
     max_steps: int | None = None
     """A step budget (the CPU default uses one); null: ``epochs`` epochs, or fewer by early stopping."""
@@ -100,6 +103,8 @@ class FinetuneTrainSection:
             raise ValueError(f"train.lr={self.lr!r} must be > 0")
         if not self.weight_decay >= 0:
             raise ValueError(f"train.weight_decay={self.weight_decay!r} must be >= 0")
+        if not 0 < self.layerwise_lr_decay <= 1:
+            raise ValueError(f"train.layerwise_lr_decay={self.layerwise_lr_decay!r} must be in (0, 1]")
         if not self.epochs > 0:
             raise ValueError(f"train.epochs={self.epochs!r} must be > 0")
         for name in ("batch_size", "patience", "gradient_accumulation_steps", "logging_steps"):

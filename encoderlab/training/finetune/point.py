@@ -91,9 +91,10 @@ def training_arguments(run: FinetuneRunConfig, point: dict, point_dir: Path, eva
 def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_dir: Path, world_size: int) -> dict:
     """Train one grid point (or read it back when finished), score every split, save its model under
     ``point_dir/model`` (and the LoRA adapter under ``point_dir/adapter``); returns its results."""
-    from transformers import EarlyStoppingCallback, Trainer, set_seed
+    from transformers import EarlyStoppingCallback, set_seed
 
     from .. import fsdp
+    from .layer_decay import LayerDecayTrainer
 
     finished = point_dir / POINT_RESULTS
     if finished.is_file():
@@ -108,8 +109,8 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     sizes = (len(prepared.features["train"]), point["batch_size"], world_size)
     eval_steps = evaluation_interval(run, *sizes)
     args = training_arguments(run, point, point_dir, eval_steps, step_limit(run, *sizes), kind, task.main_metric)
-    trainer = Trainer(
-        model=model, args=args,
+    trainer = LayerDecayTrainer(
+        model=model, args=args, layerwise_lr_decay=run.train.layerwise_lr_decay,
         train_dataset=prepared.features["train"], eval_dataset=prepared.features["validation"],
         processing_class=prepared.tokenizer,
         data_collator=(kind.padding_free_collator if run.train.padding_free else kind.collator)(prepared.tokenizer),
