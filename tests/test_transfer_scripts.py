@@ -141,3 +141,58 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
         part = parts[row["subset"]]
         expected = 50 * (pearsonr(lengths[part], labels[part])[0] + spearmanr(lengths[part], labels[part])[0])
         assert row["score"] == pytest.approx(expected) and row["length_spearman"] == pytest.approx(1.0)
+
+
+def tiny_corpus(folder):
+    folder.mkdir()
+    (folder / "glue_train.txt").write_text("a first sentence .\nand a second one .\n\nanother document here .\n")
+    (folder / "wikitext2.txt").write_text("\n = First Article = \n\n Its text is short .\n\n = = A section = = \n\n"
+                                          " More text .\n = Second Article = \n\n The second one .\n")
+    return folder
+
+
+def test_hf_bert_reads_documents_and_articles(tmp_path):
+    hf_bert = load_script("hf_bert")
+    docs = hf_bert.documents(tiny_corpus(tmp_path / "corpus"))
+    assert docs[:2] == ["a first sentence .\nand a second one .", "another document here ."]
+    assert len(docs) == 4 and docs[2].startswith("= First Article =") and "A section" in docs[2]
+    assert docs[3].startswith("= Second Article =")
+
+
+def test_hf_bert_floor_is_copy_or_most_frequent(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    hf_bert = load_script("hf_bert")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+    class Copy(torch.nn.Module):  # predicts the input token everywhere: right exactly where a token was kept
+        def forward(self, input_ids):
+            return type("Out", (), {"logits": torch.nn.functional.one_hot(input_ids, len(tokenizer)).float()})
+
+    rows = torch.randint(10, 60, (64, hf_bert.ROW_TOKENS), generator=torch.Generator().manual_seed(0))
+    scores = hf_bert.held_out_accuracy(Copy(), rows, tokenizer, seed=0)
+    # ~10% of the selected tokens are kept; the floor adds the masked ones that happen to be the most frequent
+    # token (about 1 in 50 here), and never less than copying.
+    assert 0.07 < scores["accuracy"] < 0.14 and scores["masked_tokens"] > 1000
+    assert scores["accuracy"] <= scores["floor"] <= scores["accuracy"] + 0.05
+    one_token = torch.full((8, hf_bert.ROW_TOKENS), 20)
+    assert hf_bert.held_out_accuracy(Copy(), one_token, tokenizer, seed=0)["floor"] == 1.0
+
+
+def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_path, capsys):
+    from transformers import AutoModelForSequenceClassification
+
+    hf_bert = load_script("hf_bert")
+    corpus, out = tiny_corpus(tmp_path / "corpus"), tmp_path / "bert"
+    (corpus / "glue_train.txt").write_text("\n\n".join(f"document {i} says the module is imported ." * 20
+                                                       for i in range(40)))
+    hf_bert.main(["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096", "--out", str(out)])
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == 2 and results["tokens_seen"] == 4096
+    assert results["documents"]["held_out"] == 4 and 0 < results["held_out"]["floor"] < 1
+    model = AutoModelForSequenceClassification.from_pretrained(out, num_labels=2)
+    assert type(model).__name__ == "BertForSequenceClassification" and model.config.num_hidden_layers == 4
+    with pytest.raises(SystemExit):
+        hf_bert.main(["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096",
+                      "--out", str(out)])
+    assert "already holds a finished run" in capsys.readouterr().err
