@@ -196,3 +196,47 @@ def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_p
         hf_bert.main(["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096",
                       "--out", str(out)])
     assert "already holds a finished run" in capsys.readouterr().err
+
+
+def test_geometry_measures_agree_with_their_definitions():
+    geometry = load_script("geometry")
+    same = torch.ones(5, 3, dtype=torch.float64)
+    assert geometry.mean_off_diagonal_cosine(same) == pytest.approx(1.0)
+    assert geometry.mean_off_diagonal_cosine(torch.eye(4, dtype=torch.float64)) == pytest.approx(0.0)
+    assert geometry.first_component_share(same) is None
+    line = torch.arange(6.0, dtype=torch.float64)[:, None] * torch.tensor([[1.0, 2.0, -1.0]], dtype=torch.float64)
+    assert geometry.first_component_share(line) == pytest.approx(1.0)
+    spread = torch.tensor([[1.0, 0], [-1, 0], [0, 0.5], [0, -0.5]], dtype=torch.float64)
+    assert geometry.first_component_share(spread) == pytest.approx(0.8)  # variances 2 and 0.5
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_geometry_and_gradients_do_not_depend_on_padding(tiny_checkpoint, padding_side):
+    geometry = load_script("geometry")
+    tokenizer, model = geometry.load_classifier(str(tiny_checkpoint), seed=0)
+    sentences = ["the module is imported", "a longer sentence about statements executed in order", "short"]
+    tokenizer.padding_side = "right"
+    expected = geometry.layer_geometry(model, tokenizer, sentences)
+    tokenizer.padding_side = padding_side
+    for got, want in zip(geometry.layer_geometry(model, tokenizer, sentences), expected, strict=True):
+        assert got.pop("cls_pc1_share") == (None if want["cls_pc1_share"] is None else
+                                            pytest.approx(want.pop("cls_pc1_share"), rel=1e-5))
+        assert got == pytest.approx({k: v for k, v in want.items() if k != "cls_pc1_share"}, rel=1e-5)
+    one = geometry.first_gradient(model, tokenizer, sentences, [0, 1, 1])
+    assert one["body_grad_norm"] > 0 and one["head_grad_norm"] > 0
+    _, fresh = geometry.load_classifier(f"untrained:{tiny_checkpoint}", seed=1)
+    assert geometry.body_weight_rms(fresh) != geometry.body_weight_rms(model)
+    assert geometry.body_weight_rms(fresh) == pytest.approx(fresh.config.initializer_range, rel=0.1)
+
+
+def test_geometry_writes_a_row_per_model_and_layer(shared_data, tiny_checkpoint, tmp_path):
+    geometry = load_script("geometry")
+    out = tmp_path / "geometry.csv"
+    geometry.main(["--glue", str(shared_data / "glue"), "--model", f"tiny={tiny_checkpoint}", "--model",
+                   f"fresh=untrained:{tiny_checkpoint}", "--sentences", "20", "--gradient-sentences", "40",
+                   "--out", str(out)])
+    with open(out) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["model"], row["layer"]) for row in rows] == [(m, str(i)) for m in ("tiny", "fresh") for i in range(3)]
+    assert rows[0]["cls_pc1_share"] == "" and float(rows[1]["cls_pc1_share"]) > 0  # the first token's embedding
+    assert {row["gradient_sentences"] for row in rows} == {"40"}

@@ -18,6 +18,7 @@ floor on the same masks.
 import argparse
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -113,6 +114,7 @@ def main(argv=None) -> None:
     trainer = Trainer(model=model, args=training, train_dataset=[{"input_ids": row} for row in train_rows],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15))
     mean_loss = trainer.train().training_loss
+    shutil.rmtree(args.out / "trainer", ignore_errors=True)  # the Trainer's output_dir; nothing is saved there
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     results = {"model": "transformers BertForMaskedLM", "parameters": model.num_parameters(),
