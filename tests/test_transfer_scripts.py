@@ -87,9 +87,14 @@ def test_report_tables_from_runs(tmp_path):
             "tokens_seen": budget + 7, "steps": budget // 2048, "plan": {"epochs": budget / 1.7e6}, "test": split,
             "copy_or_unigram_floor": {"short": 0.14, "long": 0.15}}))
     (runs / "corpus").mkdir()
+    (runs / "hfbert_500000").mkdir()  # bench/transfer/hf_bert.py's results: its own held-out split, 128 only
+    (runs / "hfbert_500000" / "results.json").write_text(json.dumps({
+        "model": report.HF_BERT_MODEL, "tokens_seen": 499712, "steps": 244, "epochs": 0.25,
+        "held_out": {"accuracy": 0.25, "floor": 0.13}}))
     rows = report.pretraining_rows(runs)
     assert [(r["arm"], r["token_budget"], r["test_accuracy_128"]) for r in rows] == [
-        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2)]
+        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("hfbert", 500000, 0.25)]
+    assert rows[-1]["floor_128"] == 0.13 and report.cell(rows[-1]["test_accuracy_512"]) == "-"
     probe_rows = [{"model": model, "seed": seed, "task": task, "score": score + i}
                   for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0),
                                              ("dta_2000000", "", 60.0))

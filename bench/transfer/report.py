@@ -1,7 +1,7 @@
 """Tables and figures of the transfer experiment (issue 34), from what its runs wrote:
 
 - the pretraining folders ``RUNS/{arm}_{budget}`` (results.json: tokens seen, masked accuracy, the copy-or-unigram
-  floor), written by bench/transfer/pretrain.sh;
+  floor), written by bench/transfer/pretrain.sh, and ``RUNS/hfbert_{budget}`` by bench/transfer/hf_bert.py;
 - the probe CSV of bench/transfer/probe.py (models named ``{arm}_{budget}`` and ``{arm}_untrained``);
 - the fine-tuning CSV of `encoderlab experiment finetune` (its finetune_runs.csv; models named as in the probe);
 - the bag of words on the fine-tuning runs' number of examples (bench/glue_bow_baseline.py --train-examples).
@@ -26,8 +26,10 @@ from encoderlab.results.stats import mean_sd, seeds_cell
 from encoderlab.results.tables import markdown_table
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
-ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE"}
-COLORS = {"dta": "tab:blue", "bidir": "tab:orange"}
+ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE",
+        "hfbert": "HF BertForMaskedLM (plain Trainer)"}
+COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "hfbert": "tab:green"}
+HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
 
 
 def split_name(model: str):
@@ -46,6 +48,9 @@ def pretraining_rows(runs: Path) -> list:
             continue
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         arm, budget = split_name(folder.name)
+        if results.get("model") == HF_BERT_MODEL:
+            rows.append(hf_bert_row(arm, budget, results))
+            continue
         rows.append({"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"],
                      "steps": results["steps"], "epochs": round(results["plan"]["epochs"], 2),
                      "test_accuracy_128": results["test"]["short"]["accuracy"],
@@ -54,6 +59,15 @@ def pretraining_rows(runs: Path) -> list:
                      "floor_512": results["copy_or_unigram_floor"]["long"],
                      "test_mlm_loss_128": results["test"]["short"]["mlm_loss"]})
     return sorted(rows, key=lambda r: (r["arm"], r["token_budget"]))
+
+
+def hf_bert_row(arm: str, budget: int, results: dict) -> dict:
+    """bench/transfer/hf_bert.py's results: its own held-out documents and masks, at 128 tokens only."""
+    held_out, missing = results["held_out"], float("nan")
+    return {"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"], "steps": results["steps"],
+            "epochs": round(results["epochs"], 2), "test_accuracy_128": held_out["accuracy"],
+            "test_accuracy_512": missing, "floor_128": held_out["floor"], "floor_512": missing,
+            "test_mlm_loss_128": missing}
 
 
 def per_seed_average(rows: list, score_key="score") -> dict:
@@ -85,6 +99,8 @@ def task_table(rows: list) -> list:
 
 
 def cell(value) -> str:
+    if isinstance(value, float) and np.isnan(value):
+        return "-"
     return f"{value:.3f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
 
 
@@ -151,7 +167,7 @@ def main(argv=None) -> int:
     for row in pretraining:
         for key in ("token_budget", "tokens_seen"):
             row[key] = int(row[key])
-        for key in ("test_accuracy_128", "test_accuracy_512", "floor_128", "floor_512"):
+        for key in ("test_accuracy_128", "test_accuracy_512", "floor_128", "floor_512", "test_mlm_loss_128"):
             row[key] = float(row[key])
     write_rows(args.out / "pretraining.csv", pretraining)
     probe_rows, finetune_rows = read_results(args.probe), read_results(args.finetune)
