@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from encoderlab.tokenization import build_tokenizer
+from figure_checks import assert_png_drawn
 from tiny_checkpoints import save_tiny_dta_mlm
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -245,3 +246,4 @@ def test_geometry_writes_a_row_per_model_and_layer(shared_data, tiny_checkpoint,
     assert [(row["model"], row["layer"]) for row in rows] == [(m, str(i)) for m in ("tiny", "fresh") for i in range(3)]
     assert rows[0]["cls_pc1_share"] == "" and float(rows[1]["cls_pc1_share"]) > 0  # the first token's embedding
     assert {row["gradient_sentences"] for row in rows} == {"40"}
+    assert_png_drawn(out.with_suffix(".png"))

@@ -17,7 +17,8 @@ checkpoint, on SST-2 text encoded as fine-tuning encodes it (the tokenizer's spe
 
 NAME=untrained:PATH is PATH's config and tokenizer with fresh weights (--seed). Rows: one per model and layer
 (`layer`, `cls_cosine`, `mean_cosine`, `cls_pc1_share`) plus the gradient and weight columns on every row of the
-model.
+model. The figure beside the CSV (same name, .png) draws the mean-pooled cosine per layer, and each model's body
+gradient against its weight RMS.
 """
 
 import argparse
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from encoderlab.results.plots import pyplot
 
 COLUMNS = ["model", "layer", "cls_cosine", "mean_cosine", "cls_pc1_share", "body_grad_norm", "head_grad_norm",
            "body_weight_rms", "sentences", "gradient_sentences"]
@@ -116,6 +119,29 @@ def body_weight_rms(model) -> float:
     return (sum(p.double().pow(2).sum() for p in matrices) / sum(p.numel() for p in matrices)).sqrt().item()
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    plt = pyplot()
+    figure, (cosine_axis, gradient_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    models = list(dict.fromkeys(row["model"] for row in rows))
+    for index, model in enumerate(models):
+        own = [row for row in rows if row["model"] == model]
+        color = plt.cm.tab10(index % 10)
+        style = "--" if "untrained" in model else "-"
+        cosine_axis.plot([row["layer"] for row in own], [row["mean_cosine"] for row in own], style, marker="o",
+                         color=color, label=model)
+        gradient_axis.scatter(own[0]["body_weight_rms"], own[0]["body_grad_norm"], color=color, s=40)
+        gradient_axis.annotate(model, (own[0]["body_weight_rms"], own[0]["body_grad_norm"]), fontsize=7,
+                               xytext=(4, 2), textcoords="offset points")
+    cosine_axis.set(xlabel="layer (0: embeddings)", ylabel="mean cosine between sentences",
+                    title="mean-pooled SST-2 dev sentences", ylim=(0, 1.02))
+    cosine_axis.legend(fontsize=7)
+    gradient_axis.set(xscale="log", yscale="log", xlabel="RMS of the body's weight matrices",
+                      ylabel="body gradient norm, first step", title="first fine-tuning gradient (SST-2)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=150)
+    plt.close(figure)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--glue", type=Path, required=True, help="the GLUE folder (SST-2/dev.tsv, SST-2/train.tsv)")
@@ -146,6 +172,7 @@ def main(argv=None) -> None:
         writer.writeheader()
         writer.writerows({key: f"{value:.6g}" if isinstance(value, float) else value for key, value in row.items()}
                          for row in rows)
+    plot(rows, args.out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pretraining arms of the transfer experiment (issue 34): DTA-BERT (the demo config: dual triangle, no positions)
-# and bidirectional + RoPE at the same size, each at every token budget of BUDGETS, as separate runs (each its own
+# and bidirectional + RoPE at the same size (and, with ARMS=bidirwd, the latter with weight decay 0.1), each at
+# every token budget of BUDGETS, as separate runs (each its own
 # warm-up / constant / cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
 # side by side, one thread each.
 #
@@ -26,6 +27,9 @@ lane() {  # name, then the model overrides; runs every budget in turn
 
 mkdir -p "$RUNS"
 [[ " $ARMS " == *" dta "* ]] && lane dta &
-[[ " $ARMS " == *" bidir "* ]] && lane bidir --set model.config.attention_type=bidirectional \
-    --set model.config.position_embedding_type=rope &
+bidir=(--set model.config.attention_type=bidirectional --set model.config.position_embedding_type=rope)
+[[ " $ARMS " == *" bidir "* ]] && lane bidir "${bidir[@]}" &
+# bidir with AdamW's decoupled weight decay 0.1 (the others use the demo's 0): does keeping the weights small keep
+# the body easy to fine-tune? (issue 34's second pass found pretrained weights 5-10x larger than initial ones)
+[[ " $ARMS " == *" bidirwd "* ]] && lane bidirwd "${bidir[@]}" --set optimizer.weight_decay=0.1 &
 wait
