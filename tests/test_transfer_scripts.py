@@ -247,3 +247,25 @@ def test_geometry_writes_a_row_per_model_and_layer(shared_data, tiny_checkpoint,
     assert rows[0]["cls_pc1_share"] == "" and float(rows[1]["cls_pc1_share"]) > 0  # the first token's embedding
     assert {row["gradient_sentences"] for row in rows} == {"40"}
     assert_png_drawn(out.with_suffix(".png"))
+
+
+def test_settings_table_keeps_shared_models_and_the_given_seeds(tmp_path, capsys):
+    settings_table = load_script("settings_table")
+    header = "model,task,seed,score\n"
+    (tmp_path / "low.csv").write_text(header + "a,sst2,0,50\na,sst2,1,54\na,sst2,2,90\nb,sst2,0,60\n"
+                                      "only_here,sst2,0,1\na,cola,0,5\n")
+    (tmp_path / "high.csv").write_text(header + "a,sst2,0,70\na,sst2,1,72\nb,sst2,0,61\nb,sst2,1,63\n")
+    out = tmp_path / "grid"
+    settings_table.main(["--task", "sst2", "--seeds", "0", "1", "--setting", f"low={tmp_path / 'low.csv'}",
+                         "--setting", f"high={tmp_path / 'high.csv'}", "--out", str(out)])
+    with open(out.with_suffix(".csv")) as handle:
+        rows = {(row["setting"], row["model"]): row for row in csv.DictReader(handle)}
+    assert set(rows) == {("low", "a"), ("low", "b"), ("high", "a"), ("high", "b")}  # only_here ran one setting
+    assert float(rows[("low", "a")]["mean"]) == 52.0 and rows[("low", "a")]["seeds"] == "2"  # seed 2 left out
+    assert float(rows[("high", "b")]["sd"]) == pytest.approx(np.std([61, 63], ddof=1), abs=1e-3)
+    assert rows[("low", "b")]["seed_1"] == "" and float(rows[("low", "b")]["seed_0"]) == 60.0
+    assert_png_drawn(out.with_suffix(".png"))
+    with pytest.raises(SystemExit):
+        settings_table.main(["--task", "sst2", "--seeds", "0", "--setting", f"x={tmp_path / 'none.csv'}",
+                             "--out", str(out)])
+    assert "--setting x=" in capsys.readouterr().err
