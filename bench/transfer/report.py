@@ -27,8 +27,8 @@ from encoderlab.results.tables import markdown_table
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE",
-        "hfbert": "HF BertForMaskedLM (plain Trainer)"}
-COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "hfbert": "tab:green"}
+        "bidirwd": "bidirectional + RoPE, weight decay 0.1", "hfbert": "HF BertForMaskedLM (plain Trainer)"}
+COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green"}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
 
 
@@ -144,7 +144,7 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
             axis.axhline(np.mean(list(per_seed_average(bow_rows).values())[0]), color="black", ls=":",
                          label="bag of words, same examples")
         axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="GLUE average (5 tasks, dev)", title=title)
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=7, framealpha=0.5)  # see-through: a marker may sit under it
     seen = [r["tokens_seen"] for r in pretraining]
     if seen:
         for axis in axes:  # one token axis for the three panels
