@@ -52,7 +52,8 @@ def layer_decay_groups(model: torch.nn.Module, lr: float, decay: float, weight_d
 
 class LayerDecayTrainer(Trainer):
     """The HF Trainer, its optimizer built with per-layer learning rates. The groups are made when the Trainer
-    makes its optimizer, i.e. after FSDP2 has sharded the model, so they hold the parameters that train."""
+    makes its optimizer, from the model it trains (the Trainer delays that step until a sharded model is wrapped;
+    layer decay under FSDP2 is not tested yet)."""
 
     def __init__(self, *args, layerwise_lr_decay: float, **kwargs):
         super().__init__(*args, **kwargs)
