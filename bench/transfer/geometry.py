@@ -29,7 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.results.plots import pyplot
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import glue_bow_baseline as bow  # noqa: E402  (the GLUE rows and labels every transfer yardstick reads)
+
+from encoderlab.results.plots import pyplot  # noqa: E402
+from encoderlab.training.finetune.data import split_file  # noqa: E402
+from encoderlab.training.finetune.tasks import get_task  # noqa: E402
 
 COLUMNS = ["model", "layer", "cls_cosine", "mean_cosine", "cls_pc1_share", "body_grad_norm", "head_grad_norm",
            "body_weight_rms", "sentences", "gradient_sentences"]
@@ -37,9 +42,10 @@ GRADIENT_BATCH = 32
 
 
 def sst2_sentences(glue: Path, split: str, count: int) -> tuple[list[str], list[int]]:
-    with open(glue / "SST-2" / f"{split}.tsv", encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:count]
-    return [row["sentence"] for row in rows], [int(row["label"]) for row in rows]
+    """The first `count` sentences and label ids of an SST-2 split, read as the other yardsticks read them."""
+    task = get_task("sst2")
+    texts, labels = bow.texts_and_labels(task, split_file(task, bow.GlueData(glue), split), count)
+    return texts[0], labels.tolist()
 
 
 def load_classifier(spec: str, seed: int):
@@ -156,7 +162,7 @@ def main(argv=None) -> None:
     specs = dict(spec.split("=", 1) for spec in args.model if "=" in spec)
     if len(specs) != len(args.model):
         parser.error("--model must be NAME=PATH or NAME=untrained:PATH")
-    dev, _ = sst2_sentences(args.glue, "dev", args.sentences)
+    dev, _ = sst2_sentences(args.glue, "validation", args.sentences)
     train, labels = sst2_sentences(args.glue, "train", args.gradient_sentences)
     rows = []
     for name, spec in specs.items():

@@ -11,8 +11,8 @@ training and held-out documents by a seeded shuffle, each tokenized with the tok
 documents back to back, into rows of 128 tokens. The optimiser settings are the encoderlab arms' (AdamW lr 3e-3,
 betas 0.9 / 0.98, no weight decay, batches of 16, 10% warm-up, 10% linear cool-down); the model keeps BERT's own
 dropout of 0.1. The folder holds the checkpoint and tokenizer (`encoderlab finetune` loads it like any HF BERT)
-and `results.json`: tokens seen, steps, epochs, the mean training loss, and the held-out masked-token accuracy with its copy-or-unigram
-floor on the same masks.
+and `results.json`: tokens seen, steps, epochs, the mean training loss, and the held-out masked-token accuracy
+with its copy-or-unigram floor on the same masks.
 """
 
 import argparse
