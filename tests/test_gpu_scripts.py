@@ -67,6 +67,14 @@ def test_packed_batch_restarts_positions_per_document(gpu_scripts):
     assert torch.equal(torch.cat([d[0] for d in documents]), batch["input_ids"][0, :12])
 
 
+def test_named_cases_run_in_the_order_named(gpu_scripts):
+    kernels = gpu_scripts["family_checks"]
+    found = kernels.cases(quick=True)
+    assert [name for name, _ in kernels.ordered(found)][:len(kernels.FIRST)] == list(kernels.FIRST)
+    names = [name for name, _ in kernels.ordered(found, only=["dstg-ap", "homa-p", "dta-unet", "dstg-dstg"])]
+    assert names == ["dstg-ap", "homa-pairwise-rope", "dta-unet-value-embeddings-rope", "dstg-dstg"]
+
+
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_kernel_table_compares_every_implementation(gpu_scripts, tmp_path, shared_data):
     check, kernels = gpu_scripts["check"], gpu_scripts["family_checks"]

@@ -263,7 +263,8 @@ def kernel_section(context, summary, only) -> None:
     paddings = ("left", "right", "packed") if common.packing_available() else ("left", "right")
     table = common.Table("kernels", kernels.COLUMNS)
     seconds = 0.5 * context.seconds_left()
-    skipped = kernels.run_kernel_checks(context, table, implementations, paddings, seconds, only)
+    skipped = kernels.run_kernel_checks(context, table, implementations, paddings, seconds, only,
+                                        after_case=lambda: table.write_csv(context.out / "kernels.csv"))
     table.write_csv(context.out / "kernels.csv")
     print(kernel_digest(table))
     for status in ("PASS", "FAIL", "ERROR", "REFUSED"):

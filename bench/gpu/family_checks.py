@@ -225,8 +225,10 @@ def forward_only(model, batches, device, dtype):
     return torch.cat(outputs)
 
 
-def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None) -> list:
-    """Fills `table` case by case until `seconds` have passed; returns the names of the cases skipped for time."""
+def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None, after_case=None) -> list:
+    """Fills `table` case by case until `seconds` have passed, calling `after_case()` after each (check.py writes
+    kernels.csv there, so a call stopped at its limit keeps the finished cases); returns the names of the cases
+    skipped for time. With `only`, the cases run in the order of its words."""
     from encoderlab.modeling import dual_triangle
 
     if context.device == "cpu":
@@ -235,9 +237,7 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
     dtypes = ("fp32", "bf16")
     stop = time.monotonic() + seconds
     skipped = []
-    for name, (model_class, config) in ordered(cases(context.quick)):
-        if only and not any(word in name for word in only):
-            continue
+    for name, (model_class, config) in ordered(cases(context.quick), only):
         if time.monotonic() > stop:
             skipped.append(name)
             continue
@@ -245,6 +245,8 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
         check_case(name, model_class, config, implementations, paddings, context.device, dtypes, table,
                    sizes(context.quick))
         print(f"  kernels {name}: {time.monotonic() - begin:.1f} s", flush=True)
+        if after_case is not None:
+            after_case()
     return skipped
 
 
@@ -254,6 +256,12 @@ FIRST = ("dta-dual_triangle-rope", "dta-bidirectional-none", "dta-causal-alibi",
 before the rest (each flex_attention compilation of a new shape costs seconds on a GPU)."""
 
 
-def ordered(found: dict) -> list:
-    return [(name, found[name]) for name in FIRST if name in found] + \
-        [(name, value) for name, value in found.items() if name not in FIRST]
+def ordered(found: dict, only=None) -> list:
+    """FIRST, then the rest; with `only` (words), the cases naming one of them, by the first word each names: a short
+    GPU call lists the cases it cares about most first."""
+    names = [name for name in FIRST if name in found] + [name for name in found if name not in FIRST]
+    if only:
+        rank = {name: min(i for i, word in enumerate(only) if word in name) for name in names
+                if any(word in name for word in only)}
+        names = sorted(rank, key=lambda name: (rank[name], names.index(name)))
+    return [(name, found[name]) for name in names]
