@@ -91,6 +91,39 @@ def train_three_ways(folder: Path) -> SimpleNamespace:
 # ---------------------------------------------------------------------------------------------
 
 
+def test_pretrain_builds_its_optimizer_when_the_trainer_asks_so_that_fsdp_accepts_it(tmp_path, monkeypatch):
+    """With FSDP on, the Trainer shards the model before it creates the optimizer and refuses one passed in through
+    `optimizers=` (bench/gpu/check.py found this on an H100: every FSDP2 pretraining run stopped there). Here the
+    Trainer's argument check runs as if FSDP were on; the run must train with encoderlab's Muon + AdamW over the
+    parameters of the model the Trainer holds."""
+    from transformers import Trainer, TrainerCallback
+
+    from encoderlab.training.pretrain import pretrain
+    from test_pretrain import tiny_run
+
+    validate = Trainer._validate_args
+
+    def validate_as_if_fsdp(self):
+        self.is_fsdp_enabled = True
+        try:
+            validate(self)
+        finally:
+            self.is_fsdp_enabled = False
+
+    monkeypatch.setattr(Trainer, "_validate_args", validate_as_if_fsdp)
+    seen = {}
+
+    class RecordOptimizer(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+            seen["groups"] = [group["name"] for group in optimizer.param_groups]
+            seen["optimized"] = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            seen["trainable"] = {id(p) for p in model.parameters() if p.requires_grad}
+
+    pretrain(tiny_run(tmp_path / "run"), callbacks=[RecordOptimizer()])
+    assert seen["groups"] == ["muon", "adamw"]
+    assert seen["optimized"] == seen["trainable"]
+
+
 def test_shipped_configs_and_their_paths():
     assert accelerate_config_names() == ["ddp", "deepspeed_zero2", "fsdp2"]
     assert accelerate_config_path("fsdp2").name == "fsdp2.yaml"

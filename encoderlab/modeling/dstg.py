@@ -136,10 +136,15 @@ class SpecialTokenRelativeBias:
         )
 
     def score_mod(self, num_logical_heads, device):
-        """flex_attention score_mod; every tensor it reads already lives on ``device``."""
-        table = self.buckets.relative_attention_bias.weight  # (num_buckets, H)
+        """flex_attention score_mod; every tensor it reads already lives on ``device``.
+
+        The special-token scalars are appended to the bucket table as three more rows, so the bias is one lookup of
+        one learned tensor by (row, head): flex's backward compiles gradients of such a lookup, and Triton failed to
+        compile the per-head scalar lookups inside ``torch.where`` that this replaced (H100, 2026-11-26)."""
         num_buckets, max_distance = self.buckets.num_buckets, self.buckets.max_distance
-        both, key, query = self.special_scalars  # each (H,)
+        # (num_buckets + 3, H): rows num_buckets + 0/1/2 are the both / key / query scalars
+        table = torch.cat([self.buckets.relative_attention_bias.weight, self.special_scalars.to(device)])
+        both_row, key_row, query_row = num_buckets, num_buckets + 1, num_buckets + 2
         special_tokens = self.special_tokens
         last = special_tokens.shape[1] - 1
 
@@ -148,12 +153,12 @@ class SpecialTokenRelativeBias:
             # flex may run on a block-padded length; indices past the sequence are masked keys / dropped queries.
             q_token, kv_token = torch.clamp(q_idx, max=last), torch.clamp(kv_idx, max=last)
             query_special, key_special = special_tokens[batch, q_token], special_tokens[batch, kv_token]
-            bucket_bias = table[t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance), head]
-            bias = torch.where(
-                query_special & key_special, both[head],
-                torch.where(key_special, key[head], torch.where(query_special, query[head], bucket_bias)),
+            row = torch.where(
+                query_special & key_special, both_row,
+                torch.where(key_special, key_row, torch.where(
+                    query_special, query_row, t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance))),
             )
-            return score + bias
+            return score + table[row, head]
 
         return add_special_token_bias
 

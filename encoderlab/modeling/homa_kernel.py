@@ -206,7 +206,10 @@ class BlockLayout:
         weighted = blocks * self.merge_weight[:, None, :, :, None].to(blocks.dtype)
         # scatter_add rather than index_add: its backward keeps the index only, not the block-sized source.
         rows = self._rows(heads, seq_len)[:, None].expand(-1, channels)
-        merged = blocks.new_zeros(batch * heads * seq_len, channels).scatter_add(0, rows, weighted.view(-1, channels))
+        # reshape, not view: CUDA's memory-efficient SDPA returns its output with heads and positions transposed in
+        # memory, and the product keeps that layout (a view failed on an H100 in fp32).
+        source = weighted.reshape(-1, channels)
+        merged = blocks.new_zeros(batch * heads * seq_len, channels).scatter_add(0, rows, source)
         return merged.view(batch, heads, seq_len, channels)
 
 

@@ -253,7 +253,6 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
     from .callbacks import DroPECallback, drope_step
     from .collator import MLMCollator
     from .metrics import compute_metrics, preprocess_logits_for_metrics
-    from .optim import build_optimizer
     from .packing import PackedMLMCollator
     from .trainer import MLMTrainer, training_arguments
 
@@ -266,7 +265,6 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
         mask_replace_prob=run.mlm.mask_replace_prob,
         random_replace_prob=run.mlm.random_replace_prob,
     )
-    optimizer = build_optimizer(model, run.optimizer)
     args = training_arguments(run, plan["max_steps"], drope)
     if run.data.packing == "pack":  # rows of exactly seq_len tokens, positions restarting in every document
         collators = (PackedMLMCollator(tokenizer, row_length=run.train.seq_len, mask_on_device=True, **masking),
@@ -286,7 +284,7 @@ def build_trainer(run: RunConfig, model, tokenizer, data: RunData, plan: dict, c
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        optimizers=(optimizer, None),
+        optimizer_settings=run.optimizer,
         callbacks=callbacks,
     )
 

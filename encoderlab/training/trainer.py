@@ -88,14 +88,25 @@ class MLMTrainer(Trainer):
     batches come from `eval_data_collator`, whose fixed seed gives the same masks at every evaluation.
     """
 
-    def __init__(self, *args, eval_data_collator=None, mask_seed=0, **kwargs):
+    def __init__(self, *args, eval_data_collator=None, mask_seed=0, optimizer_settings=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.eval_data_collator = eval_data_collator
         self.mask_seed = mask_seed
+        self.optimizer_settings = optimizer_settings
         self._mask_generator, self._mask_step = None, None
         # The families return the mean loss over masked tokens and ignore `num_items_in_batch`, so the Trainer
         # must scale the loss for gradient accumulation itself.
         self.model_accepts_loss_kwargs = False
+
+    def create_optimizer(self, model=None):
+        """encoderlab's optimizer (`optimizer_settings`), built when the Trainer asks for it rather than passed in:
+        under FSDP the Trainer shards the model first, and the optimizer must hold the sharded parameters (the
+        Trainer refuses `optimizers=` with FSDP for that reason)."""
+        if self.optimizer is None and self.optimizer_settings is not None:
+            from .optim import build_optimizer
+
+            self.optimizer = build_optimizer(self.model if model is None else model, self.optimizer_settings)
+        return super().create_optimizer(model)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self._mask_step != self.state.global_step:  # first micro-batch of an optimizer step
