@@ -374,9 +374,10 @@ def flex_attention_call(query, key, value, mask, triangles, bias_module, logical
 
 def _pads_value_to_query_dim(query, value):
     """On CUDA, values narrower than q/k (DSTG: q/k join two streams of head_dim each, values do not) are padded to
-    the q/k width. With torch 2.11 on an H100 the backward of exactly that case (q/k 128, v 64, DSTG's bias) failed
-    to compile in Triton while every equal-width case passed; torch's history of flex bugs with v narrower than q/k
-    points the same way. Exact: the extra value channels are zero."""
+    the q/k width. Exact: the extra value channels are zero. Added as a guess at DSTG's flex backward failing to
+    compile on an H100; the second H100 run showed the guess wrong (the score_mod's form was the cause, fixed in
+    `SpecialTokenRelativeBias.score_mod`). Kept because fp32 passed there with it; whether dropping it lets the bf16
+    backward fit the shared memory it overflows (bench/RESULTS.md) is for the next GPU run."""
     return query.device.type == "cuda" and value.shape[-1] < query.shape[-1]
 
 
