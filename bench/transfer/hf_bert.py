@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from encoderlab.training.metrics import copy_or_unigram_floor, unigram_argmax
+
 ROW_TOKENS = 128
 BATCH = 16
 HELD_OUT = 0.1
@@ -65,9 +67,10 @@ def bert_config(tokenizer):
                       intermediate_size=512, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
 
 
-def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int) -> dict:
+def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int, top_token_id: int) -> dict:
     """Masked-token accuracy on the held-out rows, under the collator's 80/10/10 masks drawn with `seed`, and the
-    floor of the same masks: copy the token where it was kept, else predict the most frequent training token."""
+    copy-or-unigram floor of the same masks (`encoderlab.training.metrics.copy_or_unigram_floor`, the floor every
+    encoderlab arm reports), guessing `top_token_id`, the most frequent non-special training token."""
     from transformers import DataCollatorForLanguageModeling
 
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=seed)
@@ -77,11 +80,9 @@ def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int) -> dict:
         predicted = torch.cat([model(input_ids=chunk).logits.argmax(-1) for chunk in batch["input_ids"].split(64)])
     selected = batch["labels"] != -100
     labels = batch["labels"][selected]
-    kept = batch["input_ids"][selected] == labels
-    most_frequent = torch.bincount(rows.flatten(), minlength=len(tokenizer)).argmax()
-    floor = torch.where(kept, labels, most_frequent) == labels
-    return {"accuracy": (predicted[selected] == labels).float().mean().item(),
-            "floor": floor.float().mean().item(), "masked_tokens": int(selected.sum())}
+    floor = copy_or_unigram_floor([batch], top_token_id, tokenizer.mask_token_id, tokenizer.all_special_ids)
+    return {"accuracy": (predicted[selected] == labels).float().mean().item(), "floor": floor,
+            "masked_tokens": int(selected.sum())}
 
 
 def main(argv=None) -> None:
@@ -122,7 +123,8 @@ def main(argv=None) -> None:
                "train_tokens_per_epoch": train_rows.numel(), "steps": steps,
                "tokens_seen": steps * BATCH * ROW_TOKENS, "epochs": steps * BATCH / len(train_rows),
                "mean_train_loss": mean_loss,
-               "held_out": held_out_accuracy(model, held_rows, tokenizer, seed=args.seed)}
+               "held_out": held_out_accuracy(model, held_rows, tokenizer, seed=args.seed,
+                                             top_token_id=unigram_argmax(train_rows.tolist(), tokenizer.all_special_ids))}
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     json.dump(results, sys.stdout, indent=2)
     print()
