@@ -217,8 +217,10 @@ def remote_logits(tmp_path_factory):
             local[name] = model(input_ids=ids, attention_mask=mask).logits
     torch.save((ids, mask), work / "inputs.pt")
     (work / "remote.py").write_text(REMOTE_LOGITS_SCRIPT)
+    # The remote side runs with this process's thread count: the comparison is bitwise, and a matmul split over
+    # another number of threads sums in another order (a run with OMP_NUM_THREADS=2 failed on dstg-ap).
     env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"), "PATH": "/usr/bin:/bin",
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": str(torch.get_num_threads())}
     done = subprocess.run([sys.executable, "-I", str(work / "remote.py"), str(work / "checkpoints"),
                            str(work / "inputs.pt"), str(work / "logits.pt")], cwd=work, env=env, capture_output=True,
                           text=True, timeout=600)
