@@ -80,7 +80,8 @@ def test_probe_features_are_the_same_alone_and_in_a_padded_batch(tiny_checkpoint
 def test_report_tables_from_runs(tmp_path):
     report = load_script("report")
     runs = tmp_path / "runs"
-    for arm, budget, accuracy in (("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("bidir", 500000, 0.3)):
+    for arm, budget, accuracy in (("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("bidir", 500000, 0.3),
+                                  ("dta4x", 2000000, 0.4)):  # an arm whose name holds a digit
         folder = runs / f"{arm}_{budget}"
         folder.mkdir(parents=True)
         split = {"short": {"accuracy": accuracy, "mlm_loss": 5.0}, "long": {"accuracy": accuracy / 2, "mlm_loss": 6.0}}
@@ -94,7 +95,8 @@ def test_report_tables_from_runs(tmp_path):
         "held_out": {"accuracy": 0.25, "floor": 0.13}}))
     rows = report.pretraining_rows(runs)
     assert [(r["arm"], r["token_budget"], r["test_accuracy_128"]) for r in rows] == [
-        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("hfbert", 500000, 0.25)]
+        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("dta4x", 2000000, 0.4),
+        ("hfbert", 500000, 0.25)]
     assert rows[-1]["floor_128"] == 0.13 and report.cell(rows[-1]["test_accuracy_512"]) == "-"
     probe_rows = [{"model": model, "seed": seed, "task": task, "score": score + i}
                   for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0),

@@ -27,8 +27,10 @@ from encoderlab.results.tables import markdown_table
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE",
-        "bidirwd": "bidirectional + RoPE, weight decay 0.1", "hfbert": "HF BertForMaskedLM (plain Trainer)"}
-COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green"}
+        "bidirwd": "bidirectional + RoPE, weight decay 0.1", "hfbert": "HF BertForMaskedLM (plain Trainer)",
+        "dta4x": "DTA-BERT, 4x body (4 x 256)", "bidir4x": "bidirectional + RoPE, 4x body (4 x 256)"}
+COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green", "dta4x": "tab:purple",
+          "bidir4x": "tab:brown"}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
 
 
@@ -44,7 +46,7 @@ def split_name(model: str):
 def pretraining_rows(runs: Path) -> list:
     rows = []
     for folder in sorted(runs.iterdir()):
-        if not re.fullmatch(r"[a-z]+_\d+", folder.name) or not (folder / "results.json").exists():
+        if not re.fullmatch(r"[a-z][a-z0-9]*_\d+", folder.name) or not (folder / "results.json").exists():
             continue
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         arm, budget = split_name(folder.name)
