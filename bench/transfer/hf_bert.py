@@ -118,13 +118,13 @@ def main(argv=None) -> None:
     shutil.rmtree(args.out / "trainer", ignore_errors=True)  # the Trainer's output_dir; nothing is saved there
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
+    top_token = unigram_argmax(train_rows.tolist(), tokenizer.all_special_ids)  # the floor's guess at [MASK]
     results = {"model": "transformers BertForMaskedLM", "parameters": model.num_parameters(),
                "documents": {"train": len(train_docs), "held_out": len(held_docs)},
                "train_tokens_per_epoch": train_rows.numel(), "steps": steps,
                "tokens_seen": steps * BATCH * ROW_TOKENS, "epochs": steps * BATCH / len(train_rows),
                "mean_train_loss": mean_loss,
-               "held_out": held_out_accuracy(model, held_rows, tokenizer, seed=args.seed,
-                                             top_token_id=unigram_argmax(train_rows.tolist(), tokenizer.all_special_ids))}
+               "held_out": held_out_accuracy(model, held_rows, tokenizer, seed=args.seed, top_token_id=top_token)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     json.dump(results, sys.stdout, indent=2)
     print()

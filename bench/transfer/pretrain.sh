@@ -33,7 +33,8 @@ bidir=(--set model.config.attention_type=bidirectional --set model.config.positi
 # bidir with AdamW's decoupled weight decay 0.1 (the others use the demo's 0): does keeping the weights small keep
 # the body easy to fine-tune? (issue 34's second pass found pretrained weights 5-10x larger than initial ones)
 [[ " $ARMS " == *" bidirwd "* ]] && lane bidirwd "${bidir[@]}" --set optimizer.weight_decay=0.1 &
-wide=(--set model.config.hidden_size=256 --set model.config.num_attention_heads=4 --set model.config.intermediate_size=1024)
+wide=(--set model.config.hidden_size=256 --set model.config.num_attention_heads=4
+      --set model.config.intermediate_size=1024)
 [[ " $ARMS " == *" dta4x "* ]] && lane dta4x "${wide[@]}" &
 [[ " $ARMS " == *" bidir4x "* ]] && lane bidir4x "${bidir[@]}" "${wide[@]}" &
 wait
