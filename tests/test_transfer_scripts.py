@@ -201,6 +201,10 @@ def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_p
     results = json.loads((out / "results.json").read_text())
     assert results["steps"] == 2 and results["tokens_seen"] == 4096
     assert results["documents"]["held_out"] == 4 and 0 < results["held_out"]["floor"] < 1
+    # --rescore finds the same documents and masks again: the same scores, written back
+    (out / "results.json").write_text(json.dumps({**results, "held_out": {"floor": -1.0}}))
+    hf_bert.main(["--rescore", "--corpus", str(corpus), "--out", str(out)])
+    assert json.loads((out / "results.json").read_text())["held_out"] == results["held_out"]
     model = AutoModelForSequenceClassification.from_pretrained(out, num_labels=2)
     assert type(model).__name__ == "BertForSequenceClassification" and model.config.num_hidden_layers == 4
     with pytest.raises(SystemExit):

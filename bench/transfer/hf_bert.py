@@ -5,6 +5,8 @@ code between the text and the checkpoint, so a result it shares with the encoder
 
     PYTHONPATH=. python bench/transfer/hf_bert.py --corpus runs/transfer/corpus \\
         --tokenizer runs/transfer/bidir_5000000 --tokens 5000000 --out runs/transfer/hf_bert_5000000
+    PYTHONPATH=. python bench/transfer/hf_bert.py --rescore --corpus runs/transfer/corpus \\
+        --out runs/transfer/hf_bert_5000000        # scores a finished run again
 
 The corpus's documents (blank-line separated; WikiText articles at their `= Title =` lines) are split 90 / 10 into
 training and held-out documents by a seeded shuffle, each tokenized with the tokenizer's special tokens and packed,
@@ -85,17 +87,50 @@ def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int, top_token
             "masked_tokens": int(selected.sum())}
 
 
+def corpus_rows(corpus: Path, tokenizer, seed: int):
+    """(training documents, held-out documents, their packed rows), split by `seed`."""
+    train_docs, held_docs = split_documents(documents(corpus), seed)
+    return train_docs, held_docs, packed_rows(train_docs, tokenizer), packed_rows(held_docs, tokenizer)
+
+
+def held_out_scores(model, train_rows, held_rows, tokenizer, seed: int) -> dict:
+    top_token = unigram_argmax(train_rows.tolist(), tokenizer.all_special_ids)  # the floor's guess at [MASK]
+    return held_out_accuracy(model, held_rows, tokenizer, seed=seed, top_token_id=top_token)
+
+
+def rescore(args) -> None:
+    """Scores a finished run's checkpoint again on its held-out documents and masks (same --corpus and --seed) and
+    rewrites ``held_out`` in its results.json: how a run written before the floor's definition changed is updated."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    results_file = args.out / "results.json"
+    results = json.loads(results_file.read_text(encoding="utf-8"))
+    tokenizer = AutoTokenizer.from_pretrained(args.out)
+    _, _, train_rows, held_rows = corpus_rows(args.corpus, tokenizer, args.seed)
+    scores = held_out_scores(BertForMaskedLM.from_pretrained(args.out), train_rows, held_rows, tokenizer, args.seed)
+    print(f"held_out was {results['held_out']}, now {scores}")
+    results_file.write_text(json.dumps({**results, "held_out": scores}, indent=2), encoding="utf-8")
+
+
 def main(argv=None) -> None:
     from transformers import (AutoTokenizer, BertForMaskedLM, DataCollatorForLanguageModeling, Trainer,
                               TrainingArguments, set_seed)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="the folder of bench/transfer/corpus.py")
-    parser.add_argument("--tokenizer", type=Path, required=True, help="a folder with the arms' tokenizer")
-    parser.add_argument("--tokens", type=int, required=True, help="the token budget (rows of 128 x batches of 16)")
+    parser.add_argument("--tokenizer", type=Path, help="a folder with the arms' tokenizer")
+    parser.add_argument("--tokens", type=int, help="the token budget (rows of 128 x batches of 16)")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="weights, document split, data order and masks")
+    parser.add_argument("--rescore", action="store_true",
+                        help="score the finished run in --out again (its --corpus and --seed) instead of training")
     args = parser.parse_args(argv)
+    if args.rescore:
+        if not (args.out / "results.json").exists():
+            parser.error(f"--rescore: --out={args.out} holds no finished run (no results.json)")
+        return rescore(args)
+    if args.tokenizer is None or args.tokens is None:
+        parser.error("--tokenizer and --tokens are required to train (all but --rescore)")
     if args.tokens < BATCH * ROW_TOKENS:
         parser.error(f"--tokens={args.tokens} is less than one batch ({BATCH * ROW_TOKENS} tokens)")
     if (args.out / "results.json").exists():
@@ -103,8 +138,7 @@ def main(argv=None) -> None:
 
     set_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    train_docs, held_docs = split_documents(documents(args.corpus), args.seed)
-    train_rows, held_rows = packed_rows(train_docs, tokenizer), packed_rows(held_docs, tokenizer)
+    train_docs, held_docs, train_rows, held_rows = corpus_rows(args.corpus, tokenizer, args.seed)
     steps = args.tokens // (BATCH * ROW_TOKENS)
     model = BertForMaskedLM(bert_config(tokenizer))
     training = TrainingArguments(
@@ -118,13 +152,12 @@ def main(argv=None) -> None:
     shutil.rmtree(args.out / "trainer", ignore_errors=True)  # the Trainer's output_dir; nothing is saved there
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
-    top_token = unigram_argmax(train_rows.tolist(), tokenizer.all_special_ids)  # the floor's guess at [MASK]
     results = {"model": "transformers BertForMaskedLM", "parameters": model.num_parameters(),
                "documents": {"train": len(train_docs), "held_out": len(held_docs)},
                "train_tokens_per_epoch": train_rows.numel(), "steps": steps,
                "tokens_seen": steps * BATCH * ROW_TOKENS, "epochs": steps * BATCH / len(train_rows),
                "mean_train_loss": mean_loss,
-               "held_out": held_out_accuracy(model, held_rows, tokenizer, seed=args.seed, top_token_id=top_token)}
+               "held_out": held_out_scores(model, train_rows, held_rows, tokenizer, args.seed)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     json.dump(results, sys.stdout, indent=2)
     print()
