@@ -263,5 +263,5 @@ def ordered(found: dict, only=None) -> list:
     if only:
         rank = {name: min(i for i, word in enumerate(only) if word in name) for name in names
                 if any(word in name for word in only)}
-        names = sorted(rank, key=lambda name: (rank[name], names.index(name)))
+        names = sorted(rank, key=rank.get)  # stable: ties keep the order above
     return [(name, found[name]) for name in names]

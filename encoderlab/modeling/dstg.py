@@ -143,7 +143,7 @@ class SpecialTokenRelativeBias:
         compile the per-head scalar lookups inside ``torch.where`` that this replaced (H100, 2026-11-26)."""
         num_buckets, max_distance = self.buckets.num_buckets, self.buckets.max_distance
         # (num_buckets + 3, H): rows num_buckets + 0/1/2 are the both / key / query scalars
-        table = torch.cat([self.buckets.relative_attention_bias.weight, self.special_scalars.to(device)])
+        table = torch.cat([self.buckets.relative_attention_bias.weight, self.special_scalars])
         both_row, key_row, query_row = num_buckets, num_buckets + 1, num_buckets + 2
         special_tokens = self.special_tokens
         last = special_tokens.shape[1] - 1
