@@ -278,3 +278,53 @@ def test_settings_table_keeps_shared_models_and_the_given_seeds(tmp_path, capsys
         settings_table.main(["--task", "sst2", "--seeds", "0", "--setting", f"x={tmp_path / 'none.csv'}",
                              "--out", str(out)])
     assert "--setting x=" in capsys.readouterr().err
+
+
+def test_gpu_pretrain_budget_is_what_the_slower_arm_finishes():
+    gpu_pretrain = load_script("gpu_pretrain")
+    calibration = {"dta": dict(tokens=2e6, train_seconds=10.0, tokens_per_second=250e3),
+                   "bidir": dict(tokens=2e6, train_seconds=12.0, tokens_per_second=200e3)}
+    budgets = gpu_pretrain.plan_budgets({"1x": ("dta", "bidir")}, calibration, wall=30.0, seconds=300.0, quick=False)
+    # fixed cost 30 - 10 = 20 s; the slower arm's 200k tokens/s over the 280 s left, at the safety margin
+    assert budgets == {"1x": int(200e3 * 280 * gpu_pretrain.SAFETY // 1e6 * 1e6)} == {"1x": 47_000_000}
+
+
+def test_gpu_pretrain_rate_leaves_out_the_first_steps(tmp_path):
+    gpu_pretrain = load_script("gpu_pretrain")
+    (tmp_path / "results.json").write_text(json.dumps({"tokens_seen": 3000}))
+    rows = [dict(step=10, loss=5, num_input_tokens_seen=1000, train_runtime=8.0),  # 8 s of start-up
+            dict(step=20, loss=4, num_input_tokens_seen=2000, train_runtime=9.0),
+            dict(step=30, loss=3, num_input_tokens_seen=3000, train_runtime=10.0),
+            dict(step=30, train_runtime=10.5, train_loss=4)]
+    with open(tmp_path / "metrics.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["step", "loss", "num_input_tokens_seen", "train_runtime",
+                                                    "train_loss"])
+        writer.writeheader()
+        writer.writerows(rows)
+    assert gpu_pretrain.measured(tmp_path) == dict(tokens=3000, train_seconds=10.5, tokens_per_second=1000.0)
+    assert gpu_pretrain.measured(tmp_path / "missing") is None
+
+
+def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path):
+    """The device script end to end (--device cpu --quick, the 1x size): calibration, a budget past it, and the
+    finished runs packed in parts that reassemble, each trained on every window of its documents."""
+    import tarfile
+
+    gpu_pretrain = load_script("gpu_pretrain")
+    out = tmp_path / "out"
+    assert gpu_pretrain.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
+                              "--sizes", "1x", "--minutes", "1.6"]) == 0
+    summary = json.loads((out / "gpu_pretrain_summary.json").read_text())
+    budget = summary["budgets"]["1x"]
+    assert budget > summary["calibration_tokens"] and set(summary["runs"]) == {f"dta_{budget}", f"bidir_{budget}"}
+    archive = tmp_path / "runs.tgz"
+    archive.write_bytes(b"".join((out / part).read_bytes() for part in summary["parts"]))
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        tar.extractall(tmp_path / "runs", filter="data")
+    assert f"dta_{budget}/model.safetensors" in names and not any("checkpoint-" in name for name in names)
+    for arm in ("dta", "bidir"):
+        results = json.loads((tmp_path / "runs" / f"{arm}_{budget}" / "results.json").read_text())
+        assert results["tokens_seen"] == summary["runs"][f"{arm}_{budget}"]["tokens"] >= 0.9 * budget
+        # the quick corpus (60 documents) in windows of 32: far more rows than documents
+        assert results["plan"]["train_examples"] > 3 * results["documents"]["train"]

@@ -10,13 +10,15 @@
 # pandas, xxhash, aiohttp, requests, tqdm, huggingface-hub (1.33) and fsspec, but not datasets, evaluate, dill or
 # multiprocess. datasets 5.0.1, not this machine's 5.2: its bounds (pyarrow >= 21, huggingface-hub < 2) fit the image,
 # whose pyarrow version is not known here (5.2 needs >= 24). fsspec comes along too, pinned inside datasets' bounds.
+# tokenizers 0.23.3 replaces the image's 0.23.2, which drops a document's overflowing windows (every pretraining
+# document would be cut to its first window; encoderlab now refuses that version).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 SHARED=${SHARED:-../shared/data}
 LIMIT_MIB=64
-WHEELS=${WHEELS:-"datasets==5.0.1 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.6.0"}
+WHEELS=${WHEELS:-"datasets==5.0.1 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.6.0 tokenizers==0.23.3"}
 
 # Both folders stay out of git (and out of the tree the device tool sends, except through `carry`).
 for folder in /.whl/ /.gpu_data/; do

@@ -12,7 +12,10 @@ RUNS=${RUNS:-runs/transfer}
 BUDGETS=${BUDGETS:-"500000 2000000 5000000"}
 ARMS=${ARMS:-"dta bidir"}
 ENCODERLAB=${ENCODERLAB:-.venv/bin/encoderlab}
-common=(--config demo --set data.source="$RUNS/corpus" --set tokenizer.vocab_size=4096)
+# EXTRA: more --set overrides for every arm, split at spaces (bench/transfer/gpu_pretrain.py: bf16, batch size, a
+# saved tokenizer)
+read -r -a extra <<< "${EXTRA:-}"
+common=(--config demo --set data.source="$RUNS/corpus" --set tokenizer.vocab_size=4096 "${extra[@]}")
 
 lane() {  # name, then the model overrides; runs every budget in turn
     local name=$1; shift

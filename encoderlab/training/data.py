@@ -266,6 +266,9 @@ def _tokenize_batch(
     counts: dict[str, int],
 ) -> list[list[int]]:
     """Examples of one batch of documents; updates `counts` in place."""
+    from encoderlab.tokenization.windows import check_overflowing_windows
+
+    check_overflowing_windows(tokenizer)  # a broken tokenizers release would cut each document to one window
     encoded = tokenizer(
         batch,
         truncation=True,

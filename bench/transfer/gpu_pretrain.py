@@ -1,0 +1,180 @@
+"""Issue 34 on one GPU: the transfer arms of bench/transfer/pretrain.sh pretrained on budgets the CPU cannot reach.
+
+The same corpus (bench/transfer/corpus.py), tokenizer, architectures and optimizer as the CPU arms; what changes is
+bf16, sdpa and a larger batch (``--batch-size``, 64 rows of 128 against the CPU's 16), so that the budget grows by
+an order of magnitude in minutes. The arms run side by side, as on the CPU (all of them on the one GPU):
+
+1. calibration: every arm on ``--calibration-tokens``, to measure each one's tokens per second with all of them
+   sharing the GPU, and the fixed cost of a run (start-up, packing, evaluations, saving);
+2. the real runs: each size (1x: ``dta bidir``; 4x: ``dta4x bidir4x``) on the largest budget, in whole millions
+   of tokens, that its slower arm finishes in the time left, so that the two attentions of a size see the same
+   tokens.
+
+The finished run folders (model, tokenizer, config, metrics, logs; no Trainer checkpoints) go into
+``transfer_runs.tgz`` in --out, cut into parts under the device tool's 16 MiB a file; ``gpu_pretrain_summary.json``
+holds the rates and budgets. Fine-tuning and the probe run afterwards on the CPU, exactly as for the CPU arms.
+
+    # here: bash bench/gpu/prepare.sh, then the CPU arms' tokenizer into the carried folder
+    mkdir -p .gpu_data/transfer_tokenizer && cp runs/transfer/dta_15000000/tokenizer*.json .gpu_data/transfer_tokenizer/
+    # on the device (carry .whl and .gpu_data), about 7 minutes:
+    . bench/gpu/device_setup.sh && python3 bench/transfer/gpu_pretrain.py --tokenizer .gpu_data/transfer_tokenizer \
+        --minutes 6.3 2>&1 | tee $OUT/gpu_pretrain_log.txt
+    # here, afterwards:
+    mkdir -p runs/transfer_gpu && cat /work/.device/N/transfer_runs.tgz.part* | tar xz -C runs/transfer_gpu
+
+The test runs it with ``--device cpu --quick --sizes 1x``.
+"""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "gpu"))
+
+import common  # noqa: E402
+
+SIZES = {"1x": ("dta", "bidir"), "4x": ("dta4x", "bidir4x")}
+PART_BYTES = 15 * 2**20  # under the device tool's 16 MiB a file
+SAFETY = 0.85  # of the measured rate: the real runs must finish inside the call
+
+
+def settings(args, context) -> list:
+    """--set overrides added to every arm of pretrain.sh."""
+    words = [f"train.batch_size={args.batch_size}"]
+    if context.on_gpu:
+        words += ["train.precision=bf16", "train.attn_implementation=sdpa"]
+    if context.quick:
+        words += ["train.seq_len=32", "data.limit=60", "data.max_eval_examples=8", "train.evaluations=1",
+                  "train.logging_steps=2"]
+    if args.tokenizer:
+        words.append(f"tokenizer.path={args.tokenizer.resolve()}")
+    return [part for word in words for part in ("--set", word)]
+
+
+def encoderlab_command() -> str:
+    beside = Path(sys.executable).parent / "encoderlab"
+    found = str(beside) if beside.is_file() else shutil.which("encoderlab")
+    if not found:
+        raise SystemExit("no `encoderlab` command: install encoderlab (pip install --no-deps -e .)")
+    return found
+
+
+def launch(runs: Path, arms: tuple, budget: int, extra: list) -> subprocess.Popen:
+    """pretrain.sh for `arms` at one budget, in a process group of its own (a timeout stops every arm)."""
+    env = {**os.environ, "RUNS": str(runs), "ARMS": " ".join(arms), "BUDGETS": str(budget),
+           "EXTRA": " ".join(extra), "ENCODERLAB": encoderlab_command()}
+    return subprocess.Popen(["bash", str(REPO / "bench" / "transfer" / "pretrain.sh")], env=env, cwd=REPO,
+                            start_new_session=True)
+
+
+def run_sizes(runs: Path, budgets: dict, extra: list, timeout: float) -> float:
+    """Runs every size at its budget side by side; returns the wall seconds (stops them all at `timeout`)."""
+    begin = time.monotonic()
+    lanes = [launch(runs, SIZES[size], budget, extra) for size, budget in budgets.items()]
+    for lane in lanes:
+        try:
+            lane.wait(timeout=max(1.0, timeout - (time.monotonic() - begin)))
+        except subprocess.TimeoutExpired:
+            os.killpg(lane.pid, signal.SIGTERM)
+            lane.wait()
+    return time.monotonic() - begin
+
+
+def measured(run_dir: Path) -> dict | None:
+    """Tokens seen, training seconds and the steady training rate (tokens per second between the first and last
+    logged steps, past the first steps' warm-up) of a finished run folder; None if it did not finish."""
+    results = run_dir / "results.json"
+    if not results.is_file():
+        return None
+    rows = common.read_csv(run_dir / "metrics.csv")
+    logged = [(float(row["num_input_tokens_seen"]), float(row["train_runtime"])) for row in rows
+              if row.get("loss") and row.get("num_input_tokens_seen") and row.get("train_runtime")]
+    tokens = json.loads(results.read_text())["tokens_seen"]
+    train_seconds = max(float(row["train_runtime"]) for row in rows if row.get("train_runtime"))
+    if len(logged) < 2:  # too short a run to log twice: the whole run's rate
+        return dict(tokens=tokens, train_seconds=train_seconds, tokens_per_second=tokens / train_seconds)
+    (first_tokens, first_seconds), (last_tokens, last_seconds) = logged[0], logged[-1]
+    return dict(tokens=tokens, train_seconds=train_seconds,
+                tokens_per_second=(last_tokens - first_tokens) / max(last_seconds - first_seconds, 1e-9))
+
+
+def plan_budgets(sizes: dict, calibration: dict, wall: float, seconds: float, quick: bool) -> dict:
+    """Per size: the budget its slower arm finishes in `seconds`, given the calibration's steady rates and the
+    fixed cost of a run (the calibration's wall time past its training)."""
+    budgets = {}
+    for size, arms in sizes.items():
+        runs = [calibration[arm] for arm in arms]
+        rate = min(run["tokens_per_second"] for run in runs)
+        fixed = wall - min(run["train_seconds"] for run in runs)
+        tokens = rate * max(0.0, seconds - fixed) * SAFETY
+        budgets[size] = int(tokens // 1000 * 1000) if quick else int(tokens // 1e6 * 1e6)
+    return budgets
+
+
+def pack(runs: Path, names: list, out: Path) -> list:
+    """The finished run folders and their logs, without Trainer checkpoints, as one .tgz cut into parts."""
+    archive = runs / "transfer_runs.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in names:
+            tar.add(runs / f"{name}.log", arcname=f"{name}.log")
+            tar.add(runs / name, arcname=name, filter=lambda info: None if "/checkpoint-" in info.name else info)
+    data, parts = archive.read_bytes(), []
+    for index in range(math.ceil(len(data) / PART_BYTES)):
+        part = out / f"transfer_runs.tgz.part{index}"
+        part.write_bytes(data[index * PART_BYTES:(index + 1) * PART_BYTES])
+        parts.append(part.name)
+    return parts
+
+
+def main(argv=None) -> int:
+    arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=9)
+    arguments.add_argument("--tokenizer", type=Path, default=None,
+                           help="the CPU arms' saved tokenizer (default: each run trains the same BPE again)")
+    arguments.add_argument("--batch-size", type=int, default=64)
+    arguments.add_argument("--calibration-tokens", type=int, default=2_000_000)
+    arguments.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=sorted(SIZES),
+                           help="which sizes to pretrain (each is its two attentions)")
+    args = arguments.parse_args(argv)
+    if args.batch_size < 1 or args.calibration_tokens < 1:
+        raise SystemExit(f"--batch-size={args.batch_size} and --calibration-tokens={args.calibration_tokens} "
+                         "must be >= 1")
+    context = common.start(args)
+    runs = context.scratch / "transfer"
+    subprocess.run([sys.executable, str(REPO / "bench" / "transfer" / "corpus.py"), "--data", str(context.data),
+                    "--out", str(runs / "corpus")], check=True)
+    extra = settings(args, context)
+    (runs / "calibration").mkdir()
+    (runs / "calibration" / "corpus").symlink_to(runs / "corpus")  # pretrain.sh reads $RUNS/corpus
+    calibration_tokens = 3_000 if args.quick else args.calibration_tokens
+    sizes = {size: SIZES[size] for size in args.sizes}
+    wall = run_sizes(runs / "calibration", dict.fromkeys(sizes, calibration_tokens), extra, context.seconds_left())
+    calibration = {arm: measured(runs / "calibration" / f"{arm}_{calibration_tokens}")
+                   for arms in sizes.values() for arm in arms}
+    if None in calibration.values():
+        raise SystemExit(f"a calibration run failed: {calibration} (logs in {runs / 'calibration'})")
+    seconds = context.seconds_left() - 30  # packing and copying the results
+    budgets = plan_budgets(sizes, calibration, wall, seconds, args.quick)
+    print(f"calibration {wall:.0f} s: {calibration}; budgets {budgets} for {seconds:.0f} s", flush=True)
+    final_wall = run_sizes(runs, budgets, extra, seconds)
+    finished = {f"{arm}_{budget}": measured(runs / f"{arm}_{budget}")
+                for size, budget in budgets.items() for arm in SIZES[size]}
+    done = [name for name, result in finished.items() if result]
+    summary = dict(environment=common.environment_line(context.device), command=" ".join(sys.argv),
+                   overrides=extra, calibration_tokens=calibration_tokens, calibration_wall_seconds=wall,
+                   calibration=calibration, budgets=budgets, wall_seconds=final_wall, runs=finished,
+                   parts=pack(runs, done, context.out) if done else [])
+    common.write_json(context.out / "gpu_pretrain_summary.json", summary)
+    print(json.dumps(summary, indent=1))
+    return 0 if len(done) == len(finished) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
