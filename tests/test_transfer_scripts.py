@@ -86,7 +86,8 @@ def test_report_tables_from_runs(tmp_path):
         folder.mkdir(parents=True)
         split = {"short": {"accuracy": accuracy, "mlm_loss": 5.0}, "long": {"accuracy": accuracy / 2, "mlm_loss": 6.0}}
         (folder / "results.json").write_text(json.dumps({
-            "tokens_seen": budget + 7, "steps": budget // 2048, "plan": {"epochs": budget / 1.7e6}, "test": split,
+            "tokens_seen": budget + 7, "steps": budget // 2048, "plan": {"epochs": budget / 1.7e6, "examples_per_step": 16 if budget < 2e6 else 64},
+            "test": split,
             "copy_or_unigram_floor": {"short": 0.14, "long": 0.15}}))
     (runs / "corpus").mkdir()
     (runs / "hfbert_500000").mkdir()  # bench/transfer/hf_bert.py's results: its own held-out split, 128 only
@@ -98,6 +99,7 @@ def test_report_tables_from_runs(tmp_path):
         ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("dta4x", 2000000, 0.4),
         ("hfbert", 500000, 0.25)]
     assert rows[-1]["floor_128"] == 0.13 and report.cell(rows[-1]["test_accuracy_512"]) == "-"
+    assert [r["rows_per_step"] for r in rows] == [16, 16, 64, 64, 16]  # the GPU runs' larger batches stand out
     probe_rows = [{"model": model, "seed": seed, "task": task, "score": score + i}
                   for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0),
                                              ("dta_2000000", "", 60.0))

@@ -32,6 +32,7 @@ ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional
 COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green", "dta4x": "tab:purple",
           "bidir4x": "tab:brown"}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
+HF_BERT_ROW_TOKENS = 128  # hf_bert.py's rows: its results.json counts steps and tokens, not rows
 
 
 def split_name(model: str):
@@ -54,7 +55,8 @@ def pretraining_rows(runs: Path) -> list:
             rows.append(hf_bert_row(arm, budget, results))
             continue
         rows.append({"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"],
-                     "steps": results["steps"], "epochs": round(results["plan"]["epochs"], 2),
+                     "steps": results["steps"], "rows_per_step": results["plan"]["examples_per_step"],
+                     "epochs": round(results["plan"]["epochs"], 2),
                      "test_accuracy_128": results["test"]["short"]["accuracy"],
                      "test_accuracy_512": results["test"]["long"]["accuracy"],
                      "floor_128": results["copy_or_unigram_floor"]["short"],
@@ -67,6 +69,7 @@ def hf_bert_row(arm: str, budget: int, results: dict) -> dict:
     """bench/transfer/hf_bert.py's results: its own held-out documents and masks, at 128 tokens only."""
     held_out, missing = results["held_out"], float("nan")
     return {"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"], "steps": results["steps"],
+            "rows_per_step": round(results["tokens_seen"] / results["steps"] / HF_BERT_ROW_TOKENS),
             "epochs": round(results["epochs"], 2), "test_accuracy_128": held_out["accuracy"],
             "test_accuracy_512": missing, "floor_128": held_out["floor"], "floor_512": missing,
             "test_mlm_loss_128": missing}
@@ -167,7 +170,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pretraining = pretraining_rows(args.runs) if args.runs.exists() else read_results(args.out / "pretraining.csv")
     for row in pretraining:
-        for key in ("token_budget", "tokens_seen"):
+        for key in ("token_budget", "tokens_seen", "rows_per_step"):
             row[key] = int(row[key])
         for key in ("test_accuracy_128", "test_accuracy_512", "floor_128", "floor_512", "test_mlm_loss_128"):
             row[key] = float(row[key])
