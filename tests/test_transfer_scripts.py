@@ -111,6 +111,24 @@ def test_report_tables_from_runs(tmp_path):
     table = {row["model"]: row for row in report.task_table(probe_rows)}
     assert table["dta_untrained"]["average"] == "53.00 ± 1.41" and table["dta_500000"]["average"] == "-"
     assert table["dta_2000000"]["average"] == "62.00"  # one draw: no sd
+    report.plot(rows, probe_rows, probe_rows, [], tmp_path / "transfer.png")
+    assert_png_drawn(tmp_path / "transfer.png")
+
+
+def test_report_rings_the_large_batch_runs_once_per_panel():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    report = load_script("report")
+    figure, axis = plt.subplots()
+    for points in ([(5e5, 0.1), (4.7e7, 0.5)], [(4.7e7, 0.4)]):
+        report.ring_large_batches(axis, points, large_batch_runs={4.7e7})
+    rings = [line for line in axis.get_lines()]
+    assert [list(line.get_xdata()) for line in rings] == [[4.7e7], [4.7e7]]
+    assert [line.get_label().startswith("ringed") for line in rings] == [True, False]
+    plt.close(figure)
 
 
 def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_checkpoint, tmp_path):

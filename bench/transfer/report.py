@@ -32,6 +32,7 @@ ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional
 COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green", "dta4x": "tab:purple",
           "bidir4x": "tab:brown"}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
+CPU_ROWS_PER_STEP = 16  # the CPU arms' batches (the demo config's); the GPU runs used 64
 HF_BERT_ROW_TOKENS = 128  # hf_bert.py's rows: its results.json counts steps and tokens, not rows
 
 
@@ -113,15 +114,26 @@ def markdown(table: list, columns: list) -> str:
     return markdown_table(columns, [[cell(row[c]) for c in columns] for row in table])
 
 
+def ring_large_batches(axis, points: list, large_batch_runs: set) -> None:
+    """A black ring around each point of a run pretrained with larger batches than the CPU arms' (the GPU runs of
+    bench/transfer/gpu_pretrain.py), labelled once per panel."""
+    ringed = [(x, y) for x, y in points if x in large_batch_runs]
+    if ringed:
+        labelled = any(line.get_label().startswith("ringed") for line in axis.get_lines())
+        axis.plot(*zip(*ringed), "o", ms=12, mfc="none", mec="black",
+                  label="_" if labelled else f"ringed: batches of 64 (GPU), not {CPU_ROWS_PER_STEP}")
+
+
 def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     masked, probe_axis, finetune_axis = axes
+    large_batch_runs = {r["tokens_seen"] for r in pretraining if r["rows_per_step"] != CPU_ROWS_PER_STEP}
     for arm in ARMS:
-        points = [r for r in pretraining if r["arm"] == arm]
+        points = [(r["tokens_seen"], r["test_accuracy_128"]) for r in pretraining if r["arm"] == arm]
         if points:
-            masked.plot([r["tokens_seen"] for r in points], [r["test_accuracy_128"] for r in points], "o-",
-                        color=COLORS[arm], label=ARMS[arm])
+            masked.plot(*zip(*points), "o-", color=COLORS[arm], label=ARMS[arm])
+            ring_large_batches(masked, points, large_batch_runs)
     floors = [r["floor_128"] for r in pretraining]
     if floors:
         masked.axhline(np.mean(floors), color="gray", ls="--", label="copy-or-unigram floor")
@@ -139,6 +151,7 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
                 axis.errorbar([t for t, _ in trained], [mean_sd(v)[0] for _, v in trained],
                               yerr=[mean_sd(v)[1] for _, v in trained], fmt="o-",
                               color=COLORS[arm], capsize=3, label=f"{ARMS[arm]}, pretrained")
+                ring_large_batches(axis, [(t, mean_sd(v)[0]) for t, v in trained], large_batch_runs)
             untrained = averages.get(f"{arm}_untrained")
             if untrained:
                 mean, sd = mean_sd(untrained)
