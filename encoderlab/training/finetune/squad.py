@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ...tokenization.windows import check_overflowing_windows
 from .tasks import HubLayout, Task, TaskKind, register_task
 
 logger = logging.getLogger(__name__)
@@ -189,6 +188,8 @@ def prepare_features(examples: dict, tokenizer, max_length: int, doc_stride: int
     ``start_positions``/``end_positions`` (when the examples carry ``answers``; the first answer is the target),
     ``example_id`` and ``offset_mapping`` (character offsets of the context tokens, ``None`` for question and
     special tokens), unpadded."""
+    from ...tokenization.windows import check_overflowing_windows  # here: `--help` must not import transformers
+
     check_overflowing_windows(tokenizer)  # a broken tokenizers release would keep only each context's first window
     encoding = tokenizer([q.lstrip() for q in examples["question"]], examples["context"], truncation="only_second",
                          max_length=max_length, stride=doc_stride, return_overflowing_tokens=True,
