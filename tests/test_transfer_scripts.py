@@ -86,8 +86,8 @@ def test_report_tables_from_runs(tmp_path):
         folder.mkdir(parents=True)
         split = {"short": {"accuracy": accuracy, "mlm_loss": 5.0}, "long": {"accuracy": accuracy / 2, "mlm_loss": 6.0}}
         (folder / "results.json").write_text(json.dumps({
-            "tokens_seen": budget + 7, "steps": budget // 2048, "plan": {"epochs": budget / 1.7e6, "examples_per_step": 16 if budget < 2e6 else 64},
-            "test": split,
+            "tokens_seen": budget + 7, "steps": budget // 2048, "test": split,
+            "plan": {"epochs": budget / 1.7e6, "examples_per_step": 16 if budget < 2e6 else 64},
             "copy_or_unigram_floor": {"short": 0.14, "long": 0.15}}))
     (runs / "corpus").mkdir()
     (runs / "hfbert_500000").mkdir()  # bench/transfer/hf_bert.py's results: its own held-out split, 128 only

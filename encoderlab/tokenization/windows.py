@@ -6,14 +6,19 @@ the rest of its tokens without an error (a pretraining corpus shrank 6.6x on a G
 """
 
 import importlib.metadata
+import weakref
 
 _PROBE_TEXT = " ".join(["seven lively otters cross the quiet river at dawn"] * 24)
 _PROBE_WINDOW = 8
 """Content tokens a probe window holds: the probe text fills a few dozen of them."""
+_PASSED = weakref.WeakSet()
+"""Tokenizers already checked: the callers check on every batch of documents, the probe need run once."""
 
 
 def check_overflowing_windows(tokenizer) -> None:
     """Raises if `tokenizer` cut into windows of a few tokens returns fewer tokens than it does uncut."""
+    if tokenizer in _PASSED:
+        return
     special = tokenizer.num_special_tokens_to_add(pair=False)
     whole = len(tokenizer(_PROBE_TEXT, add_special_tokens=False)["input_ids"])
     windows = tokenizer(_PROBE_TEXT, truncation=True, max_length=special + _PROBE_WINDOW, stride=0,
@@ -25,3 +30,4 @@ def check_overflowing_windows(tokenizer) -> None:
             f"tokenizers=={importlib.metadata.version('tokenizers')} long documents would be cut short without a "
             "word. tokenizers 0.23.2 has this bug; install another version (pip install 'tokenizers>=0.23.3')"
         )
+    _PASSED.add(tokenizer)
