@@ -124,10 +124,10 @@ def test_report_rings_the_large_batch_runs_once_per_panel():
     report = load_script("report")
     figure, axis = plt.subplots()
     for points in ([(5e5, 0.1), (4.7e7, 0.5)], [(4.7e7, 0.4)]):
-        report.ring_large_batches(axis, points, large_batch_runs={4.7e7})
+        report.ring_large_batches(axis, points, large_batch_runs={4.7e7: 64, 9e7: 128})
     rings = [line for line in axis.get_lines()]
     assert [list(line.get_xdata()) for line in rings] == [[4.7e7], [4.7e7]]
-    assert [line.get_label().startswith("ringed") for line in rings] == [True, False]
+    assert [line.get_label() for line in rings] == ["ringed: batches of 64 / 128 rows, not 16", "_"]
     plt.close(figure)
 
 

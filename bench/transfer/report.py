@@ -25,6 +25,9 @@ from encoderlab.results.rows import read_results, write_rows
 from encoderlab.results.stats import mean_sd, seeds_cell
 from encoderlab.results.tables import markdown_table
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling script that wrote the plain-HF arm's runs
+from hf_bert import ROW_TOKENS as HF_BERT_ROW_TOKENS  # noqa: E402  (its results.json counts steps and tokens, not rows)
+
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE",
         "bidirwd": "bidirectional + RoPE, weight decay 0.1", "hfbert": "HF BertForMaskedLM (plain Trainer)",
@@ -33,7 +36,6 @@ COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfber
           "bidir4x": "tab:brown"}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
 CPU_ROWS_PER_STEP = 16  # the CPU arms' batches (the demo config's); the GPU runs used 64
-HF_BERT_ROW_TOKENS = 128  # hf_bert.py's rows: its results.json counts steps and tokens, not rows
 
 
 def split_name(model: str):
@@ -114,21 +116,24 @@ def markdown(table: list, columns: list) -> str:
     return markdown_table(columns, [[cell(row[c]) for c in columns] for row in table])
 
 
-def ring_large_batches(axis, points: list, large_batch_runs: set) -> None:
-    """A black ring around each point of a run pretrained with larger batches than the CPU arms' (the GPU runs of
-    bench/transfer/gpu_pretrain.py), labelled once per panel."""
+def ring_large_batches(axis, points: list, large_batch_runs: dict) -> None:
+    """A black ring around each point of a run pretrained with other batches than the CPU arms' (the GPU runs of
+    bench/transfer/gpu_pretrain.py); ``large_batch_runs`` maps such a run's tokens seen to its rows per step. The
+    label, once per panel, names the batch sizes of every such run."""
     ringed = [(x, y) for x, y in points if x in large_batch_runs]
     if ringed:
         labelled = any(line.get_label().startswith("ringed") for line in axis.get_lines())
+        sizes = " / ".join(str(size) for size in sorted(set(large_batch_runs.values())))
         axis.plot(*zip(*ringed), "o", ms=12, mfc="none", mec="black",
-                  label="_" if labelled else f"ringed: batches of 64 (GPU), not {CPU_ROWS_PER_STEP}")
+                  label="_" if labelled else f"ringed: batches of {sizes} rows, not {CPU_ROWS_PER_STEP}")
 
 
 def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     masked, probe_axis, finetune_axis = axes
-    large_batch_runs = {r["tokens_seen"] for r in pretraining if r["rows_per_step"] != CPU_ROWS_PER_STEP}
+    large_batch_runs = {r["tokens_seen"]: r["rows_per_step"] for r in pretraining
+                        if r["rows_per_step"] != CPU_ROWS_PER_STEP}
     for arm in ARMS:
         points = [(r["tokens_seen"], r["test_accuracy_128"]) for r in pretraining if r["arm"] == arm]
         if points:
