@@ -56,6 +56,30 @@ def test_every_parameter_in_exactly_one_group(name):
     assert set(grouped) == {id(p) for p in model.parameters()}
 
 
+@pytest.mark.parametrize("name", ["muon", "adamw"])
+def test_adamw_decays_matrices_and_embeddings_but_not_norms_biases_or_scalars(name):
+    """With zero gradients, AdamW's step is its decoupled decay alone: p <- p * (1 - lr * weight_decay)."""
+    model = tiny_model()
+    lr, weight_decay = 0.5, 0.2
+    optimizer = build_optimizer(model, OptimizerSettings(name=name, lr=lr, weight_decay=weight_decay))
+    adamw_params = dict(muon_parameter_split(model)[1]) if name == "muon" else dict(model.named_parameters())
+    before = {n: p.detach().clone() for n, p in adamw_params.items()}
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    vectors = [n for n, p in before.items() if p.ndim < 2]
+    assert {"model.final_norm.weight", "model.skip_weights"} <= set(vectors)
+    for n, p in adamw_params.items():
+        factor = 1 - lr * weight_decay if before[n].ndim >= 2 else 1.0
+        torch.testing.assert_close(p.detach(), before[n] * factor, msg=n)
+
+
+def test_without_weight_decay_adamw_keeps_one_group():
+    """The layout older checkpoints' optimizer states were saved in."""
+    optimizer = build_optimizer(tiny_model(), OptimizerSettings(name="adamw"))
+    assert [group["name"] for group in optimizer.param_groups] == ["adamw"]
+
+
 def test_muon_gets_hidden_matrices_only():
     model = tiny_model()
     muon, adamw = muon_parameter_split(model)

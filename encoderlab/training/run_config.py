@@ -39,6 +39,7 @@ class OptimizerSettings:
     lr: float = 1e-3
     """AdamW learning rate (for ``"muon"``: of the embeddings, head, norms, biases and scalars)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay, on 2-D and larger parameters only (not on biases, norm gains, scalars)."""
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     muon_lr: float = 0.01
