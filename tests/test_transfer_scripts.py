@@ -348,3 +348,27 @@ def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path):
         assert results["tokens_seen"] == summary["runs"][f"{arm}_{budget}"]["tokens"] >= 0.9 * budget
         # the quick corpus (60 documents) in windows of 32: far more rows than documents
         assert results["plan"]["train_examples"] > 3 * results["documents"]["train"]
+
+
+def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
+    from encoderlab.results.rows import read_results, write_rows
+
+    merge_runs = load_script("merge_runs")
+    for folder, models in (("fast", ["bidir_47000000", "dta_47000000"]), ("slow", ["bidir_untrained"])):
+        (tmp_path / folder).mkdir()
+        write_rows(tmp_path / folder / "finetune_runs.csv",
+                   [{"model": m, "task": t, "seed": s, "score": f"{i}"}
+                    for i, (m, t, s) in enumerate((m, t, s) for m in models for t in ("cola", "stsb") for s in "01")])
+    out = tmp_path / "merged"
+    assert merge_runs.main([f"{tmp_path / 'fast'}:lr3e-3", str(tmp_path / "slow" / "finetune_runs.csv"),
+                            "--models", "bidir_47000000", "bidir_untrained", "--out", str(out)]) == 0
+    rows = read_results(out / "finetune_runs.csv")
+    assert sorted({row["model"] for row in rows}) == ["bidir_47000000_lr3e-3", "bidir_untrained"]
+    assert len(rows) == 8 and [row["score"] for row in rows[:4]] == ["0", "1", "2", "3"]
+    with pytest.raises(SystemExit):  # the same folder twice without suffixes: every run twice
+        merge_runs.main([str(tmp_path / "slow"), str(tmp_path / "slow"), "--out", str(tmp_path / "twice")])
+    with pytest.raises(ValueError, match="in both"):
+        merge_runs.merge([str(tmp_path / "slow"), str(tmp_path / "slow")], set())
+    with pytest.raises(SystemExit):  # never over an existing merge
+        merge_runs.main([str(tmp_path / "slow"), "--out", str(out)])
+    assert not (tmp_path / "twice").exists()
