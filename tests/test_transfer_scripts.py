@@ -151,7 +151,7 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
     pairs = [[" ".join(rng.choice(words, rng.integers(2, 12))) for _ in range(12)] for _ in range(2)]
     labels = rng.uniform(0, 5, 12)
     rows = shift.run_rows("setting", {"run_dir": str(run_dir), "model": "m", "seed": "0"}, get_task("stsb"), pairs,
-                          labels, head=7)  # fmt: skip
+                          labels, shift.split_subsets("validation", 12, head=7))  # fmt: skip
     model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     with torch.no_grad():
@@ -165,10 +165,16 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
         assert row["examples"] == len(labels[part]) and row["score"] == pytest.approx(expected, abs=1e-3)
         assert row["length_spearman"] == pytest.approx(spearmanr(alone[part], lengths[part])[0], abs=1e-6)
     # the yardstick that predicts the pair's length scores what length alone scores
-    for row in shift.length_rows(get_task("stsb"), pairs, labels, head=7):
+    for row in shift.length_rows(get_task("stsb"), pairs, labels, shift.split_subsets("validation", 12, head=7)):
         part = parts[row["subset"]]
         expected = 50 * (pearsonr(lengths[part], labels[part])[0] + spearmanr(lengths[part], labels[part])[0])
         assert row["score"] == pytest.approx(expected) and row["length_spearman"] == pytest.approx(1.0)
+    # the training split is scored whole, as one subset
+    (train_row,) = shift.run_rows("setting", {"run_dir": str(run_dir), "model": "m", "seed": "0"}, get_task("stsb"),
+                                  pairs, labels, shift.split_subsets("train", 12, head=7))
+    assert train_row["subset"] == "train" and train_row["examples"] == 12
+    whole = 50 * (pearsonr(alone, labels)[0] + spearmanr(alone, labels)[0])
+    assert train_row["score"] == pytest.approx(whole, abs=1e-3)
 
 
 def tiny_corpus(folder):

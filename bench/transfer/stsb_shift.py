@@ -8,6 +8,9 @@ of Pearson and Spearman, as the experiment scores it) and the Spearman correlati
 length in whitespace words. Rows of model ``gold`` give the same length correlation for the gold scores, on the
 training split too: a shortcut that holds on the training pairs and reverses on the head shows up there. Rows of
 model ``pair length`` score the pair's length itself as the prediction: what a model that learned only length gets.
+With ``--split train`` the runs predict their own training pairs instead (one subset, ``train``): how well they fit
+what they were trained on, which separates a model that cannot fit STS-B from one that fits it and does not
+generalise.
 
     PYTHONPATH=. python bench/transfer/stsb_shift.py --finetune lr1e-3=runs/transfer/glue/finetune_runs.csv \
         --out bench/figures/transfer/stsb_shift.csv
@@ -33,7 +36,7 @@ from encoderlab.training.finetune.data import split_file  # noqa: E402
 from encoderlab.training.finetune.predict import classify, load_classifier  # noqa: E402
 from encoderlab.training.finetune.tasks import get_task  # noqa: E402
 
-SUBSETS = ("head", "rest", "all")
+SUBSETS = ("head", "rest", "all", "train")
 
 
 def pair_lengths(texts) -> np.ndarray:
@@ -43,6 +46,11 @@ def pair_lengths(texts) -> np.ndarray:
 
 def subset_slices(count: int, head: int) -> dict:
     return {"head": slice(0, head), "rest": slice(head, count), "all": slice(0, count)}
+
+
+def split_subsets(split: str, count: int, head: int) -> dict:
+    """The dev split's three subsets, or the training split whole."""
+    return subset_slices(count, head) if split == "validation" else {"train": slice(0, count)}
 
 
 def length_correlation(values, lengths) -> float:
@@ -63,28 +71,28 @@ def gold_rows(task, data, dev_texts, dev_labels, head: int) -> list:
     return rows
 
 
-def subset_rows(setting: str, model: str, seed, predictions, task, dev_texts, dev_labels, head: int) -> list:
-    """One row per dev subset: the score of `predictions` and their correlation with pair length."""
-    lengths, metric = pair_lengths(dev_texts), load_metric(task.metric, task.metric_config)
+def subset_rows(setting: str, model: str, seed, predictions, task, texts, labels, subsets: dict) -> list:
+    """One row per subset: the score of `predictions` and their correlation with pair length."""
+    lengths, metric = pair_lengths(texts), load_metric(task.metric, task.metric_config)
     rows = []
-    for subset, part in subset_slices(len(dev_labels), head).items():
-        metrics = metric.compute(predictions=predictions[part], references=dev_labels[part])
+    for subset, part in subsets.items():
+        metrics = metric.compute(predictions=predictions[part], references=labels[part])
         rows.append({"setting": setting, "model": model, "seed": seed, "subset": subset,
-                     "examples": len(dev_labels[part]), "score": task_score(task, metrics),
+                     "examples": len(labels[part]), "score": task_score(task, metrics),
                      "length_spearman": length_correlation(predictions[part], lengths[part])})
     return rows
 
 
-def run_rows(setting: str, run: dict, task, dev_texts, dev_labels, head: int) -> list:
+def run_rows(setting: str, run: dict, task, texts, labels, subsets: dict) -> list:
     model, tokenizer = load_classifier(run["run_dir"])
-    predictions = np.array([p["score"] for p in classify(model, tokenizer, dev_texts[0], dev_texts[1])])
-    return subset_rows(setting, run["model"], run["seed"], predictions, task, dev_texts, dev_labels, head)
+    predictions = np.array([p["score"] for p in classify(model, tokenizer, texts[0], texts[1])])
+    return subset_rows(setting, run["model"], run["seed"], predictions, task, texts, labels, subsets)
 
 
-def length_rows(task, dev_texts, dev_labels, head: int) -> list:
+def length_rows(task, texts, labels, subsets: dict) -> list:
     """The yardstick of a model that learned nothing but length: the pair's length in words as its prediction."""
-    lengths = pair_lengths(dev_texts).astype(float)
-    return subset_rows("", "pair length", "", lengths, task, dev_texts, dev_labels, head)
+    lengths = pair_lengths(texts).astype(float)
+    return subset_rows("", "pair length", "", lengths, task, texts, labels, subsets)
 
 
 def summary(rows: list) -> str:
@@ -110,17 +118,21 @@ def main(argv=None) -> int:
                         help="finetune_runs.csv files of `encoderlab experiment finetune`, each named by its setting")
     parser.add_argument("--glue", type=Path, default=bow.GLUE)
     parser.add_argument("--head", type=int, default=1000, help="the runs' data.eval_limit")
+    parser.add_argument("--split", choices=("validation", "train"), default="validation",
+                        help="the pairs the runs predict: the dev split (three subsets) or their training split")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     task, data = get_task("stsb"), bow.GlueData(args.glue)
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"))
-    rows = gold_rows(task, data, dev_texts, dev_labels, args.head) + length_rows(task, dev_texts, dev_labels, args.head)
+    texts, labels = bow.texts_and_labels(task, split_file(task, data, args.split))
+    subsets = split_subsets(args.split, len(labels), args.head)
+    rows = gold_rows(task, data, dev_texts, dev_labels, args.head) + length_rows(task, texts, labels, subsets)
     runs = []
     for entry in args.finetune:
         setting, _, path = entry.partition("=")
         runs += [(setting, run) for run in read_results(Path(path)) if run["task"] == "stsb"]
     for setting, run in tqdm(runs, desc="STS-B runs"):
-        rows += run_rows(setting, run, task, dev_texts, dev_labels, args.head)
+        rows += run_rows(setting, run, task, texts, labels, subsets)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_rows(args.out, rows)
     print(markdown_table(["subset", "examples", "ρ(gold, length)"],
