@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--head", type=int, default=1000, help="the runs' data.eval_limit")
     parser.add_argument("--split", choices=("validation", "train"), default="validation",
                         help="the pairs the runs predict: the dev split (three subsets) or their training split")
+    parser.add_argument("--seeds", nargs="*", default=[], help="predict with the runs of these seeds only")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     task, data = get_task("stsb"), bow.GlueData(args.glue)
@@ -130,7 +131,8 @@ def main(argv=None) -> int:
     runs = []
     for entry in args.finetune:
         setting, _, path = entry.partition("=")
-        runs += [(setting, run) for run in read_results(Path(path)) if run["task"] == "stsb"]
+        runs += [(setting, run) for run in read_results(Path(path))
+                 if run["task"] == "stsb" and (not args.seeds or run["seed"] in args.seeds)]
     for setting, run in tqdm(runs, desc="STS-B runs"):
         rows += run_rows(setting, run, task, texts, labels, subsets)
     args.out.parent.mkdir(parents=True, exist_ok=True)
