@@ -15,9 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from encoderlab.experiments.finetune.arms import RUNS_CSV
 from encoderlab.results.rows import read_results, write_rows
-
-RUNS_CSV = "finetune_runs.csv"
 
 
 def source_rows(source: str, keep: set) -> list:

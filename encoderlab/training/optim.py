@@ -121,12 +121,11 @@ class CombinedOptimizer(torch.optim.Optimizer):
         return split
 
 
-def adamw_groups(named_params: list[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
+def adamw_groups(params: list[nn.Parameter], weight_decay: float) -> list[dict]:
     """AdamW's parameter groups: matrices and embedding tables (2-D and up) decay by ``weight_decay``; biases, norm
     gains and scalars do not, since pulling a norm's gain toward 0 shrinks its layer's output rather than
     regularising it (the rule of nanoGPT and of the HF Trainer's default optimizer). Without weight decay the two
     groups would be alike, so there is one, as before the split, and older checkpoints' optimizer states load."""
-    params = [parameter for _, parameter in named_params]
     if weight_decay == 0:
         return [{"params": params, "name": "adamw", "weight_decay": 0.0}]
     groups = [{"params": [p for p in params if p.ndim >= 2], "name": "adamw", "weight_decay": weight_decay},
@@ -138,7 +137,7 @@ def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.opti
     """The optimizer `settings` describes, over every trainable parameter of `model`."""
     adamw_options = dict(lr=settings.lr, betas=settings.betas, eps=settings.eps)
     if settings.name == "adamw":
-        params = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+        params = [parameter for parameter in model.parameters() if parameter.requires_grad]
         return torch.optim.AdamW(adamw_groups(params, settings.weight_decay), **adamw_options)
     muon_params, adamw_params = muon_parameter_split(model)
     if not muon_params:
@@ -152,7 +151,7 @@ def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.opti
         # Scale updates by sqrt(max(1, rows / cols)), as the paper (and Keller Jordan's Muon) does.
         adjust_lr_fn="original",
     )
-    adamw = torch.optim.AdamW(adamw_groups(adamw_params, settings.weight_decay), **adamw_options)
+    adamw = torch.optim.AdamW(adamw_groups([p for _, p in adamw_params], settings.weight_decay), **adamw_options)
     return CombinedOptimizer([muon, adamw])
 
 
