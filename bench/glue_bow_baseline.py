@@ -10,7 +10,8 @@ The rows come from the same reader and task registry as `encoderlab finetune` (t
 ids); the metrics are the packaged `evaluate` modules and the score is the experiment's (100 x the leaderboard
 metric), on the same first `--eval-limit` dev examples. Training uses every training example, or with
 `--train-examples N` a random N of them per `--seeds` entry: the examples a fine-tuning run of 300 steps of 32 sees
-(9,600) make a fair yardstick for it, the whole SST-2 training split (67k) does not.
+(9,600) make a fair yardstick for it, the whole SST-2 training split (67k) does not. `--first` takes the first N
+instead, the examples a fine-tuning run capped by `data.train_limit=N` trains on (one run, no draws).
 
 Usage: PYTHONPATH=. python bench/glue_bow_baseline.py [--glue ../shared/data/glue] [--train-examples 9600 --seeds 0 1 2]
        [--out bench/figures/finetune/glue_bow.csv]
@@ -53,8 +54,10 @@ def texts_and_labels(task, path: Path, limit=None):
 
 def sample_examples(texts, labels, count, seed):
     """A seeded random `count` of the examples (all when there are fewer), as a fine-tuning run's shuffled batches
-    draw them: (texts, one list per text column; labels)."""
-    sample = np.random.default_rng(seed).permutation(len(labels))[:count]
+    draw them, or with seed None the first `count`, as ``data.train_limit`` keeps them: (texts, one list per text
+    column; labels)."""
+    order = np.arange(len(labels)) if seed is None else np.random.default_rng(seed).permutation(len(labels))
+    sample = order[:count]
     return [[column[i] for i in sample] for column in texts], labels[sample]
 
 
@@ -70,7 +73,7 @@ def score_task(name: str, glue: Path, eval_limit: int, train_examples=None, seed
     task = get_task(name)
     data = GlueData(glue)
     train_texts, train_labels = texts_and_labels(task, split_file(task, data, "train"))
-    if train_examples is not None:
+    if train_examples is not None:  # seed None: the first train_examples
         train_texts, train_labels = sample_examples(train_texts, train_labels, train_examples, seed)
     dev_texts, dev_labels = texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
@@ -93,9 +96,13 @@ def main():
     parser.add_argument("--train-examples", type=int, default=None, help="a random sample of this many training "
                         "examples per seed (default: all, one run)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="samples drawn with --train-examples")
+    parser.add_argument("--first", action="store_true", help="with --train-examples N: the first N examples, "
+                        "as data.train_limit keeps them, instead of random draws")
     parser.add_argument("--out", type=Path, default=None, help="write the rows to this CSV")
     args = parser.parse_args()
-    seeds = args.seeds if args.train_examples is not None else [None]
+    if args.first and args.train_examples is None:
+        parser.error("--first needs --train-examples N")
+    seeds = args.seeds if args.train_examples is not None and not args.first else [None]
     rows = [score_task(name, args.glue, args.eval_limit, args.train_examples, seed)
             for seed in seeds for name in args.tasks]
     for row in rows:

@@ -378,3 +378,21 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
     with pytest.raises(SystemExit):  # never over an existing merge
         merge_runs.main([str(tmp_path / "slow"), "--out", str(out)])
     assert not (tmp_path / "twice").exists()
+
+
+
+def test_yardsticks_first_examples_are_the_ones_train_limit_keeps(shared_data):
+    """`--first` (bag of words, probe) must train on the examples a `data.train_limit=N` fine-tuning run trains on."""
+    from encoderlab.training.finetune.config import FinetuneDataSection
+    from encoderlab.training.finetune.data import split_file, split_rows
+    from encoderlab.training.finetune.tasks import get_task
+
+    bow = load_script("probe").bow
+    for name, count in (("sst2", 50), ("mrpc", 7)):
+        task = get_task(name)
+        rows, _ = split_rows(task, FinetuneDataSection(path=str(shared_data / "glue"), train_limit=count), "train")
+        texts, labels = bow.texts_and_labels(task, split_file(task, bow.GlueData(shared_data / "glue"), "train"))
+        first_texts, first_labels = bow.sample_examples(texts, labels, count, seed=None)
+        assert first_texts == [[row[column] for row in rows] for column in task.local.text_columns]
+        drawn_texts, _ = bow.sample_examples(texts, labels, count, seed=0)
+        assert drawn_texts != first_texts and len(first_labels) == count

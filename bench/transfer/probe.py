@@ -3,9 +3,10 @@ needs, before any fine-tuning changes it?
 
 For each checkpoint and task, every sentence is encoded once by the frozen model (mean of the last layer over its real
 tokens); a pair is [a, b, |a - b|, a * b] as in bench/glue_bow_baseline.py. A standardised logistic regression
-(ridge for STS-B) is fitted on a seeded sample of at most --train-examples training examples and scored on the first
---eval-limit dev examples with the fine-tuning experiment's score (100 x the leaderboard metric). A checkpoint given
-as NAME=untrained:PATH is PATH's config and tokenizer with fresh weights, one draw per --seeds entry.
+(ridge for STS-B) is fitted on a seeded sample of at most --train-examples training examples (with --first, the first
+ones, as a fine-tuning run capped by data.train_limit sees them) and scored on the first --eval-limit dev examples
+with the fine-tuning experiment's score (100 x the leaderboard metric). A checkpoint given as NAME=untrained:PATH
+is PATH's config and tokenizer with fresh weights, one draw per --seeds entry.
 
     PYTHONPATH=. python bench/transfer/probe.py --model dta_5M=runs/transfer/dta_5000000 \
         --model dta_untrained=untrained:runs/transfer/dta_5000000 --out bench/figures/transfer/probe.csv
@@ -77,12 +78,13 @@ def pieces_per_word(tokenizer, sentences) -> float:
     return pieces / max(words, 1)
 
 
-def probe_task(model, tokenizer, name, glue, train_examples, eval_limit) -> dict:
+def probe_task(model, tokenizer, name, glue, train_examples, eval_limit, first=False) -> dict:
     task = get_task(name)
     data = bow.GlueData(glue)
     train_texts, train_labels = bow.texts_and_labels(task, split_file(task, data, "train"))
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
-    train_texts, train_labels = bow.sample_examples(train_texts, train_labels, train_examples, seed=0)
+    train_texts, train_labels = bow.sample_examples(train_texts, train_labels, train_examples,
+                                                    seed=None if first else 0)
     x_train = pair_features([encode(model, tokenizer, column) for column in train_texts])
     x_dev = pair_features([encode(model, tokenizer, column) for column in dev_texts])
     head = Ridge(alpha=1.0) if task.problem_type == "regression" else LogisticRegression(C=1.0, max_iter=3000)
@@ -113,6 +115,8 @@ def main(argv=None) -> int:
     arguments.add_argument("--glue", type=Path, default=bow.GLUE)
     arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="draws of an untrained model")
     arguments.add_argument("--train-examples", type=int, default=6000)
+    arguments.add_argument("--first", action="store_true",
+                           help="the first --train-examples training examples rather than a seeded sample")
     arguments.add_argument("--eval-limit", type=int, default=1000,
                            help="the first dev examples scored (1000, as in the transfer runs)")
     arguments.add_argument("--out", type=Path, required=True, help="CSV; rows already in it are not recomputed")
@@ -126,7 +130,8 @@ def main(argv=None) -> int:
         tokenizer, model = load(path, seed)
         for task in todo:
             row = {"model": name, "seed": "" if seed is None else seed,
-                   **probe_task(model, tokenizer, task, args.glue, args.train_examples, args.eval_limit)}
+                   **probe_task(model, tokenizer, task, args.glue, args.train_examples, args.eval_limit,
+                                 args.first)}
             print(f"{name} seed={row['seed']} {task}: {row['score']:.2f}", flush=True)
             append_rows(args.out, [row], COLUMNS)  # after every row: an interrupted run resumes
     return 0
