@@ -378,6 +378,11 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
     with pytest.raises(SystemExit):  # never over an existing merge
         merge_runs.main([str(tmp_path / "slow"), "--out", str(out)])
     assert not (tmp_path / "twice").exists()
+    # @MODEL keeps one source's arm only: each arm from the sweep that ran it at its own rate
+    picked = merge_runs.merge([f"{tmp_path / 'fast'}@dta_47000000", f"{tmp_path / 'fast'}:lr3e-3@bidir_47000000"],
+                              set())
+    assert sorted({row["model"] for row in picked}) == ["bidir_47000000_lr3e-3", "dta_47000000"]
+    assert len(picked) == 8
 
 
 

@@ -7,7 +7,9 @@ compares arms that ran at different settings, with Welch's test against a baseli
     encoderlab experiment finetune --plots-only --out-dir runs/transfer/long_selected --baseline bidir_untrained_lr3e-4
 
 A source is a folder holding finetune_runs.csv (or the CSV itself), then ``:SUFFIX`` to rename its models
-``{model}_{SUFFIX}``; without a suffix its names stay. ``--models`` keeps the named models (names before renaming).
+``{model}_{SUFFIX}``; without a suffix its names stay. ``@MODEL,MODEL`` at the end keeps those models of that
+source only (a sweep that ran every arm at one rate gives each arm's own rate its runs), and ``--models`` keeps the
+named models of every source (names before renaming).
 A run that two sources both hold (same model after renaming, task and seed) is an error, not a silent pick.
 """
 
@@ -20,8 +22,11 @@ from encoderlab.results.rows import read_results, write_rows
 
 
 def source_rows(source: str, keep: set) -> list:
-    """The rows of one ``PATH[:SUFFIX]`` source, its models renamed."""
-    path_text, _, suffix = source.partition(":")
+    """The rows of one ``PATH[:SUFFIX][@MODEL,...]`` source, its models renamed."""
+    spec, _, models = source.partition("@")
+    if models:
+        keep = set(models.split(",")) & keep if keep else set(models.split(","))
+    path_text, _, suffix = spec.partition(":")
     path = Path(path_text)
     csv_path = path / RUNS_CSV if path.is_dir() else path
     if not csv_path.is_file():
@@ -46,7 +51,8 @@ def merge(sources: list, keep: set) -> list:
 
 def main(argv=None) -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX]: a finetune folder or its CSV, and a suffix")
+    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL,...]: a finetune folder or its CSV, a suffix, "
+                           "the models kept")
     arguments.add_argument("--out", type=Path, required=True, help="folder to write finetune_runs.csv into")
     arguments.add_argument("--models", nargs="*", default=[], help="keep these models only (names before renaming)")
     args = arguments.parse_args(argv)
