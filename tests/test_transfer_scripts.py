@@ -306,6 +306,33 @@ def test_settings_table_keeps_shared_models_and_the_given_seeds(tmp_path, capsys
     assert "--setting x=" in capsys.readouterr().err
 
 
+def test_settings_table_yardsticks_average_each_settings_csv(tmp_path, capsys):
+    settings_table = load_script("settings_table")
+    header = "model,task,seed,score\n"
+    for name in ("low", "high"):
+        (tmp_path / f"{name}.csv").write_text(header + "a,sst2,0,50\na_untrained,sst2,0,40\n")
+    (tmp_path / "probe_low.csv").write_text(header + "a,sst2,,55\na_untrained,sst2,0,30\na_untrained,sst2,1,34\n"
+                                            "a_untrained,cola,0,99\n")
+    (tmp_path / "probe_high.csv").write_text(header + "a,sst2,,65\na_untrained,sst2,0,44\n")
+    (tmp_path / "bow_low.csv").write_text("task,seed,score\nsst2,,61\n")
+    (tmp_path / "bow_high.csv").write_text("task,seed,score\nsst2,,71\n")
+    out = tmp_path / "curve"
+    settings = ["--setting", f"low={tmp_path / 'low.csv'}", "--setting", f"high={tmp_path / 'high.csv'}"]
+    settings_table.main(["--task", "sst2", "--seeds", "0", *settings, "--out", str(out),
+                         "--yardstick", f"bow={tmp_path / 'bow_low.csv'},{tmp_path / 'bow_high.csv'}",
+                         "--yardstick", f"probe:a_untrained={tmp_path / 'probe_low.csv'},{tmp_path / 'probe_high.csv'}"])
+    with open(out.with_suffix(".csv")) as handle:
+        rows = {(row["setting"], row["model"]): row for row in csv.DictReader(handle)}
+    assert float(rows[("low", "probe")]["mean"]) == 32.0 and rows[("low", "probe")]["seeds"] == "2"  # a's row out
+    assert float(rows[("high", "probe")]["mean"]) == 44.0 and float(rows[("high", "bow")]["mean"]) == 71.0
+    assert float(rows[("low", "a")]["mean"]) == 50.0
+    assert_png_drawn(out.with_suffix(".png"))
+    with pytest.raises(SystemExit):  # one CSV for two settings
+        settings_table.main(["--task", "sst2", "--seeds", "0", *settings, "--out", str(out),
+                             "--yardstick", f"bow={tmp_path / 'bow_low.csv'}"])
+    assert "one CSV per setting" in capsys.readouterr().err
+
+
 def test_gpu_pretrain_budget_is_what_the_slower_arm_finishes():
     gpu_pretrain = load_script("gpu_pretrain")
     calibration = {"dta": dict(tokens=2e6, train_seconds=10.0, tokens_per_second=250e3),

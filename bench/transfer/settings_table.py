@@ -9,6 +9,11 @@ follows.
 writes OUT.csv (setting, model, seeds, mean, sd, then one column per seed) and OUT.png (the score against the
 setting, one line per model, untrained arms dashed). Only the models every setting ran are kept, and only the
 --seeds given, so each point averages the same draws.
+
+A yardstick that is not fine-tuned but depends on the setting (the bag of words or the frozen-feature probe trained
+on the same N examples) joins the table and the figure as ``--yardstick LABEL[:MODEL]=CSV,CSV,...``: one CSV per
+setting in axis order, its rows of --task averaged (those of MODEL only, where given; a probe's untrained draws
+are averaged that way). It is drawn dotted, in MODEL's colour when MODEL is a fine-tuned line.
 """
 
 import argparse
@@ -44,7 +49,25 @@ def rows(table: dict, seeds: list[int]) -> list[dict]:
     return out
 
 
-def plot(table: dict, task: str, xlabel: str, path: Path) -> None:
+def yardstick_scores(spec: str, settings: list[str], task: str) -> tuple[str, str | None, dict[str, list[float]]]:
+    """``LABEL[:MODEL]=CSV,...`` -> (label, model, setting -> the scores of its CSV's --task rows)."""
+    name, _, paths = spec.partition("=")
+    label, _, model = name.partition(":")
+    files = paths.split(",")
+    if not paths or len(files) != len(settings):
+        raise ValueError(f"--yardstick {spec!r}: expected LABEL[:MODEL]=CSV,... with one CSV per setting "
+                         f"({len(settings)}: {', '.join(settings)})")
+    scores_by_setting = {}
+    for setting, file in zip(settings, files):
+        kept = [float(row["score"]) for row in read_results(Path(file))
+                if row["task"] == task and (not model or row.get("model") == model)]
+        if not kept:
+            raise ValueError(f"--yardstick {spec!r}: {file} has no {task} row" + (f" of {model}" if model else ""))
+        scores_by_setting[setting] = kept
+    return label, model or None, scores_by_setting
+
+
+def plot(table: dict, yardsticks: list, task: str, xlabel: str, path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4.2))
     settings = list(table)
@@ -54,6 +77,10 @@ def plot(table: dict, task: str, xlabel: str, path: Path) -> None:
         axis.errorbar(range(len(settings)), [mean for mean, _ in points], yerr=[sd for _, sd in points],
                       fmt="o--" if "untrained" in model else "o-", capsize=3, color=plt.cm.tab10(index % 10),
                       label=model)
+    for label, model, by_setting in yardsticks:
+        color = plt.cm.tab10(models.index(model) % 10) if model in models else "0.4"
+        axis.plot(range(len(settings)), [mean_sd(by_setting[setting])[0] for setting in settings], "x:",
+                  color=color, label=label)
     axis.set_xticks(range(len(settings)), settings)
     axis.set(xlabel=xlabel, ylabel=f"{task} dev score (mean ± sd over seeds)", title=f"{task}: fine-tuning settings")
     axis.legend(fontsize=7)
@@ -69,6 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--task", required=True, help="the task to tabulate (e.g. sst2)")
     parser.add_argument("--seeds", nargs="+", type=int, required=True, help="the seeds every setting ran")
     parser.add_argument("--xlabel", default="fine-tuning learning rate (300 steps)")
+    parser.add_argument("--yardstick", action="append", default=[], metavar="LABEL[:MODEL]=CSV,...",
+                        help="a score that is not fine-tuned, one CSV per setting in axis order; repeatable")
     parser.add_argument("--out", type=Path, required=True, help="the output path without suffix (.csv, .png)")
     args = parser.parse_args(argv)
     settings = dict(spec.split("=", 1) for spec in args.setting if "=" in spec)
@@ -80,10 +109,17 @@ def main(argv=None) -> int:
     table = scores({name: Path(path) for name, path in settings.items()}, args.task, args.seeds)
     if not any(table.values()):
         parser.error(f"no model ran --task={args.task} in every setting")
+    try:
+        yardsticks = [yardstick_scores(spec, list(settings), args.task) for spec in args.yardstick]
+    except (ValueError, OSError) as error:
+        parser.error(str(error))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    written = rows(table, args.seeds)
+    written = rows(table, args.seeds) + [
+        {"setting": setting, "model": label, "seeds": len(values), "mean": round(mean_sd(values)[0], 3),
+         "sd": round(mean_sd(values)[1], 3)}
+        for label, _, by_setting in yardsticks for setting, values in by_setting.items()]
     write_rows(args.out.with_suffix(".csv"), written)
-    plot(table, args.task, args.xlabel, args.out.with_suffix(".png"))
+    plot(table, yardsticks, args.task, args.xlabel, args.out.with_suffix(".png"))
     for row in written:
         print(f"{row['setting']:>10} {row['model']:<20} {row['mean']:7.2f} ± {row['sd']:.2f} ({row['seeds']})")
     return 0
