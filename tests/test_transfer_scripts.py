@@ -410,6 +410,8 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
                               set())
     assert sorted({row["model"] for row in picked}) == ["bidir_47000000_lr3e-3", "dta_47000000"]
     assert len(picked) == 8
+    renamed = merge_runs.merge([f"{out}@bidir_47000000_lr3e-3=bidir", f"{tmp_path / 'slow'}:x@bidir_untrained"], set())
+    assert sorted({row["model"] for row in renamed}) == ["bidir", "bidir_untrained_x"] and len(renamed) == 8
 
 
 

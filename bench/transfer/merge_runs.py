@@ -8,8 +8,9 @@ compares arms that ran at different settings, with Welch's test against a baseli
 
 A source is a folder holding finetune_runs.csv (or the CSV itself), then ``:SUFFIX`` to rename its models
 ``{model}_{SUFFIX}``; without a suffix its names stay. ``@MODEL,MODEL`` at the end keeps those models of that
-source only (a sweep that ran every arm at one rate gives each arm's own rate its runs), and ``--models`` keeps the
-named models of every source (names before renaming).
+source only (a sweep that ran every arm at one rate gives each arm's own rate its runs); ``@MODEL=NAME`` also names
+the model NAME, the suffix aside (an earlier merge's ``bidir_lr3e-3`` back to ``bidir``, so that sweeps at several
+settings share model names). ``--models`` keeps the named models of every source (names before renaming).
 A run that two sources both hold (same model after renaming, task and seed) is an error, not a silent pick.
 """
 
@@ -22,10 +23,11 @@ from encoderlab.results.rows import read_results, write_rows
 
 
 def source_rows(source: str, keep: set) -> list:
-    """The rows of one ``PATH[:SUFFIX][@MODEL,...]`` source, its models renamed."""
+    """The rows of one ``PATH[:SUFFIX][@MODEL[=NAME],...]`` source, its models renamed."""
     spec, _, models = source.partition("@")
-    if models:
-        keep = set(models.split(",")) & keep if keep else set(models.split(","))
+    names = dict(model.partition("=")[::2] for model in models.split(",")) if models else {}
+    if names:
+        keep = set(names) & keep if keep else set(names)
     path_text, _, suffix = spec.partition(":")
     path = Path(path_text)
     csv_path = path / RUNS_CSV if path.is_dir() else path
@@ -34,7 +36,8 @@ def source_rows(source: str, keep: set) -> list:
     rows = [row for row in read_results(csv_path) if not keep or row["model"] in keep]
     if not rows:
         raise ValueError(f"source {source!r}: no runs" + (f" of the models {sorted(keep)}" if keep else ""))
-    return [{**row, "model": f"{row['model']}_{suffix}" if suffix else row["model"]} for row in rows]
+    return [{**row, "model": names.get(row["model"]) or (f"{row['model']}_{suffix}" if suffix else row["model"])}
+            for row in rows]
 
 
 def merge(sources: list, keep: set) -> list:
@@ -51,8 +54,8 @@ def merge(sources: list, keep: set) -> list:
 
 def main(argv=None) -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL,...]: a finetune folder or its CSV, a suffix, "
-                           "the models kept")
+    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL[=NAME],...]: a finetune folder or its "
+                           "CSV, a suffix, the models kept and their new names")
     arguments.add_argument("--out", type=Path, required=True, help="folder to write finetune_runs.csv into")
     arguments.add_argument("--models", nargs="*", default=[], help="keep these models only (names before renaming)")
     args = arguments.parse_args(argv)
