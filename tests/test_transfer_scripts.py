@@ -414,7 +414,6 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
     assert sorted({row["model"] for row in renamed}) == ["bidir", "bidir_untrained_x"] and len(renamed) == 8
 
 
-
 def test_yardsticks_first_examples_are_the_ones_train_limit_keeps(shared_data):
     """`--first` (bag of words, probe) must train on the examples a `data.train_limit=N` fine-tuning run trains on."""
     from encoderlab.training.finetune.config import FinetuneDataSection
