@@ -318,9 +318,10 @@ def test_settings_table_yardsticks_average_each_settings_csv(tmp_path, capsys):
     (tmp_path / "bow_high.csv").write_text("task,seed,score\nsst2,,71\n")
     out = tmp_path / "curve"
     settings = ["--setting", f"low={tmp_path / 'low.csv'}", "--setting", f"high={tmp_path / 'high.csv'}"]
+    probe = f"probe:a_untrained={tmp_path / 'probe_low.csv'},{tmp_path / 'probe_high.csv'}"
     settings_table.main(["--task", "sst2", "--seeds", "0", *settings, "--out", str(out),
                          "--yardstick", f"bow={tmp_path / 'bow_low.csv'},{tmp_path / 'bow_high.csv'}",
-                         "--yardstick", f"probe:a_untrained={tmp_path / 'probe_low.csv'},{tmp_path / 'probe_high.csv'}"])
+                         "--yardstick", probe])
     with open(out.with_suffix(".csv")) as handle:
         rows = {(row["setting"], row["model"]): row for row in csv.DictReader(handle)}
     assert float(rows[("low", "probe")]["mean"]) == 32.0 and rows[("low", "probe")]["seeds"] == "2"  # a's row out

@@ -67,6 +67,17 @@ def yardstick_scores(spec: str, settings: list[str], task: str) -> tuple[str, st
     return label, model or None, scores_by_setting
 
 
+def yardstick_rows(yardsticks: list) -> list[dict]:
+    """The yardsticks' rows of OUT.csv: their draws counted in the seeds column, no per-seed columns."""
+    out = []
+    for label, _, by_setting in yardsticks:
+        for setting, values in by_setting.items():
+            mean, sd = mean_sd(values)
+            out.append({"setting": setting, "model": label, "seeds": len(values), "mean": round(mean, 3),
+                        "sd": round(sd, 3)})
+    return out
+
+
 def plot(table: dict, yardsticks: list, task: str, xlabel: str, path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4.2))
@@ -114,10 +125,7 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as error:
         parser.error(str(error))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    written = rows(table, args.seeds) + [
-        {"setting": setting, "model": label, "seeds": len(values), "mean": round(mean_sd(values)[0], 3),
-         "sd": round(mean_sd(values)[1], 3)}
-        for label, _, by_setting in yardsticks for setting, values in by_setting.items()]
+    written = rows(table, args.seeds) + yardstick_rows(yardsticks)
     write_rows(args.out.with_suffix(".csv"), written)
     plot(table, yardsticks, args.task, args.xlabel, args.out.with_suffix(".png"))
     for row in written:
