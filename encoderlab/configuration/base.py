@@ -22,6 +22,7 @@ POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("swiglu", "gelu")
 CLASSIFIER_POOLING = ("cls", "mean")
+PAIR_ENCODINGS = ("joint", "separate")
 # transformers keeps one id2label entry per label (in memory and in config.json).
 MAX_NUM_LABELS = 100_000
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
@@ -141,6 +142,14 @@ class EncoderConfig(PreTrainedConfig):
         initializer_range (`float`): std of the normal initialisation of weight matrices and embeddings.
         classifier_pooling (`str`): ``"cls"`` (first token) or ``"mean"`` (mean over real tokens) for
             sequence classification.
+        classifier_pair_encoding (`str`): how sequence classification reads a text pair (``[CLS] a [SEP] b [SEP]``).
+            ``"joint"``: as one sequence, every token attending to both texts (BERT's cross-encoder). ``"separate"``:
+            the pair is split after its first ``sep_token_id``, each text is encoded alone (attention and positions
+            restart at the split) and mean-pooled, and the head reads ``[u, v, |u - v|, u * v]`` (a bi-encoder, as
+            Sentence-BERT trains one). Needs ``classifier_pooling="mean"`` and ``sep_token_id``; every example must be
+            a pair. Inputs stay the usual pair encoding, so the pipelines work unchanged.
+        sep_token_id (`int`, *optional*): the tokenizer's separator id (``[SEP]``), where a pair's second text
+            starts; `encoderlab finetune` fills it in from the tokenizer when a run needs it.
         classifier_dropout (`float`, *optional*): dropout before classifier heads; defaults to
             ``hidden_dropout_prob``.
         sparse_prediction (`bool`): masked LM with ``labels``: run the LM head only on the labelled positions
@@ -174,6 +183,8 @@ class EncoderConfig(PreTrainedConfig):
         attention_dropout=0.0,
         initializer_range=0.02,
         classifier_pooling="cls",
+        classifier_pair_encoding="joint",
+        sep_token_id=None,
         classifier_dropout=None,
         sparse_prediction=False,
         pad_token_id=0,
@@ -206,6 +217,8 @@ class EncoderConfig(PreTrainedConfig):
         self.attention_dropout = attention_dropout
         self.initializer_range = initializer_range
         self.classifier_pooling = classifier_pooling
+        self.classifier_pair_encoding = classifier_pair_encoding
+        self.sep_token_id = sep_token_id
         self.classifier_dropout = classifier_dropout
         self.sparse_prediction = sparse_prediction
         # transformers' own validation, at the end of its __init__, divides by num_attention_heads (head_dim) and
@@ -285,6 +298,7 @@ class EncoderConfig(PreTrainedConfig):
         check_number("norm_eps", self.norm_eps, 1e-12, 1.0, high_open=False)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLING)
+        self.validate_pair_encoding()
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
         check_probability("attention_dropout", self.attention_dropout)
@@ -296,6 +310,17 @@ class EncoderConfig(PreTrainedConfig):
             check_bool(field, getattr(self, field))
         self.validate_token_ids_in_vocabulary()
         self.validate_rope()
+
+    def validate_pair_encoding(self):
+        check_choice("classifier_pair_encoding", self.classifier_pair_encoding, PAIR_ENCODINGS)
+        if self.classifier_pair_encoding != "separate":
+            return
+        if self.classifier_pooling != "mean":
+            raise ValueError(f"classifier_pair_encoding='separate' mean-pools each text of a pair, but "
+                             f"classifier_pooling={self.classifier_pooling!r}; allowed with it: 'mean'")
+        if self.sep_token_id is None:
+            raise ValueError("classifier_pair_encoding='separate' splits each pair after its first separator token, "
+                             "but sep_token_id is None; set it to the tokenizer's sep_token_id")
 
     def validate_token_ids_in_vocabulary(self):
         """Every ``*_token_id`` the config holds (pad, bos, eos, cls, sep, mask, ...) is None or inside the

@@ -159,6 +159,7 @@ class DSTGNeoBERTConfig(EncoderConfig):
             norm_type=norm_type,
             mlp_type=mlp_type,
             position_embedding_type=expected_position_type,
+            sep_token_id=self.sep_token_id,
             **kwargs,
         )
 

@@ -20,6 +20,7 @@ from typing_extensions import Unpack  # typing.Unpack from Python 3.11; setup.cf
 
 from .attention import is_tracing, packed_document_ids
 from .base import IGNORE_INDEX, check_labels, masked_mean
+from .pairs import count_real_runs, pair_features, pair_segments
 
 
 def cross_entropy(logits, labels, ignore_index=IGNORE_INDEX):
@@ -86,17 +87,23 @@ def pool_documents(hidden_states, document_ids, attention_mask, pooling):
 class SequenceClassificationHead(nn.Module):
     """Pooled vector -> dense -> activation -> dropout -> out_proj. The task model holds it as ``classifier``
     (RoBERTa's layout): peft's ``task_type="SEQ_CLS"`` trains and saves the modules named ``classifier`` in full, so
-    the whole head goes with the adapter, not its last layer alone."""
+    the whole head goes with the adapter, not its last layer alone. With separately encoded pairs the pooled vector
+    is ``[u, v, |u - v|, u * v]``, four times as wide."""
 
     def __init__(self, config):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        pooled_size = config.hidden_size * (4 if separate_pairs(config) else 1)
+        self.dense = nn.Linear(pooled_size, config.hidden_size)
         self.activation = ACT2FN[getattr(config, "classifier_activation", "gelu")]
         self.dropout = nn.Dropout(classifier_dropout(config))
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, pooled):
         return self.out_proj(self.dropout(self.activation(self.dense(pooled))))
+
+
+def separate_pairs(config):
+    return getattr(config, "classifier_pair_encoding", "joint") == "separate"
 
 
 # Checkpoint keys of the sequence head before it moved under `classifier`; from_pretrained renames them.
@@ -191,6 +198,18 @@ class EncoderForSequenceClassification(EncoderTaskModel):
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                 **kwargs: Unpack[TransformersKwargs]):
+        if separate_pairs(self.config):
+            outputs, pooled = self.encode_pairs_separately(input_ids, attention_mask, position_ids, inputs_embeds,
+                                                           kwargs)
+        else:
+            outputs, pooled = self.encode(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
+        logits = self.classifier(pooled)
+        loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
+
+    def encode(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
+        """The base model's outputs and one pooled vector per sequence (per document of packed rows): (N, D)."""
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         hidden = self.sequence_features(outputs)
         cu_seq_lens = kwargs.get("cu_seq_lens_q", kwargs.get("cu_seq_lens_k"))
@@ -198,15 +217,36 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         if cu_seq_lens is not None or not is_tracing():
             document_ids = packed_document_ids(position_ids, cu_seq_lens, *hidden.shape[:2], hidden.device)
         if document_ids is not None:
-            pooled = pool_documents(hidden, document_ids, attention_mask, self.config.classifier_pooling)
-        elif self.config.classifier_pooling == "mean":
-            pooled = masked_mean(hidden, attention_mask)
-        else:
-            pooled = hidden[:, 0]
-        logits = self.classifier(pooled)
-        loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+            return outputs, pool_documents(hidden, document_ids, attention_mask, self.config.classifier_pooling)
+        if self.config.classifier_pooling == "mean":
+            return outputs, masked_mean(hidden, attention_mask)
+        return outputs, hidden[:, 0]
+
+    def encode_pairs_separately(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
+        """``classifier_pair_encoding="separate"`` (`encoderlab.modeling.pairs`): each pair's texts encoded as two
+        documents and mean-pooled -> the base model's outputs and (num_pairs, 4D) ``[u, v, |u - v|, u * v]``."""
+        if input_ids is None:
+            raise ValueError("classifier_pair_encoding='separate' finds where a pair's second text starts in "
+                             "input_ids; inputs_embeds alone cannot be split")
+        if is_tracing():
+            raise NotImplementedError("classifier_pair_encoding='separate' counts the texts of a batch, which "
+                                      "torch.compile and torch.export cannot trace; use 'joint' for export")
+        batch_size, seq_len = input_ids.shape
+        cu_seq_lens = kwargs.pop("cu_seq_lens_q", None)
+        cu_seq_lens = kwargs.pop("cu_seq_lens_k", cu_seq_lens)
+        for extra in ("max_length_q", "max_length_k"):
+            kwargs.pop(extra, None)  # the texts' boundaries replace the pairs'
+        pair_ids = packed_document_ids(position_ids, cu_seq_lens, batch_size, seq_len, input_ids.device)
+        segment_ids, text_positions = pair_segments(input_ids, attention_mask, pair_ids, self.config.sep_token_id)
+        outputs = self.run_base_model(input_ids, attention_mask, text_positions, None, kwargs)
+        texts = pool_documents(self.sequence_features(outputs), segment_ids, attention_mask, "mean")  # (2N, D)
+        pairs = count_real_runs(torch.zeros_like(input_ids) if pair_ids is None else pair_ids, attention_mask)
+        if texts.shape[0] != 2 * pairs:
+            raise ValueError(f"classifier_pair_encoding='separate' needs two texts per example, cut after the first "
+                             f"sep_token_id={self.config.sep_token_id}; this batch has {pairs} examples but "
+                             f"{texts.shape[0]} texts (an example without a second text, or a tokenizer whose "
+                             "separator is another id)")
+        return outputs, pair_features(texts)
 
 
 class EncoderForTokenClassification(EncoderTaskModel):

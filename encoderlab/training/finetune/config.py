@@ -27,6 +27,10 @@ class FinetuneModelSection:
     new_head: bool = False
     """Train a freshly initialised head when the checkpoint's head was trained for other labels (its ``id2label``);
     without it such a run is an error, so that a trained head is never silently relabelled."""
+    config: dict = field(default_factory=dict)
+    """Fields of the checkpoint's config changed for this run and saved with the fine-tuned model, e.g.
+    ``--set model.config.classifier_pair_encoding=separate --set model.config.classifier_pooling=mean``; a field the
+    checkpoint's config does not have is an error."""
 
 
 @dataclass

@@ -2,6 +2,7 @@
 head's problem type and labels, ``model.new_head``, the position table), loading it with the task's head, freezing
 (``model.freeze``) and LoRA (``lora``)."""
 
+import copy
 import logging
 from pathlib import Path
 
@@ -64,6 +65,45 @@ def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -
     return True
 
 
+def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -> dict:
+    """``model.config`` checked against the checkpoint's config before anything is written: every field must exist
+    and the changed config must validate. Separately encoded pairs (``classifier_pair_encoding="separate"``) also
+    need pair data and the tokenizer's separator id, which is filled in when the checkpoint has none."""
+    changes = dict(run.model.config)
+    unknown = sorted(key for key in changes if not hasattr(config, key))
+    if unknown:
+        raise ValueError(f"model.config: the checkpoint's config has no field(s) {unknown}")
+    if changes.get("classifier_pair_encoding") == "separate" and getattr(config, "sep_token_id", None) is None \
+            and "sep_token_id" not in changes:
+        changes["sep_token_id"] = tokenizer.sep_token_id
+    changed = copy.deepcopy(config)
+    for key, value in changes.items():
+        setattr(changed, key, value)
+    validate = getattr(changed, "validate", None)
+    if validate is not None:
+        validate()
+    if getattr(changed, "classifier_pair_encoding", "joint") == "separate" and not has_pairs:
+        raise ValueError(f"model.config.classifier_pair_encoding='separate' encodes the two texts of a pair apart, "
+                         f"but task {run.task!r} has one text per example; allowed for pair tasks only")
+    return changes
+
+
+def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) -> bool:
+    """True when ``model.config`` switches the pair encoding of a checkpoint whose sequence head is trained: the head
+    reads joint pairs (hidden_size wide) or separate ones (4x), so it is initialised fresh, and only with
+    ``model.new_head=true``."""
+    before = getattr(config, "classifier_pair_encoding", "joint")
+    after = changes.get("classifier_pair_encoding", before)
+    trained = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
+    if before == after or not trained:
+        return False
+    if not run.model.new_head:
+        raise ValueError(f"model.config.classifier_pair_encoding={after!r}, but model.path's sequence head was "
+                         f"trained for {before!r} pairs and has another input width; set model.new_head=true to "
+                         "train a freshly initialised head")
+    return True
+
+
 def check_length(run: FinetuneRunConfig, config) -> None:
     positions = getattr(config, "max_position_embeddings", None)
     learned = getattr(config, "position_embedding_type", "absolute") in ("absolute", None)
@@ -84,9 +124,9 @@ def check_fsdp_launch(run: FinetuneRunConfig) -> None:
         load_model_config(run), trust_remote_code=run.model.trust_remote_code))
 
 
-def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: bool = False):
-    """The checkpoint with the task's head (initialised fresh with `new_head`); returns (model, names of the weights
-    initialised fresh)."""
+def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: bool = False, changes=None):
+    """The checkpoint with the task's head (initialised fresh with `new_head`) and its config changed by `changes`
+    (`config_changes`); returns (model, names of the weights initialised fresh)."""
     import transformers
 
     auto_class = getattr(transformers, kind.auto_class)
@@ -101,7 +141,7 @@ def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: boo
         labels["problem_type"] = task.problem_type
     model, info = auto_class.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code,
                                              output_loading_info=True, ignore_mismatched_sizes=new_head,
-                                             **labels)
+                                             **labels, **(changes or {}))
     # mismatched: a head of another size, only loaded past with `new_head` (entries are names or (name, shapes))
     mismatched = {entry if isinstance(entry, str) else entry[0] for entry in info.get("mismatched_keys", ())}
     initialised = set(info["missing_keys"]) | mismatched

@@ -101,7 +101,7 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         return json.loads(finished.read_text(encoding="utf-8"))
     task, kind, settings = prepared.task, prepared.kind, prepared.settings
     set_seed(run.train.seed)  # the same head initialisation at every point and in every resumption
-    model, initialised = load_model(run, task, kind, prepared.new_head)
+    model, initialised = load_model(run, task, kind, prepared.new_head, prepared.config_changes)
     if run.lora.r is not None:
         model = with_lora(model, run.lora)
     if fsdp.fsdp_requested():

@@ -9,7 +9,8 @@ from ..run_config import _build_section
 from ..run_folder import without_load_time_keys
 from .config import FinetuneRunConfig
 from .data import SplitSource
-from .model_setup import check_head, check_length, load_model_config, needs_new_head
+from .model_setup import (check_head, check_length, config_changes, load_model_config, needs_new_head,
+                          pair_encoding_changes_head)
 from .tasks import KindSettings, Task, TaskKind, get_task
 
 
@@ -62,7 +63,9 @@ class Prepared:
     sources: dict[str, SplitSource]
     """Split -> where its examples came from, how many were kept."""
     new_head: bool = False
-    """The checkpoint's head was trained for other labels and is initialised fresh (``model.new_head``)."""
+    """The checkpoint's head is initialised fresh (``model.new_head``): trained for other labels or pair encoding."""
+    config_changes: dict = dataclasses.field(default_factory=dict)
+    """``model.config`` as checked against the checkpoint, with the tokenizer's separator id where needed."""
 
 
 def prepare(run: FinetuneRunConfig) -> Prepared:
@@ -87,7 +90,8 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     raw, sources = kind.load(task, run.data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
-    new_head = needs_new_head(run, task, kind, model_config)
+    changes = config_changes(run, model_config, tokenizer, "text_pair" in raw["train"].column_names)
+    new_head = needs_new_head(run, task, kind, model_config) or pair_encoding_changes_head(run, model_config, changes)
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = kind.eval_splits(task, run.data, raw)
-    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, new_head)
+    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, new_head, changes)
