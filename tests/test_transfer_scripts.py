@@ -430,3 +430,41 @@ def test_yardsticks_first_examples_are_the_ones_train_limit_keeps(shared_data):
         assert first_texts == [[row[column] for row in rows] for column in task.local.text_columns]
         drawn_texts, _ = bow.sample_examples(texts, labels, count, seed=0)
         assert drawn_texts != first_texts and len(first_labels) == count
+
+
+def test_stsb_cosine_scores_each_sentence_encoded_alone(shared_data, tiny_checkpoint, tmp_path):
+    script = load_script("stsb_cosine")
+    out = tmp_path / "cosine.csv"
+    script.main(["--model", f"tiny={tiny_checkpoint}", "--model", f"fresh=untrained:{tiny_checkpoint}", "--seeds", "3",
+                 "--eval-limit", "40", "--glue", str(shared_data / "glue"), "--out", str(out)])
+    rows = {row["model"]: row for row in csv.DictReader(out.open())}
+    assert list(rows) == ["word counts", "tiny", "fresh"] and rows["fresh"]["seed"] == "3"
+    first, second, gold = script.dev_pairs(shared_data / "glue", 40)
+    assert len(gold) == 40 and int(rows["tiny"]["dev_pairs"]) == 40
+    tokenizer, model = script.probe.load(str(tiny_checkpoint), None)
+    a = np.concatenate([script.probe.encode(model, tokenizer, [s]) for s in first])
+    b = np.concatenate([script.probe.encode(model, tokenizer, [s]) for s in second])
+    cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert float(rows["tiny"]["pearson"]) == pytest.approx(100 * np.corrcoef(cosines, gold)[0, 1], abs=1e-3)
+    centre = np.concatenate([a, b]).mean(0)
+    a, b = a - centre, b - centre
+    centred = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert float(rows["tiny"]["centred_pearson"]) == pytest.approx(100 * np.corrcoef(centred, gold)[0, 1], abs=1e-3)
+
+
+def test_word_count_cosine_reads_shared_words_only():
+    script = load_script("stsb_cosine")
+    row = script.word_count_row(["a cat sat", "dogs run fast", "red blue"], ["a cat sat", "dogs run", "green"],
+                                np.array([1.0, 2 / 6 ** 0.5, 0.0]))  # gold = the count vectors' own cosines
+    assert row["pearson"] == pytest.approx(100) and row["spearman"] == pytest.approx(100)
+
+
+def test_stsb_cosine_plot_draws_each_arm_against_tokens(tmp_path):
+    script = load_script("stsb_cosine")
+    rows = [{"model": "word counts", "pearson": 65.0}, {"model": "dta_500000", "pearson": 40.0},
+            {"model": "dta_2000000", "pearson": 50.0}, {"model": "dta_untrained", "pearson": 60.0},
+            {"model": "dta_untrained", "pearson": 62.0}]
+    pretraining = [{"arm": "dta", "token_budget": budget, "tokens_seen": budget + 1, "rows_per_step": 16}
+                   for budget in (500000, 2000000)]
+    script.plot(rows, pretraining, tmp_path / "cosine.png")
+    assert_png_drawn(tmp_path / "cosine.png")
