@@ -38,13 +38,8 @@ def mrpc_dev_pairs(shared_data, count=32):
 
 @torch.no_grad()
 def reference_logits(model, tokenizer, pair):
-    """The pair's texts encoded one at a time as the tokenizer's pair template cuts them, mean-pooled, then the
-    head on [u, v, |u - v|, u * v]."""
-    ids = tokenizer(*pair)["input_ids"]
-    cut = ids.index(tokenizer.sep_token_id) + 1
-    pooled = [model.model(input_ids=torch.tensor([part])).last_hidden_state[0].mean(0) for part in (ids[:cut],
-                                                                                                   ids[cut:])]
-    u, v = pooled
+    """Each text of the pair tokenised and encoded alone, mean-pooled, then the head on [u, v, |u - v|, u * v]."""
+    u, v = (model.model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0) for text in pair)
     return model.classifier(torch.cat([u, v, (u - v).abs(), u * v])[None])[0]
 
 
@@ -85,6 +80,8 @@ def test_separate_pairs_train_save_and_predict_as_trained(shared_data, tiny_dta,
         batch = tokenizer([a for a, _ in pairs[:4]], [b for _, b in pairs[:4]], padding=True, return_tensors="pt")
         logits = model(**batch).logits
     for row, pair in enumerate(pairs[:4]):
+        # the saved tokenizer writes a pair as its two texts alone: [CLS] a [SEP] [CLS] b [SEP]
+        assert tokenizer(*pair)["input_ids"] == tokenizer(pair[0])["input_ids"] + tokenizer(pair[1])["input_ids"]
         torch.testing.assert_close(logits[row], reference_logits(model, tokenizer, pair), rtol=0, atol=1e-5)
 
     script = tmp_path / "remote.py"

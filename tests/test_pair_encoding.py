@@ -71,14 +71,15 @@ def classifiers():
         yield pytest.param(lambda t=attention_type: homa_classifier(t), id=f"homa-{attention_type}")
 
 
-def pairs(seed=0):
-    """[(a, b)]: a = [CLS] words [SEP], b = words [SEP], as a tokenizer's pair template writes them."""
+def pairs(seed=0, second_cls=True):
+    """[(a, b)]: a = [CLS] words [SEP]; b = [CLS] words [SEP] as encoderlab's separate pair template writes it
+    (`encoderlab.tokenization.pairs`), or words [SEP] as the usual pair template does (`second_cls=False`)."""
     generator = torch.Generator().manual_seed(seed)
     found = []
     for length_a, length_b in PAIR_LENGTHS:
         words_a, words_b = (torch.randint(4, 40, (n,), generator=generator) for n in (length_a, length_b))
         found.append((torch.cat([torch.tensor([CLS]), words_a, torch.tensor([SEP])]),
-                      torch.cat([words_b, torch.tensor([SEP])])))
+                      torch.cat([torch.tensor([CLS] if second_cls else []).long(), words_b, torch.tensor([SEP])])))
     return found
 
 
@@ -126,9 +127,10 @@ def reference_logits(model, pair_list):
 
 @pytest.mark.parametrize("make_model", classifiers())
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_padded_pairs_match_each_text_encoded_alone(make_model, side):
+@pytest.mark.parametrize("second_cls", [True, False], ids=["separate-template", "usual-template"])
+def test_padded_pairs_match_each_text_encoded_alone(make_model, side, second_cls):
     model = make_model()
-    pair_list = pairs()
+    pair_list = pairs(second_cls=second_cls)
     input_ids, attention_mask = padded(pair_list, side)
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits

@@ -1,5 +1,6 @@
 """Tokenizers: vocabularies, special tokens, templates, round trips and save/reload."""
 
+import copy
 import csv
 import os
 from pathlib import Path
@@ -254,3 +255,26 @@ def test_registry_errors_are_clear(corpus):
         build_tokenizer("bpe")
     with pytest.raises(ValueError, match="fixed vocabulary"):
         build_tokenizer("esm2", corpus)
+
+
+@pytest.mark.parametrize("make", ["bpe", "wordpiece", "esm2", "tape"])
+def test_separate_pair_template_writes_each_text_as_alone(make, request, tmp_path):
+    from tokenizers import processors
+
+    from encoderlab.tokenization.pairs import with_separate_pair_template
+
+    tokenizer = copy.deepcopy(request.getfixturevalue(make)) if make in ("bpe", "wordpiece") else \
+        {"esm2": esm2_tokenizer, "tape": tape_iupac_tokenizer}[make]()  # a copy: the fixtures are shared
+    first, second = ("MKTAYIAK", "GGLV") if make in ("esm2", "tape") else ("the module is imported", "a class")
+    alone = tokenizer(first)["input_ids"], tokenizer(second)["input_ids"]
+    usual = tokenizer(first, second)["input_ids"]
+    assert usual != alone[0] + alone[1]  # the usual template leaves the second text without its first special token
+    with_separate_pair_template(tokenizer)
+    with_separate_pair_template(tokenizer)  # twice: the same template
+    assert tokenizer(first, second)["input_ids"] == alone[0] + alone[1]
+    assert (tokenizer(first)["input_ids"], tokenizer(second)["input_ids"]) == alone
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(first, second)["input_ids"] == alone[0] + alone[1]
+    tokenizer.backend_tokenizer.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    with pytest.raises(ValueError, match="post-processor is 'BertProcessing'; allowed: a TemplateProcessing"):
+        with_separate_pair_template(tokenizer)

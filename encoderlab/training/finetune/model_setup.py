@@ -73,7 +73,7 @@ def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -
     unknown = sorted(key for key in changes if not hasattr(config, key))
     if unknown:
         raise ValueError(f"model.config: the checkpoint's config has no field(s) {unknown}")
-    if changes.get("classifier_pair_encoding") == "separate" and getattr(config, "sep_token_id", None) is None \
+    if pair_encoding(config, changes) == "separate" and getattr(config, "sep_token_id", None) is None \
             and "sep_token_id" not in changes:
         changes["sep_token_id"] = tokenizer.sep_token_id
     changed = copy.deepcopy(config)
@@ -82,18 +82,22 @@ def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -
     validate = getattr(changed, "validate", None)
     if validate is not None:
         validate()
-    if getattr(changed, "classifier_pair_encoding", "joint") == "separate" and not has_pairs:
+    if pair_encoding(config, changes) == "separate" and not has_pairs:
         raise ValueError(f"model.config.classifier_pair_encoding='separate' encodes the two texts of a pair apart, "
                          f"but task {run.task!r} has one text per example; allowed for pair tasks only")
     return changes
+
+
+def pair_encoding(config, changes: dict) -> str:
+    """How the run's model reads a pair: ``model.config``'s ``classifier_pair_encoding``, else the checkpoint's."""
+    return changes.get("classifier_pair_encoding", getattr(config, "classifier_pair_encoding", "joint"))
 
 
 def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) -> bool:
     """True when ``model.config`` switches the pair encoding of a checkpoint whose sequence head is trained: the head
     reads joint pairs (hidden_size wide) or separate ones (4x), so it is initialised fresh, and only with
     ``model.new_head=true``."""
-    before = getattr(config, "classifier_pair_encoding", "joint")
-    after = changes.get("classifier_pair_encoding", before)
+    before, after = pair_encoding(config, {}), pair_encoding(config, changes)
     trained = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
     if before == after or not trained:
         return False
