@@ -147,7 +147,8 @@ class EncoderConfig(PreTrainedConfig):
             the pair is split after its first ``sep_token_id``, each text is encoded alone (attention and positions
             restart at the split) and mean-pooled, and the head reads ``[u, v, |u - v|, u * v]`` (a bi-encoder, as
             Sentence-BERT trains one). Needs ``classifier_pooling="mean"`` and ``sep_token_id``; every example must be
-            a pair. Inputs stay the usual pair encoding, so the pipelines work unchanged.
+            a pair. Inputs are a tokenizer's pair encoding, so the pipelines work unchanged; `encoderlab finetune`
+            saves a tokenizer that writes ``[CLS] a [SEP] [CLS] b [SEP]``, each text as it is written alone.
         sep_token_id (`int`, *optional*): the tokenizer's separator id (``[SEP]``), where a pair's second text
             starts; `encoderlab finetune` fills it in from the tokenizer when a run needs it.
         classifier_dropout (`float`, *optional*): dropout before classifier heads; defaults to

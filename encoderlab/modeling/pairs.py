@@ -1,7 +1,8 @@
-"""Separate encoding of text pairs (``config.classifier_pair_encoding="separate"``): a pair tokenised the usual way,
-``[CLS] a [SEP] b [SEP]``, is cut after its first separator into two segments that the encoder treats as packed
-documents (attention and positions restart at the cut), so each text is encoded without seeing the other. The
-sequence head then reads the two mean-pooled texts as ``[u, v, |u - v|, u * v]``.
+"""Separate encoding of text pairs (``config.classifier_pair_encoding="separate"``): a tokenised pair, ``[CLS] a [SEP]
+[CLS] b [SEP]`` (`encoderlab.tokenization.pairs`, each text as it is written alone) or the usual ``[CLS] a [SEP] b
+[SEP]``, is cut after its first separator into two segments that the encoder treats as packed documents (attention
+and positions restart at the cut), so each text is encoded without seeing the other. The sequence head then reads
+the two mean-pooled texts as ``[u, v, |u - v|, u * v]``.
 
 Packed rows of pairs (``position_ids`` restarting at 0, or ``cu_seq_lens``) are cut the same way inside each pair.
 """
