@@ -71,6 +71,7 @@ def test_separate_pairs_train_save_and_predict_as_trained(shared_data, tiny_dta,
     assert yaml.safe_load((run_dir / "run_config.yaml").read_text())["model"]["config"] == {
         "classifier_pair_encoding": "separate", "classifier_pooling": "mean"}
 
+    assert "Pairs encoded separately (`classifier_pair_encoding: separate`" in (run_dir / "README.md").read_text()
     pairs, labels = mrpc_dev_pairs(shared_data)
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
     predicted = [model.config.label2id[out["label"]] for out in

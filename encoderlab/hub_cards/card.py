@@ -358,6 +358,14 @@ def _layer_decay_text(train: dict) -> str:
             f"{decay:g} x the rate of the one above, the embeddings lowest.")
 
 
+def _pair_text(config: dict) -> str:
+    if config.get("classifier_pair_encoding") != "separate":
+        return ""
+    return ("\n- Pairs encoded separately (`classifier_pair_encoding: separate`, a bi-encoder): each text alone, "
+            "mean-pooled into u and v, the head on [u, v, |u - v|, u * v]; the tokenizer writes a pair as each text "
+            "alone, `[CLS] a [SEP] [CLS] b [SEP]`.")
+
+
 def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
     tag, family = results["pipeline_tag"], config["model_type"]
     auto_class = AUTO_CLASS_OF_TAG[tag]
@@ -417,7 +425,7 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 
 - Task: `{results['task']}`; examples per split as in Data above.
 - Inputs: at most {run['data']['max_length']} tokens with the tokenizer's special tokens, as the pipeline encodes
-  them.
+  them.{_pair_text(config)}
 - Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at step
   {results['best_step']} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']} steps).
 - Weights initialised fresh (not in the base checkpoint): {initialised}.
