@@ -413,6 +413,13 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
     assert len(picked) == 8
     renamed = merge_runs.merge([f"{out}@bidir_47000000_lr3e-3=bidir", f"{tmp_path / 'slow'}:x@bidir_untrained"], set())
     assert sorted({row["model"] for row in renamed}) == ["bidir", "bidir_untrained_x"] and len(renamed) == 8
+    # #TASK keeps one source's tasks only: one sweep's CoLA beside another's STS-B, under one name
+    mixed = merge_runs.merge([f"{tmp_path / 'fast'}@bidir_47000000#cola",
+                              f"{out}@bidir_47000000_lr3e-3=bidir_47000000#stsb"], set())
+    assert {(row["task"], row["score"]) for row in mixed} == {("cola", "0"), ("cola", "1"), ("stsb", "2"),
+                                                              ("stsb", "3")}
+    with pytest.raises(ValueError, match="no runs of the tasks \\['rte'\\]"):
+        merge_runs.merge([f"{tmp_path / 'slow'}#rte"], set())
 
 
 def test_yardsticks_first_examples_are_the_ones_train_limit_keeps(shared_data):
@@ -450,6 +457,14 @@ def test_stsb_cosine_scores_each_sentence_encoded_alone(shared_data, tiny_checkp
     a, b = a - centre, b - centre
     centred = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert float(rows["tiny"]["centred_pearson"]) == pytest.approx(100 * np.corrcoef(centred, gold)[0, 1], abs=1e-3)
+    # the second sentence without its [CLS]: its own forward pass on the ids after the first
+    with torch.no_grad():
+        v = np.stack([model(input_ids=torch.tensor([tokenizer(s)["input_ids"][1:]])).last_hidden_state[0].mean(0)
+                      .numpy() for s in second])
+    a = a + centre
+    without = (a * v).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(v, axis=1)
+    assert float(rows["tiny"]["second_without_cls_pearson"]) == pytest.approx(
+        100 * np.corrcoef(without, gold)[0, 1], abs=1e-3)
 
 
 def test_word_count_cosine_reads_shared_words_only():

@@ -10,8 +10,9 @@ A source is a folder holding finetune_runs.csv (or the CSV itself), then ``:SUFF
 ``{model}_{SUFFIX}``; without a suffix its names stay. ``@MODEL,MODEL`` at the end keeps those models of that
 source only (a sweep that ran every arm at one rate gives each arm's own rate its runs); ``@MODEL=NAME`` also names
 the model NAME, the suffix aside (an earlier merge's ``bidir_lr3e-3`` back to ``bidir``, so that sweeps at several
-settings share model names). ``--models`` keeps the named models of every source (names before renaming).
-A run that two sources both hold (same model after renaming, task and seed) is an error, not a silent pick.
+settings share model names). ``#TASK,TASK`` after all that keeps those tasks of that source only (the
+single-sentence tasks of one sweep beside the pair tasks of another). ``--models`` keeps the named models of every
+source (names before renaming). A run that two sources both hold (same model after renaming, task and seed) is an error, not a silent pick.
 """
 
 import argparse
@@ -23,7 +24,9 @@ from encoderlab.results.rows import read_results, write_rows
 
 
 def source_rows(source: str, keep: set) -> list:
-    """The rows of one ``PATH[:SUFFIX][@MODEL[=NAME],...]`` source, its models renamed."""
+    """The rows of one ``PATH[:SUFFIX][@MODEL[=NAME],...][#TASK,...]`` source, its models renamed."""
+    source, _, tasks = source.partition("#")
+    tasks = set(tasks.split(",")) if tasks else set()
     spec, _, models = source.partition("@")
     names = dict(model.partition("=")[::2] for model in models.split(",")) if models else {}
     if names:
@@ -33,9 +36,11 @@ def source_rows(source: str, keep: set) -> list:
     csv_path = path / RUNS_CSV if path.is_dir() else path
     if not csv_path.is_file():
         raise ValueError(f"source {source!r}: no {RUNS_CSV} at {csv_path}")
-    rows = [row for row in read_results(csv_path) if not keep or row["model"] in keep]
+    rows = [row for row in read_results(csv_path) if (not keep or row["model"] in keep)
+            and (not tasks or row["task"] in tasks)]
     if not rows:
-        raise ValueError(f"source {source!r}: no runs" + (f" of the models {sorted(keep)}" if keep else ""))
+        raise ValueError(f"source {source!r}: no runs" + (f" of the models {sorted(keep)}" if keep else "")
+                         + (f" of the tasks {sorted(tasks)}" if tasks else ""))
     return [{**row, "model": names.get(row["model"]) or (f"{row['model']}_{suffix}" if suffix else row["model"])}
             for row in rows]
 
@@ -54,8 +59,8 @@ def merge(sources: list, keep: set) -> list:
 
 def main(argv=None) -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL[=NAME],...]: a finetune folder or its "
-                           "CSV, a suffix, the models kept and their new names")
+    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL[=NAME],...][#TASK,...]: a finetune "
+                           "folder or its CSV, a suffix, the models kept and their new names, the tasks kept")
     arguments.add_argument("--out", type=Path, required=True, help="folder to write finetune_runs.csv into")
     arguments.add_argument("--models", nargs="*", default=[], help="keep these models only (names before renaming)")
     args = arguments.parse_args(argv)
