@@ -12,7 +12,8 @@ source only (a sweep that ran every arm at one rate gives each arm's own rate it
 the model NAME, the suffix aside (an earlier merge's ``bidir_lr3e-3`` back to ``bidir``, so that sweeps at several
 settings share model names). ``#TASK,TASK`` after all that keeps those tasks of that source only (the
 single-sentence tasks of one sweep beside the pair tasks of another). ``--models`` keeps the named models of every
-source (names before renaming). A run that two sources both hold (same model after renaming, task and seed) is an error, not a silent pick.
+source (names before renaming). A run that two sources both hold (same model after renaming, task and seed) is an
+error, not a silent pick.
 """
 
 import argparse
