@@ -5,7 +5,9 @@ and both should be compared with the cosine of word counts, which sees only the 
 Each dev sentence is encoded alone by the frozen model and mean-pooled over its real tokens (probe.py's `encode`);
 a pair's score is the cosine of its two vectors, raw and after subtracting the mean vector of all the dev sentences
 (pretraining can give every vector a large shared component, which cosine then reads as similarity). The rows are
-Pearson and Spearman x 100 against the gold scores on the first --eval-limit dev pairs. With --plot, the raw Pearson
+Pearson and Spearman x 100 against the gold scores on the first --eval-limit dev pairs. One more column,
+``second_without_cls_pearson``, encodes each pair's second sentence without its first special token, as a usual pair
+template (``[CLS] a [SEP] b [SEP]``) cut after its first separator leaves it. With --plot, the raw Pearson
 is drawn against pretraining tokens seen (models named ``{arm}_{budget}`` and ``{arm}_untrained`` as in report.py,
 tokens read from the pretraining folders under --runs).
 
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.feature_extraction.text import CountVectorizer
 
@@ -38,6 +41,20 @@ def dev_pairs(glue: Path, eval_limit: int):
     return first, second, np.asarray(gold, dtype=float)
 
 
+@torch.no_grad()
+def encode_without_first_token(model, tokenizer, sentences, batch_size=128) -> np.ndarray:
+    """(N, hidden) mean of the last layer over each sentence's tokens after its first ([CLS]), padded on the right."""
+    pooled = []
+    for start in range(0, len(sentences), batch_size):
+        ids = [row[1:] for row in tokenizer(sentences[start:start + batch_size], truncation=True,
+                                            max_length=128)["input_ids"]]
+        batch = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+        hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        real = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled.append(((hidden * real).sum(1) / real.sum(1)).numpy())
+    return np.concatenate(pooled)
+
+
 def cosine(a, b):
     return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
 
@@ -54,14 +71,15 @@ def scores(a, b, gold) -> dict:
 def word_count_row(first, second, gold) -> dict:
     counts = CountVectorizer().fit(first + second)
     a, b = (counts.transform(texts).toarray().astype(float) for texts in (first, second))
-    return {"model": "word counts", "seed": "", "features": "bag of words", **scores(a, b, gold)}
+    return {"model": "word counts", "seed": "", "features": "bag of words", **scores(a, b, gold),
+            "second_without_cls_pearson": ""}
 
 
 def plot(rows, pretraining, path: Path) -> None:
     """Raw Pearson of each pretrained checkpoint against tokens seen; each arm's untrained draws as a dashed line
     (mean) and band (min to max); word counts as a dotted black line."""
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6.4, 4.4))
+    figure, axis = plt.subplots(figsize=(10, 4.6))
     tokens = {(r["arm"], r["token_budget"]): r["tokens_seen"] for r in pretraining}
     large_batch_runs = {r["tokens_seen"]: r["rows_per_step"] for r in pretraining
                         if r["rows_per_step"] != report.CPU_ROWS_PER_STEP}
@@ -80,7 +98,7 @@ def plot(rows, pretraining, path: Path) -> None:
     axis.axhline(words[0], color="black", ls=":", label="cosine of word counts")
     axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="STS-B dev Pearson x 100 (cosine, no training)",
              title="zero-shot STS-B: cosine of mean-pooled sentences")
-    axis.legend(fontsize=7, framealpha=0.5)
+    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no point hides under it
     figure.tight_layout()
     figure.savefig(path, dpi=150)
     plt.close(figure)
@@ -103,8 +121,10 @@ def main(argv=None) -> int:
     for name, path, seed in probe.checkpoints(args.model, args.seeds):
         tokenizer, model = probe.load(path, seed)
         a, b = probe.encode(model, tokenizer, first), probe.encode(model, tokenizer, second)
+        without_cls = encode_without_first_token(model, tokenizer, second)
         rows.append({"model": name, "seed": "" if seed is None else seed, "features": "mean of the last layer",
-                     **scores(a, b, gold)})
+                     **scores(a, b, gold),
+                     "second_without_cls_pearson": 100 * pearsonr(cosine(a, without_cls), gold)[0]})
         print(f"{name} seed={rows[-1]['seed']}: pearson {rows[-1]['pearson']:.1f}, centred "
               f"{rows[-1]['centred_pearson']:.1f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
