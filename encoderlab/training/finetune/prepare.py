@@ -9,7 +9,6 @@ from ..run_config import _build_section
 from ..run_folder import without_load_time_keys
 from .config import FinetuneRunConfig
 from .data import SplitSource
-from ...tokenization.pairs import with_separate_pair_template
 from .model_setup import (check_head, check_length, config_changes, load_model_config, needs_new_head,
                           pair_encoding, pair_encoding_changes_head)
 from .tasks import KindSettings, Task, TaskKind, get_task
@@ -94,6 +93,8 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     changes = config_changes(run, model_config, tokenizer, "text_pair" in raw["train"].column_names)
     new_head = needs_new_head(run, task, kind, model_config) or pair_encoding_changes_head(run, model_config, changes)
     if pair_encoding(model_config, changes) == "separate":  # the second text gets its own [CLS], as when alone
+        from ...tokenization.pairs import with_separate_pair_template  # here: --help must not import transformers
+
         tokenizer = with_separate_pair_template(tokenizer)
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = kind.eval_splits(task, run.data, raw)
