@@ -100,7 +100,6 @@ def test_separate_pairs_train_save_and_predict_as_trained(shared_data, tiny_dta,
 BAD = [
     ("mrpc", ["model.config.no_such_field=1"], r"model.config: the checkpoint's config has no field\(s\) "
                                                r"\['no_such_field'\]"),
-    ("sst2", SEPARATE, "classifier_pair_encoding='separate' .* task 'sst2' has one text per example"),
     ("mrpc", SEPARATE[:1], "classifier_pooling='cls'; allowed with it: 'mean'"),
     ("mrpc", ["model.config.classifier_pair_encoding=apart"], "classifier_pair_encoding.*'apart'"),
 ]
@@ -115,6 +114,21 @@ def test_bad_config_changes_fail_before_anything_is_written(shared_data, tiny_dt
     with pytest.raises(ValueError, match=message):
         finetune(run)
     assert not out.exists()
+
+
+def test_single_text_tasks_read_as_usual_and_a_bi_encoder_head_refuses_them(shared_data, tiny_dta, tmp_path):
+    """``--task glue`` with separate pairs: SST-2 has one text, so its run trains the usual head; a checkpoint whose
+    head reads separate pairs is refused on it, before anything is written."""
+    from transformers import AutoConfig
+
+    glue = f"data.path={shared_data / 'glue'}"
+    quick_run("sst2", tiny_dta, tmp_path / "sst2", glue, *SEPARATE)
+    config = AutoConfig.from_pretrained(tmp_path / "sst2")
+    assert config.classifier_pair_encoding == "joint" and config.classifier_pooling == "mean"
+    quick_run("mrpc", tiny_dta, tmp_path / "mrpc", glue, *SEPARATE)
+    with pytest.raises(ValueError, match="head reads pairs encoded separately .* task 'sst2' has one text"):
+        quick_run("sst2", tmp_path / "mrpc", tmp_path / "refused", glue)
+    assert not (tmp_path / "refused").exists()
 
 
 def test_switching_a_trained_head_to_separate_pairs_needs_a_new_head(shared_data, tiny_dta, tmp_path):

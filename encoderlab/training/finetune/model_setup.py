@@ -67,12 +67,22 @@ def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -
 
 def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -> dict:
     """``model.config`` checked against the checkpoint's config before anything is written: every field must exist
-    and the changed config must validate. Separately encoded pairs (``classifier_pair_encoding="separate"``) also
-    need pair data and the tokenizer's separator id, which is filled in when the checkpoint has none."""
+    and the changed config must validate. Separately encoded pairs (``classifier_pair_encoding="separate"``) apply to
+    pair tasks only (on a single-text task, such as SST-2 in ``--task glue``, the setting is left out and logged) and
+    need the tokenizer's separator id, filled in when the checkpoint has none."""
     changes = dict(run.model.config)
     unknown = sorted(key for key in changes if not hasattr(config, key))
     if unknown:
         raise ValueError(f"model.config: the checkpoint's config has no field(s) {unknown}")
+    if not has_pairs and changes.get("classifier_pair_encoding") == "separate":
+        logger.info("task %r has one text per example: model.config.classifier_pair_encoding='separate' does not "
+                    "apply, its texts are read as usual", run.task)
+        del changes["classifier_pair_encoding"]
+    if pair_encoding(config, changes) == "separate" and not has_pairs:
+        raise ValueError(f"model.path's sequence head reads pairs encoded separately (classifier_pair_encoding="
+                         f"'separate'), but task {run.task!r} has one text per example; fine-tune it from a checkpoint "
+                         "without that head, or set model.config.classifier_pair_encoding=joint with "
+                         "model.new_head=true")
     if pair_encoding(config, changes) == "separate" and getattr(config, "sep_token_id", None) is None \
             and "sep_token_id" not in changes:
         changes["sep_token_id"] = tokenizer.sep_token_id
@@ -82,9 +92,6 @@ def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -
     validate = getattr(changed, "validate", None)
     if validate is not None:
         validate()
-    if pair_encoding(config, changes) == "separate" and not has_pairs:
-        raise ValueError(f"model.config.classifier_pair_encoding='separate' encodes the two texts of a pair apart, "
-                         f"but task {run.task!r} has one text per example; allowed for pair tasks only")
     return changes
 
 
