@@ -15,6 +15,7 @@ from encoderlab.modeling.dstg import DSTGNeoBERTForSequenceClassification
 from encoderlab.modeling.dta import DTABertForSequenceClassification
 from encoderlab.modeling.homa import HOMAForSequenceClassification
 from encoderlab.modeling.pairs import pair_segments
+from test_packing_model import randomised
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,14 +29,6 @@ DTA_ARMS = [("dual_triangle", "none"), ("dual_triangle", "rope"), ("bidirectiona
             ("bidirectional", "absolute"), ("causal", "alibi")]
 DSTG_PRESETS = ["dstg", "rp"]
 HOMA_TYPES = ["pairwise", "homa"]
-
-
-def randomised(model, seed=0):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0.0, 0.3)
-    return model.double().eval()
 
 
 def dta_classifier(attention_type="dual_triangle", position="none", **overrides):

@@ -53,16 +53,19 @@ def load(path: str, untrained_seed):
 
 
 @torch.no_grad()
+def mean_of_last_layer(model, batch) -> np.ndarray:
+    """(B, hidden) mean of the last layer over each row's real tokens, for a padded batch of input_ids and mask."""
+    hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    real = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    return ((hidden * real).sum(1) / real.sum(1)).numpy()
+
+
 def encode(model, tokenizer, sentences, max_length=128, batch_size=128) -> np.ndarray:
     """(N, hidden) mean of the last layer over each sentence's real tokens."""
-    pooled = []
-    for start in range(0, len(sentences), batch_size):
-        batch = tokenizer(sentences[start:start + batch_size], truncation=True, max_length=max_length,
-                          padding=True, return_tensors="pt")
-        hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-        real = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled.append(((hidden * real).sum(1) / real.sum(1)).numpy())
-    return np.concatenate(pooled)
+    return np.concatenate([
+        mean_of_last_layer(model, tokenizer(sentences[start:start + batch_size], truncation=True,
+                                            max_length=max_length, padding=True, return_tensors="pt"))
+        for start in range(0, len(sentences), batch_size)])
 
 
 def pair_features(columns) -> np.ndarray:

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.feature_extraction.text import CountVectorizer
 
@@ -41,17 +40,14 @@ def dev_pairs(glue: Path, eval_limit: int):
     return first, second, np.asarray(gold, dtype=float)
 
 
-@torch.no_grad()
 def encode_without_first_token(model, tokenizer, sentences, batch_size=128) -> np.ndarray:
     """(N, hidden) mean of the last layer over each sentence's tokens after its first ([CLS]), padded on the right."""
     pooled = []
     for start in range(0, len(sentences), batch_size):
         ids = [row[1:] for row in tokenizer(sentences[start:start + batch_size], truncation=True,
                                             max_length=128)["input_ids"]]
-        batch = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-        hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-        real = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled.append(((hidden * real).sum(1) / real.sum(1)).numpy())
+        pooled.append(probe.mean_of_last_layer(model, tokenizer.pad({"input_ids": ids}, padding=True,
+                                                                    return_tensors="pt")))
     return np.concatenate(pooled)
 
 
