@@ -8,7 +8,7 @@ rely on it. Sequences are wrapped BERT-style: ``[CLS] A [SEP]`` and ``[CLS] A [S
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 
@@ -75,7 +75,9 @@ def train_bpe_tokenizer(
     """Train a byte-level BPE tokenizer (the DTA paper's natural-language tokenizer, vocab 4096).
 
     Byte-level means every input byte is representable, so there are no unknown tokens and
-    ``decode(encode(text))`` gives back the text exactly (spaces, newlines and non-ASCII included).
+    ``decode(encode(text))`` gives back the text exactly (spaces, newlines and non-ASCII included). ``[MASK]``
+    takes the space before it (``lstrip``, as RoBERTa's mask does), so ``"a [MASK] of"`` masks the word after "a"
+    with its leading space, as pretraining does, and a filled-in sentence keeps one space there.
 
     Args:
         texts: Training documents; any iterable, consumed once (streams are fine).
@@ -102,6 +104,9 @@ def train_bpe_tokenizer(
     )
     backend.train_from_iterator(texts, trainer=trainer)
     _assert_special_ids(backend)
+    # The mask takes the space before it, as RoBERTa's does: "a [MASK] of" reads as "a", "[MASK]", " of", the way
+    # pretraining masks a word's token (its leading space included), not as "a", " ", "[MASK]", " of".
+    backend.add_special_tokens([AddedToken("[MASK]", special=True, lstrip=True, normalized=False)])
     # ByteLevel post-processing trims the leading-space byte from offsets; then add [CLS]/[SEP].
     backend.post_processor = processors.Sequence(
         [processors.ByteLevel(trim_offsets=True), _bert_style_post_processor()]
