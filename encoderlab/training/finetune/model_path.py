@@ -3,8 +3,10 @@
 A typo in a local path (``runs/demoo``) must not be reported as a Hub connection error, nor wait for the Hub's
 retries: a path that looks local, or whose first component is an existing local folder, is checked here and
 named as a missing folder. Anything else is a Hub id; when it cannot be loaded, the error says it is neither.
+`check_model_head` refuses a checkpoint without the head a prediction command needs, before its weights load.
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -41,3 +43,58 @@ def not_found_error(path: str, error: Exception, key: str = "model.path") -> Val
     """The error for a Hub id that could not be loaded: neither a local folder nor reachable on the Hub."""
     return ValueError(f"{key}={path!r} is neither a local folder (none of that name here) nor a model that could be "
                       f"loaded from the Hub ({type(error).__name__}: {error})")
+
+
+HEADS = {
+    "ForSequenceClassification": ("a sequence-classification head", "encoderlab predict classify"),
+    "ForTokenClassification": ("a token-classification head", "encoderlab predict tokens"),
+    "ForQuestionAnswering": ("a question-answering head", "encoderlab predict qa"),
+    "ForMaskedLM": ("a masked-language-model head", 'pipeline("fill-mask")'),
+}
+"""Architecture suffix (``DTABertForMaskedLM``) -> (the head in words, what makes predictions with it)."""
+
+
+def saved_task(path: str) -> str | None:
+    """What a local run folder was trained for, in words: a fine-tuning task (results.json) or the command of a
+    pretraining run (its marker file); None for any other checkpoint."""
+    from ..run_folder import RESULTS_FILE, run_owner
+
+    folder = Path(path).expanduser()
+    results = folder / RESULTS_FILE
+    if results.is_file():
+        try:
+            task = json.loads(results.read_text(encoding="utf-8")).get("task")
+        except (ValueError, AttributeError):
+            task = None
+        if task:
+            return f"it was fine-tuned on task {task!r}"
+    owner = run_owner(folder) if folder.is_dir() else None
+    return None if owner is None else f"it is an `encoderlab {owner}` run (masked-language modelling)"
+
+
+def check_model_head(path: str, auto_class: str, command: str, trust_remote_code: bool = False,
+                     key: str = "--model") -> None:
+    """Refuses, before any weight is loaded, a checkpoint whose ``config.architectures`` has no model with the head
+    that `auto_class` loads (``AutoModelForSequenceClassification``): loading it would draw that head at random and
+    predict noise. The error names the head it lacks, the head it has and what the run was trained for. A config
+    without ``architectures`` cannot be checked and passes."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(path, trust_remote_code=trust_remote_code)
+    except OSError as error:
+        if Path(path).expanduser().is_dir():
+            raise
+        raise not_found_error(path, error, key=key) from None
+    architectures = config.get("architectures") or []
+    needed = auto_class.removeprefix("AutoModel")
+    if not architectures or any(name.endswith(needed) for name in architectures):
+        return
+    has = next((suffix for suffix in HEADS if any(name.endswith(suffix) for name in architectures)), None)
+    head, use = HEADS.get(has, ("another head", None))
+    trained = saved_task(path)
+    raise ValueError(
+        f"{key}={path!r} has no {HEADS[needed][0].removeprefix('a ')}: it has {head} (config.architectures "
+        f"{architectures}){'; ' + trained if trained else ''}. `{command}` needs a checkpoint fine-tuned with "
+        f"{HEADS[needed][0]} (encoderlab finetune)" + (f"; this one predicts with {use}" if use else "")
+    )

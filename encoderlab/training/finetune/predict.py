@@ -22,19 +22,22 @@ from pathlib import Path
 
 import numpy as np
 
-from .model_path import check_model_path, not_found_error
+from .model_path import check_model_head, check_model_path, not_found_error
 from .tokens import as_words, encode_words
 
 AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
+COMMANDS = {"classify": "encoderlab predict classify", "token": "encoderlab predict tokens"}
 
 
 def load_classifier(path: str, task: str = "classify", trust_remote_code: bool = False):
-    """(model in eval mode, tokenizer) of a fine-tuned run folder or Hub id; `task` is ``classify`` or ``token``."""
+    """(model in eval mode, tokenizer) of a fine-tuned run folder or Hub id; `task` is ``classify`` or ``token``.
+    A checkpoint without that head (a masked LM, a classifier for ``token``) is a ValueError before it loads."""
     import transformers
 
     if task not in AUTO_CLASSES:
         raise ValueError(f"task={task!r}; allowed: {sorted(AUTO_CLASSES)}")
     check_model_path(path, key="--model")
+    check_model_head(path, AUTO_CLASSES[task], COMMANDS[task], trust_remote_code)
     try:
         model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(path, trust_remote_code=trust_remote_code)
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

@@ -171,11 +171,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model(path: str):
+    """(QA model, tokenizer) of a run folder or Hub id; a checkpoint without a question-answering head is a
+    ValueError before it loads."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from .model_path import check_model_path, not_found_error
+    from .model_path import check_model_head, check_model_path, not_found_error
 
     check_model_path(path, key="--model")
+    check_model_head(path, "AutoModelForQuestionAnswering", "encoderlab predict qa")
     try:
         return AutoModelForQuestionAnswering.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     except OSError as error:
