@@ -19,7 +19,7 @@ from encoderlab import cli
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training import pretrain as pretrain_module
 from encoderlab.training import shards as shards_module
-from encoderlab.training.data import assign_split, document_windows, tokenize_to_examples
+from encoderlab.training.data import assign_split, document_windows, evaluation_sets, tokenize_to_examples
 from encoderlab.training.sources import load_documents
 from encoderlab.training.pretrain import RunConfig, prepare_data
 from encoderlab.training.shards import load_or_build_shards, shard_directory
@@ -52,12 +52,12 @@ def fasta_folder(tmp_path):
     return folder
 
 
-def protein_run(source, cache, **data):
+def protein_run(source, cache, train=None, **data):
     return RunConfig.from_dict({
         "tokenizer": {"name": "esm2"},
         "data": {"source": str(source), "cache_dir": str(cache), "validation_size": 0.2, "test_size": 0.2,
                  "long_factor": 2, "max_eval_examples": 8, "shard_rows": 20, **data},
-        "train": {"seq_len": 64},
+        "train": {"seq_len": 64, **(train or {})},
         "output_dir": str(cache.parent / "run"),
     })
 
@@ -102,6 +102,22 @@ def test_a_folder_of_fasta_files_becomes_packed_memory_mapped_shards(tmp_path, f
         assert set(sets) == {"short", "long"} and all(len(row["input_ids"]) == 128 for row in sets["long"])
 
 
+def test_the_evaluation_and_test_sets_are_cut_from_their_own_documents(tmp_path, fasta_folder):
+    run = protein_run(fasta_folder, tmp_path / "cache")
+    (tmp_path / "run").mkdir()
+    tokenizer, data = prepare_data(run, tmp_path / "run", PartialState())  # what pretrain evaluates and tests on
+    rule = dict(validation_size=0.2, test_size=0.2, seed=run.train.seed)
+    by_split = collections.defaultdict(list)
+    for text in load_documents(fasta_folder):
+        by_split[assign_split(text, **rule)].append(text)
+    for split, sets in (("validation", data.eval_sets), ("test", data.test_sets)):
+        expected = evaluation_sets(by_split[split], tokenizer, run, split)
+        assert sets["long"]["input_ids"] == expected["long"]["input_ids"], split
+        short = collections.Counter(map(tuple, expected["short"]["input_ids"]))
+        assert collections.Counter(windows_of_rows(sets["short"])) == short, split  # packed into rows
+    assert data.test_sets["long"]["input_ids"] != data.eval_sets["long"]["input_ids"]
+
+
 def test_truncation_counts_the_tokens_it_drops(tmp_path, fasta_folder, esm):
     shards = load_or_build_shards(protein_run(fasta_folder, tmp_path / "cache", packing="truncate"), esm)
     rule = dict(validation_size=0.2, test_size=0.2, seed=0)
@@ -129,6 +145,59 @@ def test_shards_are_reused_and_rebuilt_when_the_corpus_changes(tmp_path, fasta_f
     with (fasta_folder / "a.fasta").open("a") as handle:
         handle.write(">new\nMKTAYIAKQR\n")
     assert shard_directory(run, esm) != first.directory
+
+
+def test_a_same_size_edit_of_a_corpus_file_builds_new_shards(tmp_path, fasta_folder, esm):
+    run = protein_run(fasta_folder, tmp_path / "cache")
+    first = load_or_build_shards(run, esm)
+    corpus = fasta_folder / "a.fasta"
+    before = corpus.stat()
+    text = corpus.read_text()
+    corpus.write_text(text.replace("A", "W"))  # new residues, not one byte more or less
+    os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert corpus.stat().st_size == before.st_size and "A" in text
+    edited = load_or_build_shards(run, esm)
+    assert edited.directory != first.directory
+    assert edited.info["token_counts"] != first.info["token_counts"]  # the edit is read, not the old cache
+    corpus.write_text(text)  # the old content under a newer mtime: built again too, it may differ from the cache
+    assert shard_directory(run, esm) not in (first.directory, edited.directory)
+
+
+# One case per field of `shards.shard_spec`: (field, data settings, train settings) of a run that differs from
+# protein_run only there; "source" and "tokenizer" are swapped in by the test.
+SPEC_CHANGES = [
+    ("source", {"source": "a.fasta"}, {}),
+    ("text_field", {"text_field": "sequence"}, {}),
+    ("split", {"split": "validation"}, {}),
+    ("limit", {"limit": 50}, {}),
+    ("split_rule", {"validation_size": 0.3}, {}),
+    ("split_rule", {"test_size": 0.1}, {}),
+    ("split_rule", {}, {"seed": 1}),
+    ("tokenizer", {}, {}),
+    ("seq_len", {}, {"seq_len": 32}),
+    ("packing", {"packing": "chunk"}, {}),
+    ("long_factor", {"long_factor": 3}, {}),
+    ("max_eval_examples", {"max_eval_examples": 4}, {}),
+    ("shard_rows", {"shard_rows": 10}, {}),
+]
+
+
+def test_the_cases_below_cover_every_field_of_the_shard_spec(tmp_path, fasta_folder, esm):
+    fields = set(shards_module.shard_spec(protein_run(fasta_folder, tmp_path / "cache"), esm))
+    assert {field for field, _, _ in SPEC_CHANGES} == fields - {"format"}
+
+
+@pytest.mark.parametrize("field, data, train", SPEC_CHANGES,
+                         ids=[next(iter({**data, **train}), field) for field, data, train in SPEC_CHANGES])
+def test_every_field_of_the_shard_spec_keys_the_cache(tmp_path, fasta_folder, esm, field, data, train):
+    base = protein_run(fasta_folder, tmp_path / "cache")
+    data = dict(data)
+    source = fasta_folder / data.pop("source") if "source" in data else fasta_folder
+    changed = protein_run(source, tmp_path / "cache", train, **data)
+    tokenizer = build_tokenizer("tape_iupac", model_max_length=4096) if field == "tokenizer" else esm
+    spec, changed_spec = shards_module.shard_spec(base, esm), shards_module.shard_spec(changed, tokenizer)
+    assert [key for key in spec if spec[key] != changed_spec[key]] == [field]
+    assert shard_directory(changed, tokenizer) != shard_directory(base, esm)
 
 
 def test_a_failed_build_leaves_nothing_and_a_second_builder_keeps_the_first(tmp_path, fasta_folder, esm):
