@@ -165,6 +165,26 @@ def test_packed_documents_match_each_document_alone(attention_type, grid, pack_i
     assert_documents_match_alone(model, rows, out)
 
 
+@pytest.mark.parametrize("attention_type", [*ATTENTION_TYPES, "pairwise-eager", "pairwise-flex_attention"])
+@pytest.mark.usefixtures("uncompiled_flex")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_a_first_row_of_one_whole_document_keeps_later_rows_packed(attention_type):
+    """Row 0 one document without padding, row 1 several (filling it, then not): a batch whose first row, looked at
+    alone, shows neither packing nor padding."""
+    attention_type, _, implementation = attention_type.partition("-")
+    model = model_for(attention_type, GRIDS[0])
+    if implementation:
+        model.set_attn_implementation(implementation)
+    for seed, later_row in enumerate(([5, 1, 9, 8], [5, 1, 9])):
+        rows = [documents_of([23], seed), documents_of(later_row, seed + 1)]
+        input_ids, attention_mask, position_ids = pack(rows, padding=0)
+        assert bool(attention_mask[0].all()) and input_ids.shape[1] == 23
+        with torch.no_grad():  # flex_attention has no CPU backward: with gradients on it would run sdpa instead
+            out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        output_hidden_states=True)
+            assert_documents_match_alone(model, rows, out)
+
+
 @pytest.mark.parametrize("attention_type", ["pairwise", "blockwise", "homa", "triadic"])
 def test_packed_documents_match_alone_with_rope_and_continued_padding_positions(attention_type):
     model = model_for(attention_type, GRIDS[0], position_embedding_type="rope")

@@ -202,6 +202,33 @@ def test_several_sizes_and_single_token_documents(layout, seq_len):
     assert_each_document_as_alone(model, docs, output, spans)
 
 
+# The first row one whole document, a later row several: a batch that a look at the first row alone (or at the
+# padding) would take for unpacked. Without padding anywhere, then with padding after the later row's pack.
+LONE_FIRST_ROWS = [[[SEQ_LEN], [6, 1, 9, 4]], [[SEQ_LEN], [6, 1, 9]]]
+# (family, attention type or preset, positions) x every backend that takes packed rows on CPU; varlen with the
+# reference kernel (torch has none on CPU), and only where no additive bias is (it refuses those by name).
+LONE_FIRST_ROW_MODELS = [
+    *(("dta", attention_type, position, backend) for attention_type, position in
+      (("bidirectional", "alibi"), ("causal", "absolute"), ("dual_triangle", "rope")) for backend in BACKENDS),
+    *(("dta", attention_type, "rope", "varlen") for attention_type in TYPES),
+    *(("dstg", preset, None, backend) for preset in PRESETS for backend in BACKENDS),
+    *(("dstg", preset, None, "varlen") for preset in ("ap", "rope")),
+]
+
+
+@pytest.mark.parametrize("family,kind,position,backend", LONE_FIRST_ROW_MODELS)
+def test_a_first_row_of_one_whole_document_keeps_later_rows_packed(family, kind, position, backend, monkeypatch):
+    monkeypatch.setattr(varlen_module, "varlen_attn", reference_varlen_attn)
+    model = dta_model(kind, position, "eager") if family == "dta" else dstg_model(kind, "eager")
+    for layout in LONE_FIRST_ROWS:
+        docs, (input_ids, position_ids, attention_mask, spans) = packed_case(layout, seed=len(layout[1]))
+        assert spans[0] == (0, 0, SEQ_LEN) and spans[1][0] == 1
+        model.set_attn_implementation(backend)
+        output = run_packed(model, input_ids, position_ids, attention_mask)
+        model.set_attn_implementation("eager")  # each document alone, on the plainest path
+        assert_each_document_as_alone(model, docs, output, spans)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # gradients
 
