@@ -123,7 +123,7 @@ def main():
                                      attention_rows)
     print(attention_table)
     if args.write:
-        write_section("Packed rows: document mask building time (issue 27)", f"""
+        write_section("Packed rows: document mask building time", f"""
 Command: `{command_line()}`. Per forward (every layer reuses the masks), median of {args.rounds} interleaved rounds;
 ratio: median of the per-round ratio to the padding-only flex block mask of the same rows (the per-batch mask built
 before packing). {HEADS} heads (dual triangle: {2 * HEADS} routed sub-heads); CPU, uncompiled mask building
