@@ -11,7 +11,7 @@ the allocator keeping freed pages, and unlike tracemalloc it sees the C++ alloca
 
 Usage: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_homa.py [--batch 4] [--repeats 5] [--no-write]
 
-The HOMA entry of bench/RESULTS.md records the command, the load and which of the issue's targets (w=7: >= 5x
+The HOMA entry of bench/RESULTS.md records the command, the load and which of the targets (w=7: >= 5x
 faster and >= 10x less peak memory than materialising, <= 2.5x the time of blockwise-2D) the run meets.
 """
 
@@ -122,7 +122,7 @@ def run(batch, seq_len, repeats):
 
 
 def target_summary(rows):
-    """The issue's targets at the widest window, judged on the per-round (paired) ratios; the ratios of the fastest
+    """The targets at the widest window, judged on the per-round (paired) ratios; the ratios of the fastest
     steps show how much background load could move them."""
     window = max(r["window"] for r in rows)
     by_name = {r["name"]: r for r in rows if r["window"] == window}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Repeats the FSDP2 worker run of tests/test_fsdp.py's resume test (2 gloo processes, DTA-BERT, Muon, a sharded
-# checkpoint at step 2) and counts the runs that did not exit 0: how the CI abort of issue 33's test was measured.
+# checkpoint at step 2) and counts the runs that did not exit 0: how an abort of that test's worker at exit was
+# measured (before the worker ended with os._exit(0): 3 aborts at exit and 1 failure mid-run in 89 runs; after it:
+# none in 120 + 24).
 # Run two at once (or beside other work) to load the 2-core machine as CI does.
 #
 #   bash bench/fsdp_worker_loop.sh 60            # from the repository root; prints "failed F of N"

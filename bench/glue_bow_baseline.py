@@ -1,6 +1,6 @@
 """A bag-of-words reference for the CPU GLUE table: what word counts alone score on each local task.
 
-The fine-tuned models of bench/EXPERIMENTS.md ("Fine-tuning") are small and briefly pretrained, so their GLUE
+The fine-tuned models of docs/experiments-transfer.md are small and briefly pretrained, so their GLUE
 scores need a yardstick besides the majority class. This one has no attention and no pretraining: TF-IDF of word
 uni- and bigrams (fitted on the training sentences) and a linear model, logistic regression for the classification
 tasks and ridge regression for STS-B. A sentence pair is represented by both sentences' vectors, their absolute

@@ -1,4 +1,5 @@
-"""How far simple context rules get on masked residues: the yardstick for the protein MLM table (bench/EXPERIMENTS.md).
+"""How far simple context rules get on masked residues: the yardstick for the protein MLM table
+(docs/experiments-dta.md).
 
 Four predictors of a masked residue in 64-residue windows with 15% masking, none of them a neural network:
 the most frequent training residue (unigram), the most frequent residue among the visible ones of the window

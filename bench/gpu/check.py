@@ -1,4 +1,4 @@
-"""GPU part 1 (issue 29): does every family train correctly on a GPU? One script, one summary table.
+"""GPU part 1: does every family train correctly on a GPU? One script, one summary table.
 
 Sections (``--sections``, all by default, in this order):
 

@@ -1,4 +1,4 @@
-"""GPU part 3 (issue 31): the DTA paper's protein MLM past the plateau, then transfer to GLUE, in minutes of one GPU.
+"""GPU part 3: the DTA paper's protein MLM past the plateau, then transfer to GLUE, in minutes of one GPU.
 
 Parts (``--parts``, in this order; the second runs only if the time left covers its estimate):
 
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     if not args.arm_seconds > 0:
         raise SystemExit(f"--arm-seconds={args.arm_seconds!r} must be > 0")
     context = common.start(args)
-    report = ["# GPU experiments (issue 31)", "", f"- {common.environment_line(context.device)}",
+    report = ["# GPU experiments", "", f"- {common.environment_line(context.device)}",
               f"- command: `{' '.join(sys.argv)}`", ""]
     for part in args.parts:
         begin = time.monotonic()

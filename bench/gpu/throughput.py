@@ -1,4 +1,4 @@
-"""GPU part 2 (issue 30): throughput against ModernBERT, BERT and the HOMA paper, measured in one run.
+"""GPU part 2: throughput against ModernBERT, BERT and the HOMA paper, measured in one run.
 
 Sections (``--sections``, in this order, each skipped and reported so when the time budget is spent):
 
@@ -18,7 +18,7 @@ Sections (``--sections``, in this order, each skipped and reported so when the t
 * ``profile``: torch.profiler over DTA-BERT training steps at L = 4096: device kernel time against wall time
   (the rest is launch gaps and host work such as mask building), and the top operators.
 
-Timing: warm-up calls first, then CUDA events around each call, the median of the repeats. The issue's targets are
+Timing: warm-up calls first, then CUDA events around each call, the median of the repeats. The targets are
 read off the tables at the end (`throughput_report.targets`). Files in --out: throughput_{attention,homa,models,
 memory}.csv, throughput_profile.txt and throughput_summary.json (environment, ceiling, targets, profile numbers).
 """

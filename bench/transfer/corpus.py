@@ -1,4 +1,4 @@
-"""The in-domain pretraining corpus of the transfer experiment (issue 34): the sentences of the GLUE training splits
+"""The in-domain pretraining corpus of the transfer experiment: the sentences of the GLUE training splits
 of the five tasks it fine-tunes on, labels dropped (dev splits never read), and WikiText-2's test articles.
 
     python bench/transfer/corpus.py --data ../shared/data --out runs/transfer/corpus

@@ -1,4 +1,4 @@
-"""Why is a pretrained body a worse start for fine-tuning than random weights (issue 34)? Two measurements per
+"""Why is a pretrained body a worse start for fine-tuning than random weights? Two measurements per
 checkpoint, on SST-2 text encoded as fine-tuning encodes it (the tokenizer's special tokens, at most 128 tokens):
 
 - **Geometry**, per layer (0: the embeddings' output, then each block): the mean cosine between the first-token

@@ -1,4 +1,5 @@
-"""Issue 34 on one GPU: the transfer arms of bench/transfer/pretrain.sh pretrained on budgets the CPU cannot reach.
+"""The transfer experiment on one GPU: the arms of bench/transfer/pretrain.sh pretrained on budgets the CPU cannot
+reach.
 
 The same corpus (bench/transfer/corpus.py), tokenizer, architectures and optimizer as the CPU arms; what changes is
 bf16, sdpa and a larger batch (``--batch-size``, 64 rows of 128 against the CPU's 16), so that the budget grows by

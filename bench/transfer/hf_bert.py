@@ -1,4 +1,4 @@
-"""The plain-HF reference arm of the transfer experiment (issue 34): transformers' `BertForMaskedLM` at the size of
+"""The plain-HF reference arm of the transfer experiment: transformers' `BertForMaskedLM` at the size of
 the `demo` config (4 layers x 128, 2 heads, feed-forward 512), pretrained on the same corpus with the same
 tokenizer and the same token budget by the HF `Trainer` and `DataCollatorForLanguageModeling` alone: no encoderlab
 code between the text and the checkpoint, so a result it shares with the encoderlab arms is not our pipeline's.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Pretraining arms of the transfer experiment (issue 34): DTA-BERT (the demo config: dual triangle, no positions)
-# and bidirectional + RoPE at the same size (with ARMS=bidirwd, the latter with weight decay 0.1; with ARMS="dta4x
-# bidir4x", both at 4x the body's parameters: 4 layers of 256, 4 heads of 64, feed-forward 1024), each at
-# every token budget of BUDGETS, as separate runs (each its own
-# warm-up / constant / cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
+# Pretraining arms of the transfer experiment (docs/experiments-transfer.md): DTA-BERT (the demo config: dual
+# triangle, no positions) and bidirectional + RoPE at the same size (with ARMS=bidirwd, the latter with weight
+# decay 0.1; with ARMS="dta4x bidir4x", both at 4x the body's parameters: 4 layers of 256, 4 heads of 64,
+# feed-forward 1024), each at every token budget of BUDGETS, as separate runs (each its own warm-up / constant /
+# cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
 # side by side, one thread each.
 #
 #   bash bench/transfer/pretrain.sh            # from the repository root; RUNS=... BUDGETS="..." ARMS="..." to change
@@ -34,7 +34,7 @@ mkdir -p "$RUNS"
 bidir=(--set model.config.attention_type=bidirectional --set model.config.position_embedding_type=rope)
 [[ " $ARMS " == *" bidir "* ]] && lane bidir "${bidir[@]}" &
 # bidir with AdamW's decoupled weight decay 0.1 (the others use the demo's 0): does keeping the weights small keep
-# the body easy to fine-tune? (issue 34's second pass found pretrained weights 5-10x larger than initial ones)
+# the body easy to fine-tune? (without it, pretrained weights grow to 5-10x their initial size)
 [[ " $ARMS " == *" bidirwd "* ]] && lane bidirwd "${bidir[@]}" --set optimizer.weight_decay=0.1 &
 wide=(--set model.config.hidden_size=256 --set model.config.num_attention_heads=4
       --set model.config.intermediate_size=1024)

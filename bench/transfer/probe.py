@@ -1,4 +1,4 @@
-"""Linear probes on frozen features (issue 34): does a pretrained checkpoint's representation carry what a GLUE task
+"""Linear probes on frozen features: does a pretrained checkpoint's representation carry what a GLUE task
 needs, before any fine-tuning changes it?
 
 For each checkpoint and task, every sentence is encoded once by the frozen model (mean of the last layer over its real

@@ -1,4 +1,4 @@
-"""Tables and figures of the transfer experiment (issue 34), from what its runs wrote:
+"""Tables and figures of the transfer experiment (docs/experiments-transfer.md), from what its runs wrote:
 
 - the pretraining folders ``RUNS/{arm}_{budget}`` (results.json: tokens seen, masked accuracy, the copy-or-unigram
   floor), written by bench/transfer/pretrain.sh, and ``RUNS/hfbert_{budget}`` by bench/transfer/hf_bert.py;

@@ -1,6 +1,6 @@
-"""One task's fine-tuning score per model under several settings (issue 34's learning-rate grid): each setting is
-the finetune_runs.csv of one `encoderlab experiment finetune` sweep, given in the order the figure's x axis
-follows.
+"""One task's fine-tuning score per model under several settings (the transfer experiment's learning-rate grids):
+each setting is the finetune_runs.csv of one `encoderlab experiment finetune` sweep, given in the order the
+figure's x axis follows.
 
     PYTHONPATH=. python bench/transfer/settings_table.py --task sst2 --seeds 0 1 \\
         --setting 1e-4=runs/transfer/sst2_lr1e-4/finetune_runs.csv \\

@@ -1,4 +1,4 @@
-"""Zero-shot STS-B (issue 34): how well does the cosine of two separately encoded sentences follow the gold similarity,
+"""Zero-shot STS-B: how well does the cosine of two separately encoded sentences follow the gold similarity,
 before any fine-tuning? A body whose features order sentence pairs by meaning should beat one with random weights,
 and both should be compared with the cosine of word counts, which sees only the words two sentences share.
 

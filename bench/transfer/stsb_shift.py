@@ -1,4 +1,4 @@
-"""Why the fine-tuned STS-B runs of the transfer experiment (issue 34) score below 0: a check of the dev subset.
+"""Why the fine-tuned STS-B runs of the transfer experiment score below 0: a check of the dev subset.
 
 The runs are scored on the first 1,000 dev examples (the GLUE CPU default ``data.eval_limit``), and STS-B's dev file
 is ordered by genre: that head holds image captions and forum posts, the news pairs come after it. For every

@@ -36,7 +36,7 @@ class HOMAConfig(EncoderConfig):
             per layer, starting at ``fusion_gate_init``).
         fusion_gate_init (`float`, defaults to 1.0): the starting gate of ``"gated"`` fusion in a fresh model, so
             it starts out as ``"add"``. A gate that starts at 0 stays nearly shut from scratch: Adam moves one
-            scalar by about the learning rate per step (bench/EXPERIMENTS.md, "HOMA tables"). ``from_pairwise``
+            scalar by about the learning rate per step (docs/experiments-homa.md, "Fusion"). ``from_pairwise``
             sets it to 0, so a warm-started model starts out equal to its pairwise or blockwise source.
         fusion_hidden_size (`int`, defaults to 128): hidden width of the ``"mlp"`` fusion.
         linformer_k (`int`, defaults to 50): projected sequence length of ``"linformer"`` attention; inputs may
@@ -49,7 +49,7 @@ class HOMAConfig(EncoderConfig):
             ``"reference"``: PyTorch's own defaults, which the paper's reference code trains with: linear weights
             and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), embeddings N(0, 1). Both zero the padding row and set
             norms to 1/0. ``"normal"`` is the default on evidence: on TAPE secondary structure ``"reference"``
-            scored 1-2 Q3 points lower for every attention type (bench/EXPERIMENTS.md, "HOMA tables").
+            scored 1-2 Q3 points lower for every attention type (docs/experiments-homa.md, "Initialisation").
 
     Defaults follow the paper's secondary-structure model: TAPE IUPAC vocabulary (30 tokens, pad 0), 12 layers
     of width 512 with 8 heads, MLP width 1024, learned absolute positions, masked-mean pooling.

@@ -9,7 +9,7 @@ POSITION_SCHEMES = ("none", "absolute", "absolute-drop", "rope", "rope-drop")
 
 
 def add_arguments(parser):
-    """Defaults are the paper's setup; see bench/EXPERIMENTS.md for the CPU-sized grid."""
+    """Defaults are the paper's setup; see docs/experiments-dta.md for the CPU-sized grid."""
     parser.add_argument("--out-dir", type=Path, default=Path("runs/argmax"), help="CSV and plots go here")
     parser.add_argument("--attention", nargs="+", choices=ATTENTION_TYPES, default=list(ATTENTION_TYPES))
     parser.add_argument("--positions", nargs="+", choices=POSITION_SCHEMES, default=list(POSITION_SCHEMES))
