@@ -7,7 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from encoderlab.tokenization import train_bpe_tokenizer
+from encoderlab.tokenization import TOKENIZER_BUILDERS, TRAINED_TOKENIZERS, build_tokenizer, train_bpe_tokenizer
 from encoderlab.tokenization.windows import check_overflowing_windows
 from encoderlab.training.data import tokenize_to_examples
 from encoderlab.training.finetune import squad
@@ -60,3 +60,14 @@ def test_squad_windows_refuse_a_tokenizer_that_drops_overflow(bpe):
     assert len(squad.prepare_features(examples, bpe, 32, 8)["input_ids"]) > 1
     with pytest.raises(RuntimeError, match="overflowing windows hold"):
         squad.prepare_features(examples, FirstWindowOnly(bpe), 32, 8)
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZER_BUILDERS))
+def test_the_probe_cuts_every_shipped_tokenizer_into_several_windows(name):
+    """At each builder's default vocabulary size and length (the trained ones on the whole embedded corpus): a probe
+    that gave a single window would pass a tokenizer that drops every window after the first."""
+    documents = list(load_documents("embedded")) if name in TRAINED_TOKENIZERS else None
+    tokenizer = build_tokenizer(name, documents)
+    check_overflowing_windows(tokenizer)
+    with pytest.raises(RuntimeError, match="overflowing windows hold"):
+        check_overflowing_windows(FirstWindowOnly(tokenizer))
