@@ -236,6 +236,41 @@ def test_model_index_lists_only_splits_that_are_a_whole_hub_split():
     assert "No result on a Hub dataset is claimed" in _data_section(glue_results(metrics, data))
 
 
+SST2_ROWS = [{"sentence": f"a {'fine' if i % 2 else 'dull'} film, number {i}", "label": i % 2, "idx": i}
+             for i in range(10)]
+SQUAD_ROWS = [{"id": str(i), "title": "Normandy", "context": "The Normans ruled Normandy in the 10th century.",
+               "question": f"Who ruled Normandy ({i})?", "answers": {"text": ["The Normans"], "answer_start": [0]}}
+              for i in range(10)]
+
+
+@pytest.mark.parametrize("eval_limit", [4, 10, None])
+@pytest.mark.parametrize("task_name,rows,metrics", [("sst2", SST2_ROWS, {"accuracy": 0.5}),
+                                                    ("squad_v2", SQUAD_ROWS, {"exact": 50.0, "f1": 60.0})],
+                         ids=["sst2", "squad_v2"])
+def test_a_capped_hub_split_is_never_reported_whole(task_name, rows, metrics, eval_limit, monkeypatch):
+    """Each task kind's own loading from the Hub (a stand-in `datasets.load_dataset` with 10 rows per split), through
+    results.json's data record to the model-index and the card's Data section."""
+    import datasets
+
+    from encoderlab.training.finetune.report import data_record
+    from encoderlab.training.finetune.tasks import get_kind
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: datasets.Dataset.from_list(rows))
+    task = get_task(task_name)
+    kind = get_kind(task.kind)
+    _, sources = kind.load(task, FinetuneDataSection(eval_limit=eval_limit))
+    record = data_record(sources)
+    validation = record["data"]["validation"]
+    whole = eval_limit is None or eval_limit >= len(rows)
+    assert (validation["origin"], validation["name"], validation["available"]) == ("hub", task.hub.dataset, 10)
+    assert validation["examples"] == (10 if whole else eval_limit)
+    assert (validation["capped"], validation["whole_hub_split"]) == (not whole, whole)
+    results = {"task": task_name, "pipeline_tag": kind.pipeline_tag, "metrics": {"validation": metrics}, **record}
+    entries = _finetune_eval_results(results)
+    assert {entry.dataset_split for entry in entries} == ({"validation"} if whole else set())
+    assert ("No result on a Hub dataset is claimed" in _data_section(results)) is not whole
+
+
 def test_glue_model_index_uses_the_hub_metric_names():
     metrics = {"validation": {"pearson": 0.8, "spearmanr": 0.7, "loss": 1.0}}
     data = {"validation": hub_split("nyu-mll/glue", "stsb", "validation", 1500)}
