@@ -1,5 +1,6 @@
 """Model cards of pretraining runs, `encoderlab publish --dry-run`, and offline loading by repo id."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from huggingface_hub import ModelCard
 
 from encoderlab.cli import main
 from encoderlab.hub_cards.card import build_model_card, validate_model_card
+from encoderlab.hub_cards.publish import public_run_config, stage_run
 from encoderlab.training.pretrain import pretrain
+from encoderlab.training.run_folder import LOAD_TIME_KEYS, MARKER_FILE, read_run_config
 
 from test_pretrain import ENV, tiny_run
 
@@ -73,6 +76,37 @@ def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
     # The CLI turns the ValueError into one error line and exit status 1.
     assert main(["publish", str(run_dir), "--repo-id", "tiny-dta", "--dry-run", str(tmp_path / "x")]) == 1
     assert "must look like ORG/NAME" in capsys.readouterr().err
+
+
+def mark_as_checkpoints(folder):
+    """Make each file of the checkpoint-* folders differ from the run folder's file of that name (a key more in a JSON
+    file, bytes more in any other), and give one an uploadable file the run folder lacks."""
+    checkpoints = sorted(folder.glob("checkpoint-*"))
+    assert checkpoints, "the tiny run keeps its checkpoints"
+    for path in (path for checkpoint in checkpoints for path in checkpoint.iterdir()):
+        if path.suffix == ".json":
+            path.write_text(json.dumps({**json.loads(path.read_text()), "written_in": path.parent.name}))
+        else:
+            path.write_bytes(path.read_bytes() + b"\n# a checkpoint's copy\n")
+    (checkpoints[-1] / "special_tokens_map.json").write_text('{"mask_token": "[MASK]"}')
+
+
+def test_publish_stages_the_run_folders_own_top_level_files_never_a_checkpoints(run_dir, tmp_path):
+    run = tmp_path / "tiny-dta"
+    shutil.copytree(run_dir, run)
+    mark_as_checkpoints(run)
+    out = stage_run(run, tmp_path / "upload", "acme/tiny-dta")
+    own = {path.name for path in run.iterdir() if path.is_file()}
+    staged = {path.name for path in out.iterdir()}
+    assert staged == own - {MARKER_FILE, "training_args.bin"}  # what stays local: the run marker, Trainer internals
+    rewritten = {"README.md", "run_config.yaml", "tokenizer_config.json"}  # made public by publish, checked below
+    for name in staged - rewritten:
+        assert (out / name).read_bytes() == (run / name).read_bytes(), name
+    tokenizer_config = json.loads((run / "tokenizer_config.json").read_text())
+    assert json.loads((out / "tokenizer_config.json").read_text()) == {
+        key: value for key, value in tokenizer_config.items() if key not in LOAD_TIME_KEYS}
+    assert yaml.safe_load((out / "run_config.yaml").read_text()) == public_run_config(read_run_config(run), None)
+    assert ModelCard.load(out / "README.md").text == build_model_card(run, repo_id="acme/tiny-dta").text
 
 
 LOAD = """
