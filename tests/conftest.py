@@ -17,6 +17,11 @@ if "ENCODERLAB_CACHE" not in os.environ:
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+if not torch.cuda.is_available():
+    # Triton's interpreter runs the fused HOMA kernels on CPU tensors; it is chosen when a kernel is defined, so
+    # before encoderlab is imported. It changes nothing else: inductor has no Triton backend for the CPU.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 

@@ -15,7 +15,8 @@ Implementation notes:
   product with a zeroed ``(l, l)`` matrix whose band is written in (see `_banded_matrix`). The kernel is a custom
   operator (`torch.library.custom_op`: one opaque node for torch.compile and torch.export) whose backward
   recomputes those products, so only the inputs and the ``(l, w, w)`` probabilities are kept per block and head;
-  it runs on cache-sized tiles of blocks, so its temporaries are small too.
+  it runs on tiles of blocks sized for the device (cache-sized on a CPU), so its temporaries are small too. On CUDA
+  the operator runs the fused Triton kernels of `triadic_triton` instead, with the same inputs and outputs.
 * Blocks are cut out with ``index_select`` and merged back with ``scatter_add``, whose backward passes keep only
   the index: the full-length Q, K, V and U projections are freed as soon as their blocks exist.
 """
@@ -26,6 +27,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .triadic_triton import AVAILABLE as TRITON_AVAILABLE
+from .triadic_triton import triadic_backward as fused_triadic_backward
+from .triadic_triton import triadic_forward as fused_triadic_forward
 
 # ----------------------------------------------------------------------------------------------------------------
 # Overlapping blocks
@@ -336,29 +341,32 @@ def _scores_backward(grad_scores, query, key, u, grad_query, grad_key, grad_u):
         grad_key[:, keys].addcmul_(query[:, rows], x)
 
 
-# Blocks per tile: the triadic pathway runs on a few hundred blocks at a time, so that the dozen tile-sized tensors
-# one offset touches (inputs, gradients, products, temporaries) stay in the last-level cache between the loop's
-# passes, and temporaries are tile-sized. Four tiles of the benchmark's 1088 blocks of 30 x 64 run ~20% faster than
-# one pass over all of them.
+# Blocks per tile on a CPU: the triadic pathway runs on a few hundred blocks at a time, so that the dozen tile-sized
+# tensors one offset touches (inputs, gradients, products, temporaries) stay in the last-level cache between the
+# loop's passes, and temporaries are tile-sized. Four tiles of the benchmark's 1088 blocks of 30 x 64 run ~20% faster
+# than one pass over all of them.
 _TILE_ELEMENTS = 1 << 19
+# On a GPU each tile costs a few dozen kernel launches per window offset, and launches, not memory traffic, bound
+# the step: the tile is as large as a 1/256 share of the device's memory per tile-sized tensor allows (the whole
+# batch of a training step, in practice).
+_GPU_MEMORY_SHARE = 256
+
+
+def _tile_elements(query):
+    """Elements of a tile of the (N, n, Dh) blocks ``query``, chosen for its device."""
+    if query.device.type != "cuda":
+        return _TILE_ELEMENTS
+    memory = torch.cuda.get_device_properties(query.device).total_memory
+    return max(_TILE_ELEMENTS, memory // _GPU_MEMORY_SHARE // query.element_size())
 
 
 def _tiles(query):
-    """Slices of the block axis of (N, n, Dh) ``query``, each about _TILE_ELEMENTS elements."""
-    num_blocks, size = query.shape[0], max(1, _TILE_ELEMENTS // (query.shape[1] * query.shape[2]))
+    """Slices of the block axis of (N, n, Dh) ``query``, each about `_tile_elements` elements."""
+    num_blocks, size = query.shape[0], max(1, _tile_elements(query) // (query.shape[1] * query.shape[2]))
     return [slice(start, start + size) for start in range(0, num_blocks, size)]
 
 
-# The kernel is a torch custom operator with its own autograd formula, so that torch.compile and torch.export see
-# one opaque node (no graph break, a symbolic block count is no problem: the fake implementations give the shapes)
-# and run this code as it is. The namespace comes from the module name: a checkpoint's flat copy of this file
-# (trust_remote_code) registers its own operators beside the package's.
-_OPS = re.sub(r"\W", "_", __name__)
-
-
-@torch.library.custom_op(f"{_OPS}::triadic_forward", mutates_args=())
-def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor,
-                     key_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _tiled_forward(query, key, u, value, key_mask, window):
     """Windowed triadic attention on (N, n, Dh) blocks, one tile of blocks at a time: the output (N, n, Dh) and
     the (N, n, w, w) probabilities that the backward reuses."""
     scale = query.shape[-1] ** -0.5
@@ -373,15 +381,7 @@ def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, va
     return out, probs
 
 
-@_triadic_forward.register_fake
-def _(query, key, u, value, key_mask, window):
-    return torch.empty_like(query), query.new_empty(*query.shape[:2], window, window)
-
-
-@torch.library.custom_op(f"{_OPS}::triadic_backward", mutates_args=())
-def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, u: torch.Tensor,
-                      value: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor]:
+def _tiled_backward(grad_out, query, key, u, value, probs):
     """Gradients for query, key, u and value; recomputes the banded products tile by tile, so the autograd graph
     keeps only the inputs and the probabilities."""
     scale = query.shape[-1] ** -0.5
@@ -398,6 +398,50 @@ def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
             _scores_backward(grad_scores, query[tile], key[tile], u[tile], grad_query[tile], grad_key[tile],
                              grad_u[tile])
     return grad_query, grad_key, grad_u, grad_value
+
+
+# The kernel is a torch custom operator with its own autograd formula, so that torch.compile and torch.export see
+# one opaque node (no graph break, a symbolic block count is no problem: the fake implementations give the shapes)
+# and run this code as it is. The namespace comes from the module name: a checkpoint's flat copy of this file
+# (trust_remote_code) registers its own operators beside the package's. The torch kernel above is the
+# implementation on every device and the reference; CUDA registers the fused Triton kernels of `triadic_triton`
+# when Triton is installed (`FUSED_ON_CUDA`; the benchmark switches it off to time the torch kernel).
+_OPS = re.sub(r"\W", "_", __name__)
+FUSED_ON_CUDA = TRITON_AVAILABLE
+
+
+@torch.library.custom_op(f"{_OPS}::triadic_forward", mutates_args=())
+def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor,
+                     key_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windowed triadic attention on (N, n, Dh) blocks: the output (N, n, Dh) and the (N, n, w, w) probabilities."""
+    return _tiled_forward(query, key, u, value, key_mask, window)
+
+
+@_triadic_forward.register_kernel("cuda")
+def _(query, key, u, value, key_mask, window):
+    if FUSED_ON_CUDA:
+        return fused_triadic_forward(query, key, u, value, key_mask, window)
+    return _tiled_forward(query, key, u, value, key_mask, window)
+
+
+@_triadic_forward.register_fake
+def _(query, key, u, value, key_mask, window):
+    return torch.empty_like(query), query.new_empty(*query.shape[:2], window, window)
+
+
+@torch.library.custom_op(f"{_OPS}::triadic_backward", mutates_args=())
+def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, u: torch.Tensor,
+                      value: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                         torch.Tensor]:
+    """Gradients for query, key, u and value from the output's gradient and the forward's probabilities."""
+    return _tiled_backward(grad_out, query, key, u, value, probs)
+
+
+@_triadic_backward.register_kernel("cuda")
+def _(grad_out, query, key, u, value, probs):
+    if FUSED_ON_CUDA:
+        return fused_triadic_backward(grad_out, query, key, u, value, probs)
+    return _tiled_backward(grad_out, query, key, u, value, probs)
 
 
 @_triadic_backward.register_fake
