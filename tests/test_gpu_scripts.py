@@ -112,6 +112,19 @@ def test_kernel_table_fails_a_planted_kernel_bug(gpu_scripts, tmp_path, shared_d
                       ("sdpa", "bf16"): "PASS"}  # 1% hides under bf16's 6% tolerance, not under fp32's 0.1%
 
 
+def test_triadic_section_compares_every_case_in_both_dtypes(gpu_scripts, tmp_path, shared_data):
+    common, check = gpu_scripts["common"], gpu_scripts["check"]
+    context = quick_context(gpu_scripts, tmp_path, shared_data)
+    summary = common.Table("summary", check.SUMMARY_COLUMNS)
+    check.triadic_section(context, summary)
+    rows = read_rows(context.out / "triadic.csv")
+    assert {row["case"] for row in rows} == {"right padding", "left padding", "packed documents"}
+    assert {(row["dtype"], row["window"]) for row in rows} == {(d, w) for d in ("fp32", "bf16") for w in ("3", "7")}
+    errors = [float(row[c]) for row in rows if row["dtype"] == "fp32" for c in ("out", "grad_q", "grad_u")]
+    assert all(0 < error < 1e-5 for error in errors)  # a real comparison: fp32 against fp64, at rounding level
+    assert [row["status"] for row in summary.rows] == ["PASS", "PASS"]
+
+
 def test_pretrain_refuses_an_unknown_attention_implementation():
     from encoderlab.training.pretrain import load_run_config, validate_run
 
@@ -172,7 +185,8 @@ def test_throughput_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     attention = read_rows(out / "throughput_attention.csv")
     assert {row["attention"] for row in attention} == {"dual_triangle", "bidirectional", "causal"}
     homa = read_rows(out / "throughput_homa.csv")
-    assert homa[0]["arm"] == "Blockwise-2D" and [row["arm"] for row in homa[1:]] == ["HOMA w=3", "HOMA w=5"]
+    assert [row["arm"] for row in homa] == ["pairwise", "Blockwise-2D", "HOMA w=3", "HOMA w=5"]
+    assert [row["kernel"] for row in homa] == ["", "", "torch", "torch"]  # the fused kernel is CUDA's
     summary = json.loads((out / "throughput_summary.json").read_text())
     assert summary["matmul_ceiling_tflops"] > 0 and summary["profile"]["wall_ms"] > 0
     # the targets are read off the tables: the dual triangle row at the longest length, the real-length workloads

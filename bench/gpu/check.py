@@ -5,6 +5,9 @@ Sections (``--sections``, all by default, in this order):
 * ``kernels``: every family x attention implementation x position scheme, forward and backward, left / right /
   packed padding, fp32 and bf16, against the CPU float64 reference and eager fp32 on the same device
   (bench/gpu/family_checks.py; the full table is ``kernels.csv``).
+* ``triadic``: HOMA's triadic attention operator (on a GPU, its fused Triton kernels) against float64 on the CPU:
+  outputs and the gradients of q, k, U and v, padding on either side and packed documents, windows 3 to 9, fp32
+  and bf16 (bench/gpu/triadic_checks.py; the table is ``triadic.csv``).
 * ``pretrain``: ``encoderlab pretrain`` twice on the demo config with the same seed, data order and masks: on a GPU
   flex_attention + bf16 + torch.compile against sdpa + bf16, on CPU eager against sdpa in fp32. The training loss
   curves must agree; the compiled arm's recompilations are counted (``TORCH_LOGS=recompiles``).
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-SECTIONS = ("kernels", "pretrain", "finetune", "ddp", "fsdp2")
+SECTIONS = ("kernels", "triadic", "pretrain", "finetune", "ddp", "fsdp2")
 SUMMARY_COLUMNS = ["section", "check", "measured", "criterion", "status"]
 QUICK_CASES = ("dta-dual_triangle-rope", "dta-bidirectional-alibi", "dta-causal-none", "homa-homa", "dstg-rope")
 """The cases of the CPU run (one per family and attention pattern, RoPE and a bias among them); ``--cases all``
@@ -307,6 +310,22 @@ def kernel_digest(table) -> str:
     return digest.text()
 
 
+def triadic_section(context, summary) -> None:
+    import triadic_checks
+
+    table = common.Table("triadic attention operator vs float64", triadic_checks.COLUMNS)
+    triadic_checks.run_triadic_checks(context, table)
+    table.write_csv(context.out / "triadic.csv")
+    print(table.text())
+    for dtype, tolerance in triadic_checks.TOLERANCE.items():
+        rows = [row for row in table.rows if row["dtype"] == dtype]
+        worst = max(max(row[column] for column in triadic_checks.COLUMNS[4:9]) for row in rows)
+        failed = sum(row["status"] == "FAIL" for row in rows)
+        summary.add(section="triadic", check=f"{rows[0]['kernel']} kernel, {dtype}: {len(rows)} cases, out and grads",
+                    measured=f"worst relative error {worst:.2e}, {failed} failed", criterion=f"<= {tolerance}",
+                    status="FAIL" if failed else "PASS")
+
+
 def main(argv=None) -> int:
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
     arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
@@ -327,6 +346,8 @@ def main(argv=None) -> int:
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
         if section == "kernels":
             kernel_section(context, summary, only)
+        elif section == "triadic":
+            triadic_section(context, summary)
         elif section == "pretrain":
             runs = check_pretrain(context, summary)
         elif section == "finetune":

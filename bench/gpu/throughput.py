@@ -8,7 +8,9 @@ Sections (``--sections``, in this order, each skipped and reported so when the t
   encoderlab has. FLOPs: 4 * B * H * L^2 * D for a full forward, halved for causal and dual triangle, times 3.5 for
   forward + backward (FlashAttention's count: the backward is 2.5 forwards).
 * ``homa``: HOMA at the paper's secondary-structure shape (d 512, 12 layers, 8 heads, L 512, l 30, s 15, r 8,
-  batch 16), w = 3 / 5 / 7, against Blockwise-2D: token-positions per second of a training step, and peak memory.
+  batch 16), w = 3 / 5 / 7, against pairwise attention and Blockwise-2D: token-positions per second of a training
+  step, and peak memory. On a GPU with Triton, HOMA runs its fused triadic kernel, and at w = 3 and 7 also the
+  torch kernel, for the ratio between them.
 * ``models``: the whole-model MLM training step (bf16 autocast, AdamW), tokens per second at 12 x 768: DTA-BERT
   (flex_attention + torch.compile) against transformers' ModernBertForMaskedLM and BertForMaskedLM (sdpa), at
   L = 512 / 1024 / 4096 fixed, and on real length distributions (UniProt at 1024, SST-2 at 128): padded batches for
@@ -307,10 +309,24 @@ def bench_models(context, table, budget_end: float) -> None:
                 row["x ModernBERT"] = row["useful_tokens_per_s"] / base_rate
 
 
+def homa_arms(context, windows) -> list:
+    """(label, attention type, window, fused): the baselines, HOMA at every window with the kernel the device runs,
+    and, on a GPU with Triton, HOMA at the smallest and largest window with the torch kernel (GPU-sized tiles)."""
+    from encoderlab.modeling import homa_kernel
+
+    fused = context.on_gpu and homa_kernel.TRITON_AVAILABLE
+    arms = [("pairwise", "pairwise", windows[0], fused), ("Blockwise-2D", "blockwise", windows[0], fused)]
+    arms += [(f"HOMA w={w}", "homa", w, fused) for w in windows]
+    if fused:
+        arms += [(f"HOMA w={w}", "homa", w, False) for w in (windows[0], windows[-1])]
+    return arms
+
+
 def bench_homa(context, table) -> None:
     import torch
 
     from encoderlab import HOMAConfig, HOMAForTokenClassification
+    from encoderlab.modeling import homa_kernel
 
     if context.quick:
         shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -324,29 +340,31 @@ def bench_homa(context, table) -> None:
     ids = torch.randint(5, 25, (batch, seq_len), generator=generator)
     inputs = {"input_ids": ids.to(context.device), "attention_mask": torch.ones_like(ids).to(context.device),
               "labels": torch.randint(0, 3, (batch, seq_len), generator=generator).to(context.device)}
-    arms = [("blockwise", 3)] + [("homa", w) for w in windows]
-    base = None
-    for attention_type, window in arms:
+    base, fused_default = None, homa_kernel.FUSED_ON_CUDA
+    for label, attention_type, window, fused in homa_arms(context, windows):
+        kernel = ("fused Triton" if fused else "torch") if attention_type == "homa" else ""
         model = HOMAForTokenClassification(HOMAConfig(
             vocab_size=30, num_labels=3, max_position_embeddings=seq_len, attention_type=attention_type,
             triadic_window=window, hidden_dropout_prob=0.0, **shape)).to(context.device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         common.reset_peak_memory(context.device)
+        homa_kernel.FUSED_ON_CUDA = fused
         try:
             ms = common.median_ms(train_step_fn(model, inputs, context.device, optimizer), context.device,
                                   warmup=1 if context.quick else 3, repeat=2 if context.quick else 10)
         except torch.OutOfMemoryError:
-            table.add(arm=f"{attention_type} w={window}", note="out of memory")
+            table.add(arm=label, kernel=kernel, note="out of memory")
             continue
+        finally:
+            homa_kernel.FUSED_ON_CUDA = fused_default
         rate = batch * seq_len / (ms * 1e-3)
         base = rate if attention_type == "blockwise" else base
         paper = HOMA_PAPER_A100.get(window) if attention_type == "homa" else None
-        table.add(arm="Blockwise-2D" if attention_type == "blockwise" else f"HOMA w={window}", ms_per_step=ms,
-                  token_positions_per_s=rate, peak_gib=common.peak_memory_gib(context.device),
-                  **{"x Blockwise-2D": rate / base,
+        peak = common.peak_memory_gib(context.device)
+        table.add(arm=label, kernel=kernel, ms_per_step=ms, token_positions_per_s=rate, peak_gib=peak,
+                  **{"x Blockwise-2D": rate / base if base else "",
                      "x paper A100": rate / paper[0] if paper and context.on_gpu else "",
-                     "memory / paper": common.peak_memory_gib(context.device) * 2**30 / 1e9 / paper[1]
-                     if paper and context.on_gpu else ""})
+                     "memory / paper": peak * 2**30 / 1e9 / paper[1] if paper and context.on_gpu else ""})
         del model, optimizer
 
 
@@ -407,9 +425,9 @@ def main(argv=None) -> int:
     tables = {
         "attention": common.Table("attention op, fwd + bwd", ["L", "batch", "attention", "implementation", "ms",
                                                                "tflops", "of ceiling", "ms / bidirectional", "note"]),
-        "homa": common.Table("HOMA at the paper's SS shape", ["arm", "ms_per_step", "token_positions_per_s",
-                                                              "peak_gib", "x Blockwise-2D", "x paper A100",
-                                                              "memory / paper", "note"]),
+        "homa": common.Table("HOMA at the paper's SS shape", ["arm", "kernel", "ms_per_step",
+                                                              "token_positions_per_s", "peak_gib", "x Blockwise-2D",
+                                                              "x paper A100", "memory / paper", "note"]),
         "models": common.Table("MLM train step", ["workload", "model", "params_m", "batching", "implementation",
                                                   "useful_tokens_per_s", "x ModernBERT", "peak_gib", "note"]),
         "memory": common.Table("largest batch", ["model", "L", "largest_batch", "peak_gib_at_largest", "note"]),
