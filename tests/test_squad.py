@@ -290,6 +290,43 @@ def test_v2_saved_threshold_reproduces_the_best_scores_with_ties(metric_function
     assert again["exact"] == result["best_exact"]
 
 
+def recount_no_answer(questions: list[dict]) -> tuple[int, int]:
+    """(unanswerable, total) counted straight from official-format questions (``is_impossible`` or no answer)."""
+    return sum(bool(q.get("is_impossible")) or not q["answers"] for q in questions), len(questions)
+
+
+def official_questions(path, articles=slice(None)) -> list[dict]:
+    data = json.loads(path.read_text(encoding="utf-8"))["data"][articles]
+    return [qa for article in data for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+
+
+def assert_no_answer_baseline(baseline, unanswerable, total):
+    assert baseline["total"] == total
+    assert baseline["NoAns_total"] == unanswerable and baseline["HasAns_total"] == total - unanswerable
+    assert baseline["exact"] == pytest.approx(100 * unanswerable / total) and baseline["f1"] == baseline["exact"]
+    assert baseline["HasAns_exact"] == baseline["HasAns_f1"] == 0.0
+    assert baseline["NoAns_exact"] == baseline["NoAns_f1"] == 100.0
+
+
+def test_no_answer_baseline_is_the_share_of_unanswerable_questions():
+    answerable = [i % 5 in (0, 2, 3) for i in range(10)]
+    questions = [{"id": str(i), "context": "William ruled Normandy.", "question": "Who?",
+                  "answers": {"text": ["William"] * has, "answer_start": [0] * has}}
+                 for i, has in enumerate(answerable)]
+    assert_no_answer_baseline(squad.no_answer_baseline(questions, version_2=True), unanswerable=4, total=10)
+    with_answers = [q for q in questions if q["answers"]["text"]]
+    assert squad.no_answer_baseline(with_answers, version_2=False) == {"exact_match": 0.0, "f1": 0.0, "total": 6}
+
+
+def test_no_answer_baseline_on_the_real_dev_sample_equals_a_recount(shared_data):
+    path = shared_data.joinpath(*V2_FILE)
+    for articles in (slice(3, 5), slice(None)):
+        examples = squad.load_squad(path, version_2=True) if articles == slice(None) \
+            else squad.load_squad(f"{path}[3:5]", version_2=True)
+        unanswerable, total = recount_no_answer(official_questions(path, articles))
+        assert_no_answer_baseline(squad.no_answer_baseline(examples, version_2=True), unanswerable, total)
+
+
 def test_metric_rejects_mismatched_ids(metric_v1):
     with pytest.raises(ValueError, match="same question ids"):
         metric_v1.compute(predictions=[{"id": "x", "prediction_text": "a"}],
@@ -730,10 +767,26 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
                  "--set", "data.max_length=96", "--set", "task_options.doc_stride=24", "--set", "data.train_limit=64",
                  "--set", "data.eval_limit=40", "--set", "train.max_steps=8", "--set", "train.eval_steps=4",
                  "--set", "train.batch_size=8", "--set", f"output_dir={run_dir}"]) == 0
+    summary = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
     validation = results["metrics"]["validation"]
     assert validation["total"] == 40 and validation["HasAns_total"] + validation["NoAns_total"] == 40
     evaluated = squad.load_squad(f"{source}[3:5]")[:40]
+    # the always-no-answer baseline of the 40 questions scored, beside the model's metrics everywhere
+    baseline = results["baseline"]["metrics"]["validation"]
+    assert_no_answer_baseline(baseline, *recount_no_answer(official_questions(source, slice(3, 5))[:40]))
+    assert f"validation, baseline (always no answer): exact {baseline['exact']:.4f}, f1 {baseline['f1']:.4f}" \
+        in summary
+    card = (run_dir / "README.md").read_text()
+    assert "| split | metric | value | baseline (always no answer) |" in card
+    assert f"| validation | f1 | {validation['f1']:.4f} | {baseline['f1']:.4f} |" in card
+    # the reported metrics are the best checkpoint's: its step and epoch, not where training ended
+    windows = results["train_seen"]["available"]
+    assert "epoch" not in validation
+    assert results["best_epoch"] == pytest.approx(results["best_step"] / math.ceil(windows / 8))
+    assert f"metrics of the best checkpoint (step {results['best_step']}, epoch {results['best_epoch']:.2f})" \
+        in summary
+    assert results["train_seen"] == {"seen": 64, "available": windows, "unit": "windows", "epochs": 64 / windows}
     assert validation["HasAns_total"] == sum(bool(e["answers"]["text"]) for e in evaluated)
     for key in ("exact", "f1"):  # the overall score is the question-weighted mean of the two splits
         assert validation[key] == pytest.approx((validation[f"HasAns_{key}"] * validation["HasAns_total"]

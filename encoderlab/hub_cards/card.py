@@ -320,7 +320,10 @@ def _data_section(results: dict) -> str:
     """The Data section: every split's source and counts, and which results (if any) the model-index claims."""
     data = results.get("data", {})
     unit = "questions" if results["pipeline_tag"] == "question-answering" else "examples"
-    rows = [("split", "data")] + [(split, _source_text(source, unit)) for split, source in data.items()]
+    rows = [("split", "data")] + [
+        (split, _source_text(source, unit) + (_seen_text(results) if split == "train" else ""))
+        for split, source in data.items()
+    ]
     claimed = [split for split in results["metrics"] if data.get(split, {}).get("whole_hub_split")]
     if claimed:
         claim = (f"The model-index lists the results of {', '.join(f'`{s}`' for s in claimed)}: whole splits of a "
@@ -366,13 +369,48 @@ def _pair_text(config: dict) -> str:
             "alone, `[CLS] a [SEP] [CLS] b [SEP]`.")
 
 
+def _metric_rows(results: dict) -> list[tuple]:
+    """The Results table: each split's metrics, with the baseline's value beside each where the task has one."""
+    baseline = results.get("baseline")
+    header = ("split", "metric", "value") + ((f"baseline ({baseline['name']})",) if baseline else ())
+    rows = [header]
+    for split, metrics in results["metrics"].items():
+        rule = baseline["metrics"].get(split, {}) if baseline else None
+        for metric, value in _task_metrics(metrics).items():
+            cell = () if rule is None else (f"{rule[metric]:.4f}" if metric in rule else "",)
+            rows.append((split, metric, f"{value:.4f}", *cell))
+    return rows
+
+
+def _baseline_text(results: dict) -> str:
+    baseline = results.get("baseline")
+    if not baseline:
+        return ""
+    main = results["main_metric"]
+    margins = ", ".join(f"{split} {metrics[main] - baseline['metrics'][split][main]:+.2f}"
+                        for split, metrics in results["metrics"].items() if split in baseline["metrics"])
+    return (f"The baseline column scores the rule *{baseline['name']}* on the same examples; a model at or below it "
+            f"has learned nothing that rule does not know. The model's `{main}` minus the baseline's: {margins}.\n\n")
+
+
+def _best_checkpoint_text(results: dict) -> str:
+    epoch = results.get("best_epoch")
+    return f"step {results['best_step']}" + ("" if epoch is None else f", epoch {epoch:.2f}")
+
+
+def _seen_text(results: dict) -> str:
+    """How much of the training split training drew, e.g. "9,600 of its 67,349 examples seen (0.14 epochs)"."""
+    seen = results.get("train_seen") or {}
+    if seen.get("seen") is None:
+        return ""
+    return (f"; {seen['seen']:,} of its {seen['available']:,} {seen['unit']} seen in training "
+            f"({seen['epochs']:.2f} epochs)")
+
+
 def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
     tag, family = results["pipeline_tag"], config["model_type"]
     auto_class = AUTO_CLASS_OF_TAG[tag]
-    metric_rows = [("split", "metric", "value")] + [
-        (split, metric, f"{value:.4f}") for split, metrics in results["metrics"].items()
-        for metric, value in _task_metrics(metrics).items()
-    ]
+    metric_rows = _metric_rows(results)
     grid_rows = [tuple(results["grid"][0])] + [tuple(point.values()) for point in results["grid"]]
     initialised = ", ".join(f"`{name}`" for name in results["initialised_weights"]) or "none"
     pipeline_snippet = (f'classify = pipeline("{tag}", model=model, tokenizer=tokenizer)'
@@ -426,8 +464,9 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 - Task: `{results['task']}`; examples per split as in Data above.
 - Inputs: at most {run['data']['max_length']} tokens with the tokenizer's special tokens, as the pipeline encodes
   them.{_pair_text(config)}
-- Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at step
-  {results['best_step']} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']} steps).
+- Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at
+  {_best_checkpoint_text(results)} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']}
+  steps); the results below are that checkpoint's.
 - Weights initialised fresh (not in the base checkpoint): {initialised}.
 - {_layer_decay_text(run['train'])}
 - {lora_text}
@@ -438,7 +477,7 @@ Every grid point (validation `{results['main_metric']}`):
 
 ## Results
 
-{_table(metric_rows)}
+{_baseline_text(results)}{_table(metric_rows)}
 
 ![dev curve](dev_curve.png)
 

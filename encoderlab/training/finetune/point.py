@@ -36,6 +36,14 @@ def steps_per_epoch(run: FinetuneRunConfig, train_size: int, batch_size: int, wo
     return max(1, math.ceil(train_size / (batch_size * run.train.gradient_accumulation_steps * world_size)))
 
 
+def examples_seen(run: FinetuneRunConfig, steps: int, train_size: int, batch_size: int, world_size: int) -> int:
+    """Training features the Trainer's `steps` drew: whole epochs of `train_size`, then the full batches of the epoch
+    under way (an epoch's last batch may be short)."""
+    epochs, rest = divmod(steps, steps_per_epoch(run, train_size, batch_size, world_size))
+    per_step = batch_size * run.train.gradient_accumulation_steps * world_size
+    return epochs * train_size + min(train_size, rest * per_step)
+
+
 def evaluation_interval(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:
     if run.train.eval_steps is not None:
         return run.train.eval_steps
@@ -126,11 +134,14 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     for split in ["validation", *prepared.eval_splits]:
         trainer.compute_metrics = kind.compute_metrics(task, prepared.raw[split], prepared.features[split], settings)
         scores = trainer.evaluate(prepared.features[split], metric_key_prefix=split)
-        metrics[split] = {key.removeprefix(f"{split}_"): value for key, value in scores.items()}
+        # "epoch" is where training ended, not that of the best checkpoint scored here (`best_epoch`)
+        metrics[split] = {key.removeprefix(f"{split}_"): value for key, value in scores.items() if key != "epoch"}
     updates = kind.model_config_updates(task, metrics["validation"])
     results = {
         "point": point, "eval_steps": eval_steps, "steps": trainer.state.global_step,
-        "best_step": best_step(trainer.state), "tokens_seen": trainer.state.num_input_tokens_seen,
+        "best_step": best_step(trainer.state), "best_epoch": best_epoch(trainer.state),
+        "train_seen": examples_seen(run, trainer.state.global_step, *sizes),
+        "tokens_seen": trainer.state.num_input_tokens_seen,
         "metrics": metrics, "initialised_weights": initialised, "log_history": trainer.state.log_history,
         "model_config_updates": updates,
     }
@@ -148,6 +159,13 @@ def best_step(state) -> int | None:
     if state.best_model_checkpoint is None:
         return None
     return int(Path(state.best_model_checkpoint).name.removeprefix("checkpoint-"))
+
+
+def best_epoch(state) -> float | None:
+    """The epoch of the best checkpoint: that of the evaluation logged at its step."""
+    step = best_step(state)
+    return next((entry["epoch"] for entry in state.log_history
+                 if entry.get("step") == step and "epoch" in entry and any(k.startswith("eval_") for k in entry)), None)
 
 
 def save_point_model(trainer, run: FinetuneRunConfig, point_dir: Path, config_updates: dict,

@@ -28,11 +28,29 @@ def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: 
         "features": {split: len(features) for split, features in prepared.features.items()},
         "initialised_weights": best["initialised_weights"],
         "best_point": best["point"], "eval_steps": best["eval_steps"], "steps": best["steps"],
-        "best_step": best["best_step"], "tokens_seen": best["tokens_seen"],
-        "metrics": best["metrics"],
+        "best_step": best["best_step"], "best_epoch": best.get("best_epoch"),
+        "train_seen": train_seen(prepared, best.get("train_seen")), "tokens_seen": best["tokens_seen"],
+        "metrics": best["metrics"], "baseline": baseline(prepared, best["metrics"]),
         "grid": [{**p["point"], **{f"validation_{main}": p["metrics"]["validation"][main]
                                     for main in [task.main_metric]}} for p in points],
     }
+
+
+def train_seen(prepared: Prepared, seen: int | None) -> dict:
+    """How much of the training split the best point's steps drew: ``seen`` features (``unit``: examples, or windows
+    of them) of the ``available`` ones (the kept training examples' features), ``epochs`` = seen / available."""
+    available = len(prepared.features["train"])
+    return {"seen": seen, "available": available, "unit": prepared.kind.feature_unit,
+            "epochs": None if seen is None else seen / available}
+
+
+def baseline(prepared: Prepared, metrics: dict) -> dict | None:
+    """The kind's trivial rule (`TaskKind.baseline`: QA answers nothing) scored on every split the model was, or
+    None for a kind without one."""
+    if prepared.kind.baseline_name is None:
+        return None
+    return {"name": prepared.kind.baseline_name,
+            "metrics": {split: prepared.kind.baseline(prepared.task, prepared.raw[split]) for split in metrics}}
 
 
 def data_record(sources: dict) -> dict:
@@ -138,18 +156,44 @@ def glue_table(scores: dict, dev_sets: dict) -> str:
     return "\n".join(rows)
 
 
+SUMMARY_HIDDEN = ("runtime", "samples_per_second", "steps_per_second")
+
+
+def shown_metrics(metrics: dict) -> str:
+    return ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()
+                     if isinstance(value, float) and key not in SUMMARY_HIDDEN)
+
+
+def best_checkpoint_text(results: dict) -> str:
+    epoch = results.get("best_epoch")
+    return f"step {results['best_step']}" + ("" if epoch is None else f", epoch {epoch:.2f}")
+
+
+def seen_text(results: dict) -> str | None:
+    seen = results.get("train_seen") or {}
+    if seen.get("seen") is None:
+        return None
+    return (f"{seen['seen']:,} of the {seen['available']:,} training {seen['unit']} seen "
+            f"({seen['epochs']:.2f} epochs)")
+
+
 def format_results(results: dict) -> str:
     lines = [f"{results['task']} ({results['problem_type']}), best point {results['best_point']}, "
-             f"{results['steps']} steps (best at {results['best_step']})"]
+             f"{results['steps']} steps; metrics of the best checkpoint ({best_checkpoint_text(results)})"]
+    baseline = results.get("baseline")
+    main = results["main_metric"]
     for split, metrics in results["metrics"].items():
-        shown = ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()
-                          if isinstance(value, float) and key not in ("runtime", "samples_per_second",
-                                                                      "steps_per_second"))
-        lines.append(f"  {split}: {shown}")
+        lines.append(f"  {split}: {shown_metrics(metrics)}")
+        if baseline and split in baseline["metrics"]:
+            rule = baseline["metrics"][split]
+            lines.append(f"  {split}, baseline ({baseline['name']}): {shown_metrics(rule)}; the model's {main} "
+                         f"minus the baseline's: {metrics[main] - rule[main]:+.4f}")
     for split, source in results["data"].items():
         if source["capped"]:
             lines.append(f"  {split}: {source['examples']} of {source['available']} examples (capped by "
                          f"{source['limit_key']}={source['limit']})")
+    if seen_text(results):
+        lines.append(f"  train: {seen_text(results)}")
     if results["initialised_weights"]:
         lines.append(f"  initialised fresh: {', '.join(results['initialised_weights'])}")
     return "\n".join(lines)

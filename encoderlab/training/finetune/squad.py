@@ -347,6 +347,18 @@ def score_answers(answers: list[dict], examples: list[dict], version_2: bool, nu
                                            **({"no_answer_threshold": null_threshold} if version_2 else {}))
 
 
+def no_answer_baseline(examples: list[dict], version_2: bool) -> dict:
+    """The metrics of answering "" to every question of `examples`, through the same metric as the model's answers:
+    v2 scores each unanswerable question 1 and each answerable one 0, so ``exact`` = ``f1`` = the percentage of
+    unanswerable questions, HasAns 0 and NoAns 100; v1 scores 0 (but for a gold answer that normalises to empty)."""
+    predictions = [{"id": e["id"], "prediction_text": ""} | ({"no_answer_score": 0.0} if version_2 else {})
+                   for e in examples]
+    references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
+    scores = squad_metric(version_2).compute(predictions=predictions, references=references,
+                                             **({"no_answer_threshold": None} if version_2 else {}))
+    return {key: value for key, value in scores.items() if not key.startswith("best_")}  # no threshold to search
+
+
 # ---------------------------------------------------------------------------------------------
 # The task kind of the fine-tuning registry
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +409,8 @@ class QuestionAnsweringKind(TaskKind):
     pipeline_tag = "question-answering"
     options = QuestionAnsweringOptions
     label_fields = ("start_positions", "end_positions")
+    baseline_name = "always no answer"
+    feature_unit = "windows"
 
     @staticmethod
     def version_2(task) -> bool:
@@ -469,6 +483,11 @@ class QuestionAnsweringKind(TaskKind):
         if not thresholds or not math.isfinite(thresholds[0]):
             return {}
         return {"qa_null_threshold": float(thresholds[0])}
+
+    def baseline(self, task, raw_split) -> dict:
+        """`no_answer_baseline` of the split's questions (those whose question could not fit count too, as in the
+        model's scores)."""
+        return no_answer_baseline(raw_split.to_list(), self.version_2(task))
 
     def preprocess(self, raw_split, tokenizer, task, settings):
         return features_dataset(raw_split.to_list(), tokenizer, settings.data.max_length,

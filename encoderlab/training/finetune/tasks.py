@@ -124,6 +124,10 @@ class TaskKind(abc.ABC):
     preprocess_logits: Callable | None = None
     """``(logits, labels) -> tensor`` shrinking what the Trainer accumulates during evaluation; None keeps the
     logits."""
+    feature_unit: str = "examples"
+    """What one training feature is: an example, or a window of one (a long chain, a question with its context)."""
+    baseline_name: str | None = None
+    """The trivial rule `baseline` scores, in words (QA: ``always no answer``); None: the kind reports none."""
 
     @abc.abstractmethod
     def load(self, task: Task, data) -> tuple:
@@ -165,6 +169,12 @@ class TaskKind(abc.ABC):
     def padding_free_collator(self, tokenizer) -> Callable:
         """The collator of ``train.padding_free`` (batches flattened into one row); only where `padding_free`."""
         raise ValueError(f"train.padding_free=true: {type(self).__name__} has no padding-free collator")
+
+    def baseline(self, task: Task, raw_split) -> dict | None:
+        """The metrics of the trivial rule `baseline_name` on one evaluation split, reported next to the model's
+        (as a pretraining run reports its copy-or-unigram floor): a model at or below it has learned nothing the
+        rule does not know. None by default."""
+        return None
 
     def model_config_updates(self, task: Task, metrics: dict) -> dict:
         """Attributes saved in the fine-tuned model's config, chosen from the validation `metrics`; none by

@@ -87,6 +87,7 @@ class TokenKind(TaskKind):
     auto_class = "AutoModelForTokenClassification"
     pipeline_tag = "token-classification"
     padding_free = True
+    feature_unit = "windows"
 
     def load(self, task, data):
         def read_row(rows, source, from_hub):
