@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from encoderlab import cli
-from encoderlab.training.demo import clear_earlier_demo
-from encoderlab.training.run_config import bundled_config_names
+from encoderlab.training.run_config import PretrainRunConfig, bundled_config_names
 from encoderlab.training.run_folder import MARKER_FILE
 
 
@@ -68,8 +67,9 @@ def test_pretrain_requires_a_config_and_names_the_bundled_ones(capsys):
     assert "the following arguments are required: --config" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["pretrain", "--help"])
-    bundled = ", ".join(bundled_config_names())  # demo, dta_nl, dta_protein, ...
-    assert {"demo", "dta_nl", "dta_protein"} <= set(bundled_config_names())
+    names = bundled_config_names(schema=PretrainRunConfig)  # demo, dta_nl, dta_protein, ... (no fine-tuning config)
+    bundled = ", ".join(names)
+    assert {"demo", "dta_nl", "dta_protein"} <= set(names)
     assert bundled in " ".join(capsys.readouterr().out.split())  # help text is wrapped
 
 
@@ -87,17 +87,13 @@ def test_errors_print_one_line_and_the_traceback_only_with_debug(tmp_path, capsy
 def test_demo_never_deletes_a_folder_that_is_not_an_earlier_demo_run(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 1
-    assert "is not empty and is not an earlier demo run" in capsys.readouterr().err
+    assert "is not empty and holds no encoderlab run" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
-    earlier = tmp_path / "earlier_demo"
-    earlier.mkdir()
-    (earlier / MARKER_FILE).write_text(json.dumps({"command": "demo"}))
-    clear_earlier_demo(earlier)
-    assert not earlier.exists()
+    earlier = tmp_path / "earlier_run"
     (earlier / "sub").mkdir(parents=True)
     (earlier / MARKER_FILE).write_text(json.dumps({"command": "pretrain"}))  # a pretraining run is no demo
-    with pytest.raises(ValueError, match="is not an earlier demo run"):
-        clear_earlier_demo(earlier)
+    assert cli.main(["demo", "--output-dir", str(earlier)]) == 1
+    assert "holds an `encoderlab pretrain` run, not an `encoderlab demo` run" in capsys.readouterr().err
     assert (earlier / "sub").is_dir()
 
 

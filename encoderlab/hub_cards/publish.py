@@ -15,6 +15,7 @@ upload the repo id is recorded in the run folder (``published.json``), so a run 
 """
 
 import argparse
+import importlib
 import json
 import logging
 import shutil
@@ -148,22 +149,50 @@ def publish(
 
     _check_repo_id(repo_id)
     api = HfApi()
+    repo_created = False
     with tempfile.TemporaryDirectory(prefix="encoderlab-publish-") as staging:
         folder = stage_run(run_dir, Path(staging) / "upload", repo_id)
-        # The offline check passed; the Hub's own metadata check catches what only it knows.
-        validate_model_card(folder / "README.md").validate(repo_type="model")
-        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        if revision is not None:
-            api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-        commit = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            repo_type="model",
-            revision=revision,
-            commit_message=commit_message or f"Upload {Path(run_dir).name} with encoderlab",
-        )
+        try:
+            # The offline check passed; the Hub's own metadata check catches what only it knows.
+            validate_model_card(folder / "README.md").validate(repo_type="model")
+            api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+            repo_created = True
+            if revision is not None:
+                api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                repo_type="model",
+                revision=revision,
+                commit_message=commit_message or f"Upload {Path(run_dir).name} with encoderlab",
+            )
+        except hub_unreachable_errors() as error:
+            raise ConnectionError(unreachable_message(error, run_dir, repo_id, repo_created)) from error
     record_publication(run_dir, repo_id, revision, str(commit))
     return str(commit)
+
+
+def hub_unreachable_errors() -> tuple[type[BaseException], ...]:
+    """The errors by which huggingface_hub says the Hub cannot be reached: its own `OfflineModeIsEnabled` (a
+    ConnectionError) and the transport errors (no connection, time-outs) of its HTTP client, ``httpx2`` in
+    huggingface_hub 2 and ``httpx`` in 1."""
+    errors = [ConnectionError]
+    for client in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(client).TransportError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
+def unreachable_message(error: BaseException, run_dir: str | Path, repo_id: str, repo_created: bool) -> str:
+    from huggingface_hub import is_offline_mode
+
+    cause = "HF_HUB_OFFLINE is set (unset it to upload)" if is_offline_mode() else f"{type(error).__name__}: {error}"
+    created = f" (the repo {repo_id} was created or found, and left as it was)" if repo_created else ""
+    return (f"the Hugging Face Hub could not be reached ({cause}): nothing was uploaded{created} and "
+            f"{str(run_dir)!r} is unchanged. Check the connection and run the command again, or write the exact "
+            "upload folder without the Hub: --dry-run OUT_DIR")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,12 +21,16 @@ A run is described by a YAML/JSON file with the sections of `RunConfig` (``model
 
 import argparse
 import inspect
+import json
 import logging
+import shlex
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .lengths import check_lengths_fit
 from .run_config import PretrainRunConfig, bundled_config_names, load_run_config
 from .run_folder import (
     RunFinished,
@@ -138,7 +142,8 @@ def _check_ids_in_vocabulary(run: RunConfig, config, allowed: set[str]) -> None:
 
 
 def validate_run(run: RunConfig) -> None:
-    """What the sections cannot check alone: the tokenizer name, the family and its config (a dry run)."""
+    """What the sections cannot check alone: the tokenizer name, the family and its config (a dry run), and the
+    lengths the run will feed the model against its position limits (`lengths.check_lengths_fit`)."""
     from encoderlab.tokenization import TOKENIZER_BUILDERS
 
     from ..configuration.choices import check_choice
@@ -149,7 +154,17 @@ def validate_run(run: RunConfig) -> None:
         from encoderlab.modeling.attention import ATTENTION_IMPLEMENTATIONS
 
         check_choice("train.attn_implementation", run.train.attn_implementation, ATTENTION_IMPLEMENTATIONS)
-    build_model_config(run)
+    check_lengths_fit(build_model_config(run), fed_lengths(run), limit_prefix="model.config.",
+                      remedy="lower data.long_factor or train.seq_len, or raise model.config.max_position_embeddings "
+                      "(unset, it is the long evaluation length)")
+
+
+def fed_lengths(run: RunConfig) -> dict[str, int]:
+    """The input lengths a run feeds its model: training rows, and the long evaluation windows, which are also
+    the tokenizer's ``model_max_length``."""
+    long_factor, seq_len = run.data.long_factor, run.train.seq_len
+    long_window = f"data.long_factor x train.seq_len = {long_factor} x {seq_len}"
+    return {"train.seq_len": seq_len, long_window: long_factor * seq_len}
 
 
 def build_tokenizer_for_run(run: RunConfig, train_documents: list[str]):
@@ -157,7 +172,7 @@ def build_tokenizer_for_run(run: RunConfig, train_documents: list[str]):
 
     from encoderlab.tokenization import TRAINED_TOKENIZERS, build_tokenizer
 
-    max_length = run.train.seq_len * run.data.long_factor
+    max_length = max(fed_lengths(run).values())
     if run.tokenizer.path is not None:
         return AutoTokenizer.from_pretrained(run.tokenizer.path, model_max_length=max_length)
     if run.tokenizer.name in TRAINED_TOKENIZERS:
@@ -181,10 +196,10 @@ class RunData:
 
 
 def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
-    """The run's tokenizer: the one saved in `tokenizer_dir` (the run folder), else the one cached for this corpus
-    and tokenizer section (`encoderlab prepare-data` leaves it there), else built (a trained one from the training
-    split, streamed) and cached. The main process builds it; the others, and resumed runs, load the saved one, so
-    every process and every resumption uses the identical vocabulary."""
+    """The run's tokenizer: the one saved in `tokenizer_dir` (the folder of a resumed run), else the one cached for
+    this corpus and tokenizer section (`encoderlab prepare-data` leaves it there), else built (a trained one from
+    the training split, streamed) and cached. The main process builds it; the others, and resumed runs, load the
+    saved one, so every process and every resumption uses the identical vocabulary."""
     from transformers import AutoTokenizer
 
     from .shards import cached_tokenizer_dir
@@ -196,11 +211,8 @@ def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
             tokenizer = AutoTokenizer.from_pretrained(saved)
         else:  # built by the main process; saved and read back, as every later run will read it
             save_atomically(build_tokenizer_for_run(run, training_documents(run)), cached)
-            saved, tokenizer = cached, AutoTokenizer.from_pretrained(cached)
-        without_load_time_keys(tokenizer)  # saved with the model: no trace of how this process loaded it
-        if tokenizer_dir is not None and state.is_main_process and saved != tokenizer_dir:
-            tokenizer.save_pretrained(tokenizer_dir)
-    return tokenizer
+            tokenizer = AutoTokenizer.from_pretrained(cached)
+    return without_load_time_keys(tokenizer)  # saved with the model: no trace of how this process loaded it
 
 
 def training_documents(run: RunConfig) -> Iterator[str]:
@@ -228,8 +240,8 @@ def save_atomically(tokenizer, directory: Path) -> None:
 
 
 def prepare_data(run: RunConfig, tokenizer_dir: Path | None, state) -> tuple[Any, RunData]:
-    """Tokenizer (saved to / reloaded from `tokenizer_dir`) -> tokenized shards (`encoderlab.training.shards`),
-    built once per corpus and settings and read memory-mapped by every process."""
+    """Tokenizer (reloaded from `tokenizer_dir` where it was saved) -> tokenized shards
+    (`encoderlab.training.shards`), built once per corpus and settings and read memory-mapped by every process."""
     from .shards import load_or_build_shards
 
     tokenizer = run_tokenizer(run, tokenizer_dir, state)
@@ -301,31 +313,35 @@ class PretrainResult:
     trainer: Any
 
 
-def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str = "pretrain") -> PretrainResult:
+def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, callbacks=(),
+             command: str = "pretrain") -> PretrainResult:
     """Train, evaluate and save one run; see the module docstring. Returns the results and the Trainer.
 
     The whole run config is checked, and `run.output_dir` found usable (`run_folder.check_run_folder`), before
-    any data is read or file written; `command` names the job that owns the folder. ``resume`` of a finished
-    run raises `run_folder.RunFinished`.
+    any data is read or file written; the folder is claimed (`run_folder.start_run_folder`; with `overwrite` the
+    encoderlab run it holds is replaced) only once the tokenizer and the data are ready, so a run that cannot start
+    leaves no folder behind. `command` names the job that owns the folder. ``resume`` of a finished run raises
+    `run_folder.RunFinished`.
     """
+    import datasets
     from accelerate import PartialState
     from transformers import set_seed
 
     from . import fsdp
-    from .trainer import cpu_only, plan_steps
+    from .sources import check_local_source
+    from .trainer import cpu_only, plan_steps, progress_is_piped
 
     validate_run(run)
+    if progress_is_piped():  # the Trainer writes plain lines there (`trainer.ProgressLines`); the data steps none
+        datasets.disable_progress_bars()
     fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)),
                       run.optimizer.name)
     run_dir = Path(run.output_dir)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
     state = PartialState(cpu=cpu_only())
-    check_run_folder(run_dir, command, resume, run)
-    state.wait_for_everyone()  # every rank checks before the main process writes into the folder
-    if state.is_main_process:
-        start_run_folder(run_dir, command, run)
-    state.wait_for_everyone()
-    tokenizer, data = prepare_data(run, run_dir, state)
+    check_run_folder(run_dir, command, resume, run, overwrite)
+    check_local_source(run.data.source, text_field=run.data.text_field, split=run.data.split)
+    tokenizer, data = prepare_data(run, run_dir if resume else None, state)
     plan = plan_steps(data.train, run, state.num_processes)
     logger.info("Token budget %d -> %d optimizer steps (%s)", run.train.token_budget, plan["max_steps"], plan)
     checkpoint = last_checkpoint(run_dir) if resume else None
@@ -334,6 +350,12 @@ def pretrain(run: RunConfig, *, resume: bool = False, callbacks=(), command: str
         fsdp.check_resume(checkpoint, state.num_processes, fsdp.fsdp_requested())
     elif resume:
         logger.info("--resume: %s holds no checkpoint yet; training from step 0", run_dir)
+    state.wait_for_everyone()  # every rank has checked and read its data before the main process writes
+    if state.is_main_process:
+        start_run_folder(run_dir, command, run, overwrite)
+        if not (run_dir / "tokenizer_config.json").is_file():  # a resumed run keeps the tokenizer it started with
+            tokenizer.save_pretrained(run_dir)
+    state.wait_for_everyone()
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
@@ -431,18 +453,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config_file $(encoderlab config-path fsdp2) --num_processes 8 -m encoderlab.cli pretrain --config ...` "
         "(FSDP2: sharded, GPUs only). CPU processes: torchrun --nproc_per_node N -m encoderlab.cli pretrain ..."
     )
-    parser.add_argument(
+    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR): new or empty, or an "
+                        "encoderlab run to --resume or --overwrite; default: the config's output_dir")
+    folder = parser.add_mutually_exclusive_group()
+    folder.add_argument(
         "--resume", action="store_true",
         help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
     )  # fmt: skip
+    folder.add_argument("--overwrite", action="store_true", help="replace the encoderlab run in output_dir; it is "
+                        "removed only once the new run has passed every check and read its data")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """--config and --set (also those of ``encoderlab prepare-data``)."""
     parser.add_argument(
         "--config", required=True,
-        help=f"YAML/JSON run config, or the name of a bundled one ({', '.join(bundled_config_names())}); required: "
-        "there is no default run",
+        help="YAML/JSON run config, or the name of a bundled one "
+        f"({', '.join(bundled_config_names(schema=RunConfig))}); required: there is no default run",
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -451,15 +478,41 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_run_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.output_dir is not None:  # JSON-quoted: read back as a string whatever the folder's name
+        overrides.append(f"output_dir={json.dumps(args.output_dir)}")
+    config = load_run_config(args.config, overrides)
     try:
-        result = pretrain(config, resume=args.resume)
+        result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     except RunFinished as finished:
         print(f"Nothing to do: {finished}")
         return 0
+    except KeyboardInterrupt:
+        resume = ["encoderlab", "pretrain", "--config", args.config, *(word for text in args.overrides
+                  for word in ("--set", text)), "--output-dir", config.output_dir, "--resume"]
+        print(f"\n{interrupted(config, shlex.join(resume))}", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
     print(format_results(result.results))
     print(f"Saved to {result.run_dir}")
     return 0
+
+
+INTERRUPTED_EXIT_CODE = 130
+"""The shell's code for a command stopped by Ctrl-C (128 + SIGINT)."""
+
+
+def interrupted(run: RunConfig, resume_command: str) -> str:
+    """The one line a run stopped by Ctrl-C prints: where it stopped and how to continue it."""
+    from .run_folder import RUN_CONFIG_FILE, changed_keys, read_run_config
+
+    run_dir = Path(run.output_dir)
+    if not (run_dir / RUN_CONFIG_FILE).is_file() or changed_keys(read_run_config(run_dir), run.to_dict()):
+        return (f"Interrupted before the run started: nothing was written to {run_dir}; run the same command "
+                "again to start it")
+    checkpoint = last_checkpoint(run_dir)
+    where = ("no checkpoint yet (resuming trains from step 0)" if checkpoint is None
+             else f"the last checkpoint is {checkpoint}")
+    return f"Interrupted: {where}; continue with: {resume_command}"
 
 
 def format_results(results: dict) -> str:

@@ -370,8 +370,14 @@ def read_config_file(path: str | Path) -> dict:
     return raw
 
 
-def bundled_config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
-    return sorted(p.stem for p in config_dir.glob("*.yaml"))
+def bundled_config_names(config_dir: Path = CONFIG_DIR, schema: type | None = None) -> list[str]:
+    """The names of the bundled configs; with `schema`, only those whose sections all belong to it (so ``encoderlab
+    pretrain --help`` offers no fine-tuning or sweep config)."""
+    names = sorted(p.stem for p in config_dir.glob("*.yaml"))
+    if schema is None:
+        return names
+    sections = {field.name for field in dataclasses.fields(schema)}
+    return [name for name in names if set(read_config_file(config_dir / f"{name}.yaml")) <= sections]
 
 
 def resolve_config_path(path: str | Path, config_dir: Path = CONFIG_DIR) -> Path:

@@ -2,9 +2,14 @@
 
 Shared by every job that trains into a folder (``encoderlab pretrain``, ``encoderlab finetune``). A job writes
 only into a new or empty folder, or into a folder holding its own run: one with the marker file `MARKER_FILE`
-that names the job. Nothing else is ever deleted or overwritten. ``--resume`` continues such a run only when the
-run config matches the one saved in it (`RUN_CONFIG_FILE`, written when the run starts), apart from
-`RESUMABLE_KEYS`; a finished run (`RESULTS_FILE` present) is reported as finished, not trained further.
+that names the job. ``--resume`` continues such a run only when the run config matches the one saved in it
+(`RUN_CONFIG_FILE`, written when the run starts), apart from `RESUMABLE_KEYS`; a finished run (`RESULTS_FILE`
+present) is reported as finished, not trained further. ``--overwrite`` replaces a folder that holds an encoderlab
+run (of any job); a folder that holds anything else is never deleted or written into.
+
+A job checks the folder (`check_run_folder`) with everything else it can check, and claims it (`start_run_folder`,
+which is also when ``--overwrite`` removes the old run) only once the run can start: a run that fails on its config
+or its data leaves no folder behind.
 
 `encoderlab publish` records where a run went in `PUBLISHED_FILE`, so that a run fine-tuned from this folder names
 it as its ``base_model`` (`base_model_record`). `public_name` is what a path may become in a published file.
@@ -13,6 +18,7 @@ it as its ``base_model`` (`base_model_record`). `public_name` is what a path may
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 
 import yaml
@@ -44,10 +50,13 @@ class RunFinished(Exception):
     """``--resume`` of a run that has already finished: nothing to train."""
 
 
-def check_run_folder(run_dir: Path, command: str, resume: bool, run) -> None:
-    """Raise unless `command` may write into `run_dir`: a new or empty folder, or (with `resume`) its own run
-    with the same run config. Reads only; safe to call from every rank."""
+def check_run_folder(run_dir: Path, command: str, resume: bool, run, overwrite: bool = False) -> None:
+    """Raise unless `command` may write into `run_dir`: a new or empty folder, (with `resume`) its own run with the
+    same run config, or (with `overwrite`) any encoderlab run, which `start_run_folder` replaces. Reads only; safe
+    to call from every rank."""
     run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in output_dir and --overwrite replaces it; pass one of them")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {str(run_dir)!r} is a file, not a folder; choose a new or empty output_dir")
     if not run_dir.exists() or not any(run_dir.iterdir()):
@@ -60,15 +69,17 @@ def check_run_folder(run_dir: Path, command: str, resume: bool, run) -> None:
             f"output_dir {str(run_dir)!r} is not empty and holds no encoderlab run ({MARKER_FILE} is missing): "
             "nothing in it is touched; choose a new or empty output_dir"
         )
+    if overwrite:
+        return
     if owner != command:
         raise ValueError(
             f"output_dir {str(run_dir)!r} holds an `encoderlab {owner}` run, not an `encoderlab {command}` run; "
-            "choose another output_dir"
+            "choose another output_dir (--output-dir DIR), or pass --overwrite to replace it"
         )
     if not resume:
         raise ValueError(
             f"output_dir {str(run_dir)!r} is not empty; pass --resume to continue it (it holds an `encoderlab "
-            f"{command}` run), or choose another output_dir"
+            f"{command}` run), --overwrite to replace it, or choose another output_dir (--output-dir DIR)"
         )
     changed = changed_keys(load_saved_run_config(run_dir), run.to_dict())
     if changed:
@@ -84,10 +95,14 @@ def check_run_folder(run_dir: Path, command: str, resume: bool, run) -> None:
         )
 
 
-def start_run_folder(run_dir: Path, command: str, run) -> None:
-    """Create the folder and claim it for `command` (main process only, after `check_run_folder`)."""
+def start_run_folder(run_dir: Path, command: str, run, overwrite: bool = False) -> None:
+    """Create the folder and claim it for `command` (main process only, after `check_run_folder` and every other
+    check of the run); with `overwrite`, the encoderlab run the folder holds is removed first."""
     run_dir = Path(run_dir)
-    if (run_dir / MARKER_FILE).is_file():
+    if overwrite and run_owner(run_dir) is not None:
+        logger.info("--overwrite: removing the `encoderlab %s` run in %s", run_owner(run_dir), run_dir)
+        shutil.rmtree(run_dir)
+    elif (run_dir / MARKER_FILE).is_file():
         logger.info("%s holds this `encoderlab %s` run: continuing it", run_dir, command)
         return
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +160,10 @@ def flatten_keys(data: dict, prefix: str = "") -> dict:
 
 
 def last_checkpoint(run_dir: Path) -> Path | None:
-    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    """The latest whole checkpoint: the Trainer writes ``trainer_state.json`` last, so a checkpoint that a Ctrl-C or
+    a crash cut short has none and is passed over."""
+    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*")
+                   if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
     return max(checkpoints, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 

@@ -105,12 +105,32 @@ def load_documents(
     return _non_empty(texts, limit)
 
 
+def check_local_source(source: str | os.PathLike, *, text_field: str | None = None, split: str = "train") -> None:
+    """Raise unless a local `source` (a file or folder) holds a document, naming a missing path, an empty file or a
+    source of blank text only; it reads up to the first document. The embedded corpus always holds documents; a Hub
+    dataset is left to the run, which reads it anyway (and may find it in its cache offline)."""
+    if not _is_local(source):
+        return
+    if next(load_documents(source, text_field=text_field, split=split, limit=1), None) is None:
+        what = "its document files hold" if Path(source).expanduser().is_dir() else "the file holds"
+        raise ValueError(f"data.source={str(source)!r} holds no document: {what} only blank lines, whitespace or "
+                         "empty values; point data.source at a corpus with text")
+
+
+def _is_local(source: str | os.PathLike) -> bool:
+    """Whether `source` names a local file or folder (existing or not) rather than the embedded corpus or a Hub id."""
+    if isinstance(source, os.PathLike):
+        return True
+    path = Path(source).expanduser()
+    return source != EMBEDDED_SOURCE and (path.exists() or _looks_like_file_path(source))
+
+
 def _open_source(source: str | os.PathLike, text_field: str | None, split: str, streaming: bool) -> Iterator:
     """Dispatch a path or dataset id to its reader (validation happens here, not lazily)."""
     path = Path(source).expanduser()
     if path.is_dir():
         return _folder_documents(path, text_field, split, streaming)
-    if isinstance(source, os.PathLike) or path.is_file() or _looks_like_file_path(str(source)):
+    if _is_local(source):
         if split != "train":
             raise ValueError(
                 f"split={split!r} does not apply to the single file {str(path)!r}; only 'train' is accepted. "
@@ -133,7 +153,7 @@ def _folder_documents(path: Path, text_field: str | None, split: str, streaming:
             f"split={split!r} does not apply to the folder {str(path)!r} of text / FASTA files; only 'train' is "
             "accepted. Use split_documents to make validation/test splits."
         )
-    documents = [p for p in files if _known_format(p) is not None]
+    documents = [p for p in files if _known_format(p) is not None and p.stat().st_size > 0]  # an empty file adds none
     if text_field is not None and all(_known_format(p) in ("text", "fasta") for p in documents):
         _reject_text_field(text_field, f"the text / FASTA files of {str(path)!r}")
     return itertools.chain.from_iterable(
@@ -201,6 +221,8 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
     if not path.is_file():
         raise FileNotFoundError(f"Document file {str(path)!r} does not exist.")
     fmt = _file_format(path)
+    if path.stat().st_size == 0:  # `datasets`' row loaders fail on it with an error that names no file
+        raise ValueError(f"Document file {str(path)!r} is empty (0 bytes); it holds no document.")
     if fmt == "text":
         _reject_text_field(text_field, f"the text file {str(path)!r}")
         return _text_file_documents(_file_lines(path))

@@ -5,10 +5,12 @@ schema with those sections (pretraining, fine-tuning) can use it.
 """
 
 import math
+import sys
+import time
 
 import numpy as np
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from .optim import scheduler_arguments
 
@@ -48,6 +50,13 @@ def use_bf16(precision: str) -> bool:
     return precision == "bf16"
 
 
+def progress_is_piped() -> bool:
+    """Whether progress goes to a pipe or a log file rather than a terminal: there tqdm's redrawn bars (carriage
+    returns, cursor-moving escape codes) pile up, so a run writes plain lines instead (`ProgressLines`). A
+    notebook's stderr is no terminal either, but it draws the bars as widgets."""
+    return not sys.stderr.isatty() and "ipykernel" not in sys.modules
+
+
 def training_arguments(run, max_steps: int, drope: bool = False) -> TrainingArguments:
     """Arguments of a run of `max_steps` optimizer steps with ``run.train.evaluations`` evaluations."""
     eval_steps = max(1, math.ceil(max_steps / run.train.evaluations))
@@ -73,6 +82,7 @@ def training_arguments(run, max_steps: int, drope: bool = False) -> TrainingArgu
         use_cpu=cpu_only(),
         include_num_input_tokens_seen="non_padding",
         report_to="none",
+        disable_tqdm=progress_is_piped(),
         torch_compile=getattr(run.train, "torch_compile", False),  # fine-tuning's train section has no such key
         # After DroPE the learned position table gets no gradient; DDP must be told to expect that.
         ddp_find_unused_parameters=drope,
@@ -97,6 +107,20 @@ class MLMTrainer(Trainer):
         # The families return the mean loss over masked tokens and ignore `num_items_in_batch`, so the Trainer
         # must scale the loss for gradient accumulation itself.
         self.model_accepts_loss_kwargs = False
+        if self.args.disable_tqdm:  # the Trainer then prints each log as a raw dict: lines with progress instead
+            self.remove_callback(PrinterCallback)
+            self.add_callback(ProgressLines())
+
+    def _issue_warnings_after_load(self, load_result):
+        """On resuming, a weight tied to another one (the masked-LM decoder to the word embeddings) is not in the
+        checkpoint, which saves it once; the Trainer would warn of it as missing. It is the other weight, loaded."""
+        model = self.accelerator.unwrap_model(self.model)
+        tied = getattr(model, "all_tied_weights_keys", None) or {}
+        missing = [key for key in load_result.missing_keys
+                   if key not in tied or tied[key] in load_result.missing_keys]
+        if len(missing) < len(load_result.missing_keys):
+            model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def create_optimizer(self, model=None):
         """encoderlab's optimizer (`optimizer_settings`), built when the Trainer asks for it rather than passed in:
@@ -124,3 +148,28 @@ class MLMTrainer(Trainer):
             return super().get_eval_dataloader(eval_dataset)
         finally:
             self.data_collator = train_collator
+
+
+class ProgressLines(TrainerCallback):
+    """Plain progress for logs: at every logging step a line with the step, the share done, the loss and the time
+    left; at every evaluation a line with its metrics."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_time, self.start_step = time.monotonic(), state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        step = f"step {state.global_step}/{state.max_steps} ({100 * state.global_step / max(state.max_steps, 1):.0f}%)"
+        if "loss" in logs:
+            done, elapsed = state.global_step - self.start_step, time.monotonic() - self.start_time
+            left = elapsed / done * (state.max_steps - state.global_step) if done else float("nan")
+            print(f"{step}: loss {logs['loss']:.4f}, learning rate {logs.get('learning_rate', float('nan')):.3g}, "
+                  f"{_minutes(elapsed)} elapsed, about {_minutes(left)} left", flush=True)
+        else:
+            numbers = ", ".join(f"{key} {value:.4g}" for key, value in logs.items() if isinstance(value, (int, float)))
+            print(f"{step}: {numbers}", flush=True)
+
+
+def _minutes(seconds: float) -> str:
+    return "?" if math.isnan(seconds) else f"{int(seconds // 60)}:{int(seconds % 60):02d}"

@@ -116,11 +116,11 @@ def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) ->
 
 
 def check_length(run: FinetuneRunConfig, config) -> None:
-    positions = getattr(config, "max_position_embeddings", None)
-    learned = getattr(config, "position_embedding_type", "absolute") in ("absolute", None)
-    if positions is not None and learned and run.data.max_length > positions:
-        raise ValueError(f"data.max_length={run.data.max_length} exceeds the checkpoint's learned position table "
-                         f"(max_position_embeddings={positions}); allowed: <= {positions}")
+    """``data.max_length`` (every input, and every SQuAD window) fits the checkpoint's position limits."""
+    from ..lengths import check_lengths_fit
+
+    check_lengths_fit(config, {"data.max_length": run.data.max_length}, limit_prefix="the checkpoint's ",
+                      remedy="lower data.max_length")
 
 
 def check_fsdp_launch(run: FinetuneRunConfig) -> None:

@@ -1,0 +1,38 @@
+"""The lengths a run will feed its model, checked against the model's position limits before any data is read.
+
+A model refuses a longer input only when it meets one (`encoderlab.modeling.base.check_sequence_length`): in a run
+that is at its first long evaluation, after hours of training. Every job checks what it will feed here instead, once
+its model config is known: ``encoderlab pretrain`` its ``train.seq_len`` and long-evaluation length, ``encoderlab
+finetune`` its ``data.max_length`` (the SQuAD windows too).
+"""
+
+from types import SimpleNamespace
+
+
+def position_limits(config) -> list[tuple[int, str]]:
+    """(longest input, why) of every limit a model built from `config` puts on its input length: the learned
+    absolute position table (of any transformers config that declares one), and the family's own limits
+    (HOMA's linformer projections)."""
+    from encoderlab.registry import FAMILIES
+
+    limits = []
+    table = getattr(config, "position_embedding_type", "absolute") in ("absolute", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and table and getattr(config, "use_positions", True):
+        limits.append((positions, "absolute positions: the learned position table has one row per position"))
+    base_model = FAMILIES.get(type(config), {}).get("AutoModel")
+    if base_model is not None:  # the family's limits depend on the config alone: read without building the model
+        limits.extend(base_model.length_limits(SimpleNamespace(config=config)))
+    return limits
+
+
+def check_lengths_fit(config, lengths: dict[str, int], *, limit_prefix: str, remedy: str) -> None:
+    """Raise a ValueError naming the first of `lengths` (where a length comes from, e.g. ``"data.max_length"`` or
+    ``"data.long_factor x train.seq_len = 4 x 128"``, -> tokens) that a model of `config` cannot take.
+    `limit_prefix` says where the limit is set (``"model.config."``), `remedy` what to change."""
+    for source, length in lengths.items():
+        for longest, reason in position_limits(config):
+            if length > longest:
+                equals = " = " if " " in source else "="
+                raise ValueError(f"{source}{equals}{length} exceeds {limit_prefix}max_position_embeddings={longest} "
+                                 f"({reason}); allowed: <= {longest}; {remedy}")
