@@ -20,6 +20,7 @@ from encoderlab.training.lengths import position_limits
 from encoderlab.training.pretrain import interrupted, pretrain
 from encoderlab.training.run_config import bundled_config_names
 from encoderlab.training.run_folder import MARKER_FILE, RUN_CONFIG_FILE, last_checkpoint, start_run_folder
+from test_finetune import QUICK, own_rows, tiny_dta, write_own_csv  # noqa: F401 (a fixture)
 from test_pretrain import ENV, TINY, tiny_run
 
 
@@ -256,3 +257,23 @@ def test_publish_without_the_hub_says_so_and_touches_nothing(finished_run, offli
     assert ("HF_HUB_OFFLINE is set" in message) == offline and ("ConnectError" in message) == (not offline)
     assert "nothing was uploaded" in message and "is unchanged" in message and "--dry-run OUT_DIR" in message
     assert sorted(p.name for p in finished_run.iterdir()) == before  # no published.json
+
+
+def test_finetune_overwrite_replaces_its_run_only_once_the_new_one_has_read_its_data(tiny_dta, tmp_path, capsys):
+    write_own_csv(tmp_path / "train.csv", own_rows(16, 0))
+    write_own_csv(tmp_path / "dev.csv", own_rows(8, 1))
+    write_own_csv(tmp_path / "bad.csv", [("great", "good"), ("dull", "meh")])  # a label outside the training labels
+    run_dir = tmp_path / "own"
+    argv = ["finetune", "--task", "text-classification", "--model", str(tiny_dta), "--output-dir", str(run_dir),
+            *(word for setting in [*QUICK, f"data.train={tmp_path / 'train.csv'}", "data.text_columns=[review]",
+                                   "data.label_column=stars"] for word in ("--set", setting))]
+    assert cli.main([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"]) == 0
+    capsys.readouterr()
+    assert "--overwrite to replace it" in error_of([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"],
+                                                    capsys)
+    (run_dir / "earlier.txt").write_text("from the earlier run")
+    assert "label 'meh'" in error_of([*argv, "--set", f"data.validation={tmp_path / 'bad.csv'}", "--overwrite"],
+                                     capsys)
+    assert (run_dir / "earlier.txt").is_file() and (run_dir / "results.json").is_file()
+    assert cli.main([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}", "--overwrite"]) == 0
+    assert not (run_dir / "earlier.txt").exists() and (run_dir / "results.json").is_file()

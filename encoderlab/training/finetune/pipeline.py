@@ -39,20 +39,21 @@ class FinetuneResult:
     results: dict
 
 
-def finetune(run: FinetuneRunConfig, *, resume: bool = False) -> FinetuneResult:
-    """Fine-tune, evaluate and save one run (every grid point); see the module docstring."""
+def finetune(run: FinetuneRunConfig, *, resume: bool = False, overwrite: bool = False) -> FinetuneResult:
+    """Fine-tune, evaluate and save one run (every grid point); see the module docstring. With `overwrite`, the
+    encoderlab run in the output folder is replaced once the data is read (`run_folder.start_run_folder`)."""
     from accelerate import PartialState
 
     from ..trainer import cpu_only
 
     run_dir = Path(run.output_dir)
     check_fsdp_launch(run)
-    check_run_folder(run_dir, COMMAND, resume, run)
+    check_run_folder(run_dir, COMMAND, resume, run, overwrite)
     prepared = prepare(run)
     state = PartialState(cpu=cpu_only())
     state.wait_for_everyone()  # every rank has checked before the main process writes
     if state.is_main_process:
-        start_run_folder(run_dir, COMMAND, run)
+        start_run_folder(run_dir, COMMAND, run, overwrite)
     state.wait_for_everyone()
     main = prepared.task.main_metric
     points, best = [], None
@@ -82,7 +83,7 @@ def glue_tasks_found(data_path: str | None) -> list:
             if all((Path(data_path) / task.local.folder / name).is_file() for name in task.local.files.values())]
 
 
-def finetune_glue(model: str, config: str | None, overrides: list[str], resume: bool) -> dict:
+def finetune_glue(model: str, config: str | None, overrides: list[str], resume: bool, overwrite: bool = False) -> dict:
     """Every GLUE task found, one after the other, in ``output_dir/<task>``; returns {task: main metrics}."""
     probe = load_finetune_config("sst2", model, config, overrides)  # checks the shared keys once
     tasks = glue_tasks_found(probe.data.path)
@@ -93,7 +94,7 @@ def finetune_glue(model: str, config: str | None, overrides: list[str], resume: 
     scores, dev_sets = {}, {}
     for task in tasks:
         run = load_finetune_config(task.name, model, config, [*overrides, f"output_dir={root / task.name}"])
-        results = finetune(run, resume=resume).results
+        results = finetune(run, resume=resume, overwrite=overwrite).results
         scores[task.name], dev_sets[task.name] = results["metrics"]["validation"], results["data"]["validation"]
     table = glue_table(scores, dev_sets)
     root.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "runs/finetune/TASK; with --task glue each task's run goes to DIR/TASK (default "
                         "runs/finetune/glue/TASK)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run in output_dir")
+    parser.add_argument("--overwrite", action="store_true", help="replace the encoderlab run in output_dir, once "
+                        "the new run has passed its checks and read its data")
     parser.add_argument("--list", action="store_true", help="print every task and exit")
 
 
@@ -69,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output_dir is not None:  # JSON-quoted: read back as a string whatever the folder's name
         args.overrides = [*args.overrides, f"output_dir={json.dumps(args.output_dir)}"]
     if args.task == "glue":
-        finetune_glue(args.model, args.config, args.overrides, args.resume)
+        finetune_glue(args.model, args.config, args.overrides, args.resume, args.overwrite)
         return 0
     config = load_finetune_config(args.task, args.model, args.config, args.overrides)
-    result = finetune(config, resume=args.resume)
+    result = finetune(config, resume=args.resume, overwrite=args.overwrite)
     print(format_results(result.results))
     print(f"Saved to {result.run_dir}")
     return 0
