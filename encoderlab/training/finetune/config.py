@@ -87,7 +87,8 @@ class FinetuneTrainSection:
     max_steps: int | None = None
     """A step budget (the CPU default uses one); null: ``epochs`` epochs, or fewer by early stopping."""
     eval_steps: int | None = None
-    """Evaluate (and checkpoint) every this many steps; default min(500, steps per epoch // 10), at least 1."""
+    """Evaluate (and checkpoint) every this many steps; default: a fifth of the run's steps (5 evaluations), but at
+    most 10 per epoch and at least one every 500 steps."""
     patience: int = 15
     """Stop after this many evaluations without improvement of the task's main metric."""
     warmup_fraction: float = 0.1

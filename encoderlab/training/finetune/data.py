@@ -178,20 +178,57 @@ def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
     dataset_id = data.path or hub.dataset
     hub_split = hub.splits.get(split, split) if hub is not None else split
     config = hub.config if hub is not None and dataset_id == hub.dataset else None
-    loaded = datasets.load_dataset(dataset_id, config, split=hub_split)
+    try:
+        loaded = datasets.load_dataset(dataset_id, config, split=hub_split)
+    except OSError as error:  # offline, unreachable or not found (datasets' and huggingface_hub's errors are OSErrors)
+        raise hub_dataset_error(task, dataset_id, error, local_files_hint(task)) from None
     return kept_rows(loaded, data, split, text=f"{dataset_id}[{config or ''}]:{hub_split}", origin="hub",
                      name=dataset_id, config=config, hub_split=hub_split)
 
 
-def layout_columns(task, data, from_hub: bool) -> tuple[tuple, str]:
-    """(text columns, label column): ``data.text_columns`` / ``data.label_column`` where given, else the
-    layout's."""
+INFERRED_TEXT_COLUMNS = (("sentence1", "sentence2"), ("sentence",), ("text",))
+"""Text columns read without ``data.text_columns`` when a file has the columns of exactly one of these (a pair, as
+GLUE names it, or one text)."""
+
+
+def local_files_hint(task) -> str:
+    """How to give a task's data as local files instead of its Hub dataset."""
+    if task.local is not None and task.local.files:
+        files = " and ".join(str(Path(task.local.folder) / name) for name in task.local.files.values())
+        return f"--set data.path=FOLDER, a folder holding {files}"
+    return "--set data.train=FILE --set data.validation=FILE (CSV, TSV or JSONL)"
+
+
+def hub_dataset_error(task, dataset_id: str, error: Exception, hint: str) -> ValueError:
+    """The error for a Hub dataset that could not be loaded (offline, the Hub unreachable, no such dataset): it says
+    how to pass local files instead."""
+    return ValueError(f"task {task.name!r} reads the Hub dataset {dataset_id!r}, which could not be loaded "
+                      f"({type(error).__name__}: {error}); offline or without the Hub, give local files: {hint}")
+
+
+def layout_columns(task, data, from_hub: bool, rows: list[dict] = (), source: object = "the data") -> tuple:
+    """(text columns, label column): ``data.text_columns`` / ``data.label_column`` where given, else the layout's,
+    else (own data) the text columns `INFERRED_TEXT_COLUMNS` finds among the columns of `rows`."""
     layout = task.hub if from_hub else task.local
     text_columns = tuple(data.text_columns) or (layout.text_columns if layout is not None else ())
     label_column = data.label_column or (layout.label_column if layout is not None else "label")
-    if not text_columns:
-        raise ValueError(f"task {task.name!r} needs data.text_columns (one or two column names)")
-    return text_columns, label_column
+    return text_columns or inferred_text_columns(task, rows, source), label_column
+
+
+def inferred_text_columns(task, rows: list[dict], source: object) -> tuple:
+    """The one set of `INFERRED_TEXT_COLUMNS` that the rows' columns hold; none or several is a ValueError that lists
+    the columns, so the user can name the right ones in ``data.text_columns``."""
+    if not rows:
+        raise ValueError(f"{source} holds no example")
+    columns = list(rows[0])
+    found = [names for names in INFERRED_TEXT_COLUMNS if set(names) <= set(columns)]
+    if len(found) == 1:
+        logger.info("%s: reading the text from column(s) %s (data.text_columns not given)", source, list(found[0]))
+        return found[0]
+    why = (f"its columns {columns} could hold the text as {' or '.join(str(list(names)) for names in found)}"
+           if found else f"its columns are {columns}")
+    raise ValueError(f"task {task.name!r} needs data.text_columns (one or two column names) for {source}: {why}; "
+                     f"e.g. --set 'data.text_columns=[{columns[0]}]'")
 
 
 def check_columns(rows: list[dict], needed: tuple, source: str) -> None:

@@ -6,7 +6,7 @@
 2. the task kind reads the raw splits and turns them into features (labels checked against the label names);
 3. every point of the hyper-parameter grid (``search``: learning rate x batch size x weight decay; one point by
    default) trains from the checkpoint with the HF Trainer (`point`): evaluation on the validation split every
-   ``train.eval_steps`` steps (default min(500, steps per epoch // 10)), early stop after ``train.patience``
+   ``train.eval_steps`` steps (default `point.evaluation_interval`: 5 per run), early stop after ``train.patience``
    evaluations without improvement, at most ``train.epochs`` epochs or ``train.max_steps`` steps, best checkpoint
    kept; it is then scored on every evaluation split;
 4. the run folder (`report`): the best point's model + tokenizer (loadable with the Auto classes and in the

@@ -44,10 +44,22 @@ def examples_seen(run: FinetuneRunConfig, steps: int, train_size: int, batch_siz
     return epochs * train_size + min(train_size, rest * per_step)
 
 
+EVALUATIONS = 5
+"""Evaluations of a run by default (the last at its final step): each scores the whole validation split, which for a
+small dev set costs as much as a few dozen training steps (STS-B's 1,500 pairs against 300 steps of 32: 17
+evaluations took a third of the run)."""
+
+
 def evaluation_interval(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:
+    """``train.eval_steps``, by default the run's steps / `EVALUATIONS`, but at most 10 evaluations per epoch and at
+    least one every 500 steps."""
     if run.train.eval_steps is not None:
         return run.train.eval_steps
-    return max(1, min(500, steps_per_epoch(run, train_size, batch_size, world_size) // 10))
+    per_epoch = steps_per_epoch(run, train_size, batch_size, world_size)
+    steps = math.ceil(run.train.epochs * per_epoch)
+    if run.train.max_steps is not None:
+        steps = min(steps, run.train.max_steps)
+    return max(1, min(500, max(per_epoch // 10, math.ceil(steps / EVALUATIONS))))
 
 
 def step_limit(run: FinetuneRunConfig, train_size: int, batch_size: int, world_size: int) -> int:

@@ -144,9 +144,13 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} must be >= 1")
     texts, pairs = read_inputs(args)
+    if task == "token" and pairs:
+        raise ValueError("--text-pair (or text_pair in --file) is for `encoderlab predict classify`; a token "
+                         "classifier tags one text at a time")
     model, tokenizer = load_classifier(args.model, task, args.trust_remote_code)
     outputs = tag(model, tokenizer, texts, args.batch_size) if task == "token" \
         else classify(model, tokenizer, texts, pairs, args.batch_size)
-    for text, output in zip(texts, outputs):
-        sys.stdout.write(json.dumps({"text": text, "prediction": output}) + "\n")
+    for number, (text, output) in enumerate(zip(texts, outputs)):
+        echo = {"text": text} | ({"text_pair": pairs[number]} if pairs else {})
+        sys.stdout.write(json.dumps(echo | {"prediction": output}) + "\n")
     return 0

@@ -18,6 +18,7 @@ unfinished one resumes from its last checkpoint.
 
 import argparse
 import json
+import textwrap
 
 from .config import FinetuneDataSection, FinetuneRunConfig, load_finetune_config
 from .model_setup import freeze_parameters, load_model
@@ -34,19 +35,34 @@ __all__ = [  # the fine-tuning API as `encoderlab.training.finetune.run` has alw
 ]
 
 
+LIST_WIDTH = 100
+"""Columns of ``finetune --list``: it fits a terminal and a docs page."""
+
+
 def task_list() -> str:
-    """Every task: data source, head, metric and CPU default."""
-    rows = [("task", "data (default)", "head", "metric", "CPU default", "description")]
+    """Every task: data source, head, metric and description, then the CPU defaults, each set of them once with the
+    tasks that share it; no line wider than `LIST_WIDTH`."""
+    rows = [("task", "data (default)", "head", "metric")]
+    descriptions, defaults = [], {}
     for task in all_tasks().values():
         source = task.default_path or ("local files: data.path" if task.local else "data.train / data.validation")
-        defaults = ", ".join(f"{key}={value}" for key, value in task.cpu_defaults.items())
         metric = f"{task.metric}[{task.metric_config}]" if task.metric_config else task.metric
-        rows.append((task.name, source, task.kind_object().auto_class.removeprefix("AutoModelFor"), metric,
-                     defaults, task.description))
-    rows.append(("glue", "every GLUE task found", "", "", "", "all GLUE tasks + the GLUE average (WNLI excluded)"))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]
-                     for row in rows)
+        rows.append((task.name, source, task.kind_object().auto_class.removeprefix("AutoModelFor"), metric))
+        descriptions.append(task.description)
+        setting = ", ".join(f"{key}={value}" for key, value in task.cpu_defaults.items())
+        defaults.setdefault(setting, []).append(task.name)
+    rows.append(("glue", "every GLUE task found", "", ""))
+    descriptions.append("all GLUE tasks + the GLUE average (WNLI excluded)")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(rows[0], widths)).rstrip()]
+    for row, description in zip(rows[1:], descriptions):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        lines += textwrap.wrap(description, LIST_WIDTH, initial_indent="    ", subsequent_indent="    ")
+    lines += ["", "CPU defaults (under the config file and --set):"]
+    for setting, names in defaults.items():
+        lines += textwrap.wrap(f"{' '.join(names)}: {setting}", LIST_WIDTH, initial_indent="  ",
+                               subsequent_indent="      ", break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

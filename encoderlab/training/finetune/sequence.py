@@ -50,7 +50,7 @@ class SequenceKind(TaskKind):
 
     def load(self, task, data):
         def read_row(rows, source, from_hub):
-            text_columns, label_column = layout_columns(task, data, from_hub)
+            text_columns, label_column = layout_columns(task, data, from_hub, rows, source)
             if len(text_columns) > 2:
                 raise ValueError(f"data.text_columns={list(text_columns)} has {len(text_columns)} columns; "
                                  "allowed: one text column or two (a pair)")

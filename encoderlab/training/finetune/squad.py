@@ -435,21 +435,29 @@ class QuestionAnsweringKind(TaskKind):
             return str(Path(path) / name), split
         return str(path), split
 
+    def local_files_hint(self, task) -> str:
+        train, validation = LOCAL_FILES[self.version_2(task)].values()
+        return (f"--set data.train={train} --set data.validation={validation} (the official JSON files), or "
+                "--set data.path=FOLDER holding them")
+
     def load(self, task, data):
         """(DatasetDict, {split: `SplitSource`}) of train, validation and one ``test_<stem>`` split per
         ``data.test`` file; ``data.train_limit`` / ``data.eval_limit`` / ``data.test_limit`` keep the first
         questions of a split."""
         import datasets
 
-        from .data import kept_rows, public_file_name, test_file_split
+        from .data import hub_dataset_error, kept_rows, public_file_name, test_file_split
 
         sources = {split: self.split_source(task, data, split) for split in ("train", "validation")}
         for file in getattr(data, "test", None) or ():
             sources[test_file_split(parse_source(file)[0])] = (file, "test")
         splits, provenance = {}, {}
         for split, (source, hub_split) in sources.items():
-            examples = load_squad(source, hub_split, self.version_2(task))
             path, articles = parse_source(source)
+            try:
+                examples = load_squad(source, hub_split, self.version_2(task))
+            except OSError as error:  # a Hub dataset offline, unreachable or not found
+                raise hub_dataset_error(task, path, error, self.local_files_hint(task)) from None
             if path.endswith(".json") or Path(path).exists():
                 origin = dict(origin="local", name=public_file_name(Path(path), getattr(data, "path", None)),
                               articles=None if articles == slice(None) else str(source)[len(path) + 1:-1])

@@ -91,7 +91,7 @@ class TokenKind(TaskKind):
 
     def load(self, task, data):
         def read_row(rows, source, from_hub):
-            (text_column, *rest), label_column = layout_columns(task, data, from_hub)
+            (text_column, *rest), label_column = layout_columns(task, data, from_hub, rows, source)
             if rest:
                 raise ValueError(f"data.text_columns={[text_column, *rest]}: token classification takes one "
                                  "column of words")
