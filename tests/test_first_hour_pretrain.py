@@ -4,6 +4,7 @@ purpose; Ctrl-C says how to resume, and the resume is quiet; piped logs hold pla
 named as such."""
 
 import json
+import math
 import re
 import signal
 import subprocess
@@ -161,12 +162,36 @@ def test_the_demo_replaces_an_earlier_demo_only_once_the_new_run_can_start(tmp_p
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["notes.txt"]
 
 
-def test_the_demo_is_quick_by_default_and_full_on_request():
-    args = SimpleNamespace(full=False, overrides=["train.seed=1"], output_dir="runs/x")
-    quick = demo.load_run_config("demo", demo.demo_overrides(args))
-    full = demo.load_run_config("demo", demo.demo_overrides(SimpleNamespace(**{**vars(args), "full": True})))
-    assert quick.train.token_budget == demo.QUICK_BUDGET < full.train.token_budget == demo.full_budget()
-    assert quick.train.seed == full.train.seed == 1 and quick.output_dir == full.output_dir == "runs/x"
+TINY_DEMO = [f"{key}={value}" for key, value in {
+    "model.config.hidden_size": 32, "model.config.num_hidden_layers": 2, "model.config.intermediate_size": 64,
+    "tokenizer.vocab_size": 300, "train.seq_len": 32, "train.batch_size": 4, "train.token_budget": 2400,
+    "data.max_eval_examples": 4, "train.logging_steps": 2}.items()]
+"""The demo at the size of the tiny run: ~20 steps."""
+
+
+def test_the_demo_prints_a_first_result_at_a_quarter_of_the_run_then_the_rest(tmp_path, capsys, monkeypatch):
+    argv = ["demo", "--output-dir", str(tmp_path / "demo"), *(word for text in TINY_DEMO for word in ("--set", text))]
+    saved_when_shown, fill_mask = [], demo.fill_mask
+
+    def recording_fill_mask(*args):  # the checkpoint a Ctrl-C right after the line would keep
+        saved_when_shown.append(last_checkpoint(tmp_path / "demo"))
+        return fill_mask(*args)
+
+    monkeypatch.setattr(demo, "fill_mask", recording_fill_mask)
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    stages = re.findall(r"^\[(\d+)% after [\d.]+ min\] step (\d+) of (\d+): masked accuracy [\d.]+ on the validation "
+                        r"windows; fill-mask: '.*' \(p=[\d.]+\)$", out, re.M)
+    max_steps = int(stages[0][2])
+    # at every evaluation but the last (the demo config's 4), the first at a quarter of the run
+    assert [int(step) for _, step, _ in stages] == [math.ceil(max_steps / 4) * k for k in (1, 2, 3)]
+    assert out.index(f"[{stages[0][0]}% after") < out.index("fill-mask (reloaded with AutoModelForMaskedLM)")
+    assert [checkpoint.name for checkpoint in saved_when_shown[:3]] == [f"checkpoint-{step}" for _, step, _ in stages]
+    steps = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "demo").glob("checkpoint-*"))
+    assert steps[-1] == max_steps
+    assert demo.interrupted_demo(tmp_path / "demo").startswith(
+        f"Interrupted: {tmp_path / 'demo' / f'checkpoint-{max_steps}'} keeps the model as it was there")
+    assert cli.main(argv) == 0  # an earlier demo run is replaced
 
 
 def test_pretrain_help_offers_only_the_configs_pretrain_accepts(capsys):

@@ -289,7 +289,7 @@ def test_demo_prints_the_margin_over_the_floor(tmp_path, monkeypatch, capsys):
     _, results = old_and_new_results({"short": 0.141, "long": 0.152})
     monkeypatch.setattr(demo, "pretrain", lambda config, **options: SimpleNamespace(results=results))
     monkeypatch.setattr(demo, "fill_mask_example", lambda run_dir: [{"sequence": "x", "token_str": "a", "score": 0.5}])
-    args = SimpleNamespace(overrides=[], output_dir=str(tmp_path / "demo"), full=True, overwrite=False)
+    args = SimpleNamespace(overrides=[], output_dir=str(tmp_path / "demo"), overwrite=False)
     assert demo.run(args) == 0
     printed = capsys.readouterr().out
     assert "minus the copy-or-unigram floor" in printed and "at 32 tokens: +0.159" in printed

@@ -20,9 +20,9 @@ def position_limits(config) -> list[tuple[int, str]]:
     positions = getattr(config, "max_position_embeddings", None)
     if positions is not None and table and getattr(config, "use_positions", True):
         limits.append((positions, "absolute positions: the learned position table has one row per position"))
-    base_model = FAMILIES.get(type(config), {}).get("AutoModel")
-    if base_model is not None:  # the family's limits depend on the config alone: read without building the model
-        limits.extend(base_model.length_limits(SimpleNamespace(config=config)))
+    family_limits = getattr(FAMILIES.get(type(config), {}).get("AutoModel"), "length_limits", None)
+    if family_limits is not None:  # they depend on the config alone: read without building the model
+        limits.extend(family_limits(SimpleNamespace(config=config)))
     return limits
 
 
