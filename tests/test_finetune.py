@@ -239,8 +239,8 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     assert "| validation | `SST-2/dev.tsv`: first 32 of 872 examples (data.eval_limit=32) |" in card.text
     # how much of the training split the 8 steps of 8 drew, not only how much was kept
     assert results["train_seen"] == {"seen": 64, "available": 64, "unit": "examples", "epochs": 1.0}
-    assert ("| train | `SST-2/train.tsv`: first 64 of 67349 examples (data.train_limit=64); 64 of its 64 examples seen "
-            "in training (1.00 epochs) |") in card.text
+    assert ("| train | `SST-2/train.tsv`: first 64 of 67349 examples (data.train_limit=64); 64 examples drawn in "
+            "training (1.00 epochs) |") in card.text
 
     model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)

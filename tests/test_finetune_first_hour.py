@@ -125,7 +125,7 @@ def test_a_sentence_column_is_read_without_text_columns(sentence_run):
     # what the run drew of the whole split: half of it
     assert results["train_seen"] == {"seen": 32, "available": 64, "unit": "examples", "epochs": 0.5}
     card = (sentence_run.run_dir / "README.md").read_text(encoding="utf-8")
-    assert "| train | `train.csv`: all 64 examples; 32 of its 64 examples seen in training (0.50 epochs) |" in card
+    assert "| train | `train.csv`: all 64 examples; 32 examples drawn in training (0.50 epochs) |" in card
 
 
 def test_a_sentence_pair_is_read_without_text_columns(mlm, tmp_path):

@@ -399,12 +399,12 @@ def _best_checkpoint_text(results: dict) -> str:
 
 
 def _seen_text(results: dict) -> str:
-    """How much of the training split training drew, e.g. "9,600 of its 67,349 examples seen (0.14 epochs)"."""
+    """How much of the training split training drew, e.g. "9,600 examples drawn in training (0.14 epochs)"."""
     seen = results.get("train_seen") or {}
     if seen.get("seen") is None:
         return ""
-    return (f"; {seen['seen']:,} of its {seen['available']:,} {seen['unit']} seen in training "
-            f"({seen['epochs']:.2f} epochs)")
+    unit = "" if seen["unit"] == "examples" else f" of its {seen['available']:,} {seen['unit']}"
+    return f"; {seen['seen']:,} {seen['unit']} drawn in training ({seen['epochs']:.2f} epochs{unit})"
 
 
 def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:

@@ -173,8 +173,8 @@ def seen_text(results: dict) -> str | None:
     seen = results.get("train_seen") or {}
     if seen.get("seen") is None:
         return None
-    return (f"{seen['seen']:,} of the {seen['available']:,} training {seen['unit']} seen "
-            f"({seen['epochs']:.2f} epochs)")
+    return (f"{seen['seen']:,} {seen['unit']} drawn in training, {seen['epochs']:.2f} epochs of the "
+            f"{seen['available']:,} kept")
 
 
 def format_results(results: dict) -> str:
