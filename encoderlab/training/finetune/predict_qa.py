@@ -31,6 +31,9 @@ NULL_THRESHOLD_ATTRIBUTE = "qa_null_threshold"
 Without it (a SQuAD v1.1 model) every question gets a span unless `null_threshold` is given."""
 
 
+DEFAULT_DOC_STRIDE = 128
+"""Tokens neighbouring windows share by default, as transformers' QA examples do, at most half the window."""
+
 MAX_DEFAULT_LENGTH = 8192
 """A tokenizer's ``model_max_length`` above this is transformers' "no limit" sentinel, not a window length."""
 
@@ -56,7 +59,7 @@ def check_questions_fit(tokenizer, questions: list[str], max_length: int, doc_st
                          f"{room - 1} tokens; raise max_length or lower doc_stride")
 
 
-def answer_questions(model, tokenizer, questions, contexts, *, max_length: int | None = None, doc_stride: int = 128,
+def answer_questions(model, tokenizer, questions, contexts, *, max_length: int | None = None, doc_stride: int | None = None,
                      max_answer_length: int = 30, n_best: int = 20, null_threshold: float | None = None,
                      batch_size: int = 32, return_n_best: bool = False) -> list[dict]:
     """The answer to each question in its context.
@@ -67,7 +70,8 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int |
         questions, contexts: a string each, or equally long lists of strings.
         max_length, doc_stride: window length in tokens and the tokens neighbouring windows share; long contexts
             are read in overlapping windows and the answer is the best span over all of them. Default length: the
-            tokenizer's ``model_max_length`` (a fine-tuned run saves its ``data.max_length`` there), or 384.
+            tokenizer's ``model_max_length`` (a fine-tuned run saves its ``data.max_length`` there), or 384; default
+            stride: 128 tokens, or half the window when that is shorter (a 96-token window shares 48).
         max_answer_length: longest answer in tokens. n_best: candidate spans kept per question.
         null_threshold: "no answer" when the null score (first token) exceeds the best span's score by more than
             this; default: the model config's ``qa_null_threshold`` (set by a SQuAD v2 fine-tune), or never.
@@ -86,6 +90,8 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int |
     check_fast_tokenizer(tokenizer)
     if max_length is None:  # transformers sets a huge sentinel when a tokenizer has no limit of its own
         max_length = tokenizer.model_max_length if tokenizer.model_max_length <= MAX_DEFAULT_LENGTH else 384
+    if doc_stride is None:
+        doc_stride = min(DEFAULT_DOC_STRIDE, max_length // 2)
     check_window_settings(max_length, doc_stride)
     check_questions_fit(tokenizer, questions, max_length, doc_stride)
     if null_threshold is None:
@@ -162,7 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="write the answers as JSONL here instead of printing them")
     parser.add_argument("--max-length", type=int, default=None,
                         help="window length in tokens (default: the tokenizer's model_max_length, else 384)")
-    parser.add_argument("--doc-stride", type=int, default=128, help="tokens shared by neighbouring windows")
+    parser.add_argument("--doc-stride", type=int, default=None,
+                        help=f"tokens shared by neighbouring windows (default {DEFAULT_DOC_STRIDE}, or half the window "
+                             "when that is shorter)")
     parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens")
     parser.add_argument("--n-best", type=int, default=20, help="candidate spans per question")
     parser.add_argument("--null-threshold", type=float, default=None,
