@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Runs the parsed command: its module's ``run(args)``, with one-line errors unless ``--debug``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not sys.stderr.isatty():  # a pipe or a log file
+        without_progress_bars()
     try:
         return importlib.import_module(args.module).run(args)
     except Exception as error:  # a user's mistake or a failed run: one line, unless debugging
@@ -102,6 +104,17 @@ def run(args: argparse.Namespace) -> int:
             raise
         print(f"encoderlab: error: {error_line(error)} (--debug shows the traceback)", file=sys.stderr)
         return 1
+
+
+def without_progress_bars() -> None:
+    """Switch off the progress bars of transformers (loading weights), datasets (the data steps) and
+    huggingface_hub: in a pipe or a log file their redrawn lines pile up. Training writes plain progress lines
+    there instead (`encoderlab.training.trainer.plain_progress_when_piped`)."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    datasets.disable_progress_bars()
+    transformers_logging.disable_progress_bar()  # huggingface_hub's too
 
 
 def error_line(error: Exception) -> str:

@@ -293,7 +293,8 @@ def test_finetune_overwrite_replaces_its_run_only_once_the_new_one_has_read_its_
             *(word for setting in [*QUICK, f"data.train={tmp_path / 'train.csv'}", "data.text_columns=[review]",
                                    "data.label_column=stars"] for word in ("--set", setting))]
     assert cli.main([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"]) == 0
-    capsys.readouterr()
+    out, err = capsys.readouterr()  # not a terminal: progress as lines, no redrawn bars
+    assert re.search(r"^step \d+/\d+ \(\d+%\): loss \d", out, re.M) and "\r" not in err + out
     assert "--overwrite to replace it" in error_of([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"],
                                                     capsys)
     (run_dir / "earlier.txt").write_text("from the earlier run")

@@ -17,20 +17,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datasets
     from accelerate import PartialState
 
     from .pretrain import run_tokenizer, validate_run
     from .run_config import load_run_config
     from .shards import describe, load_or_build_shards
     from .sources import check_local_source
-    from .trainer import progress_is_piped
 
     config = load_run_config(args.config, args.overrides)
     validate_run(config)
     check_local_source(config.data.source, text_field=config.data.text_field, split=config.data.split)
-    if progress_is_piped():  # a cluster job's log: no redrawn bars
-        datasets.disable_progress_bars()
     state = PartialState()
     tokenizer = run_tokenizer(config, None, state)
     shards = load_or_build_shards(config, tokenizer, state)

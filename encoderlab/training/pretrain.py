@@ -323,17 +323,14 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     leaves no folder behind. `command` names the job that owns the folder. ``resume`` of a finished run raises
     `run_folder.RunFinished`.
     """
-    import datasets
     from accelerate import PartialState
     from transformers import set_seed
 
     from . import fsdp
     from .sources import check_local_source
-    from .trainer import cpu_only, plan_steps, progress_is_piped
+    from .trainer import cpu_only, plan_steps
 
     validate_run(run)
-    if progress_is_piped():  # the Trainer writes plain lines there (`trainer.ProgressLines`); the data steps none
-        datasets.disable_progress_bars()
     fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)),
                       run.optimizer.name)
     run_dir = Path(run.output_dir)

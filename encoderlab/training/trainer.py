@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import torch
-from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from .optim import scheduler_arguments
 
@@ -82,7 +82,6 @@ def training_arguments(run, max_steps: int, drope: bool = False) -> TrainingArgu
         use_cpu=cpu_only(),
         include_num_input_tokens_seen="non_padding",
         report_to="none",
-        disable_tqdm=progress_is_piped(),
         torch_compile=getattr(run.train, "torch_compile", False),  # fine-tuning's train section has no such key
         # After DroPE the learned position table gets no gradient; DDP must be told to expect that.
         ddp_find_unused_parameters=drope,
@@ -107,9 +106,7 @@ class MLMTrainer(Trainer):
         # The families return the mean loss over masked tokens and ignore `num_items_in_batch`, so the Trainer
         # must scale the loss for gradient accumulation itself.
         self.model_accepts_loss_kwargs = False
-        if self.args.disable_tqdm:  # the Trainer then prints each log as a raw dict: lines with progress instead
-            self.remove_callback(PrinterCallback)
-            self.add_callback(ProgressLines())
+        plain_progress_when_piped(self)
 
     def _issue_warnings_after_load(self, load_result):
         """On resuming, a weight tied to another one (the masked-LM decoder to the word embeddings) is not in the
@@ -148,6 +145,15 @@ class MLMTrainer(Trainer):
             return super().get_eval_dataloader(eval_dataset)
         finally:
             self.data_collator = train_collator
+
+
+def plain_progress_when_piped(trainer: Trainer) -> None:
+    """Where progress goes to a pipe or a log file (`progress_is_piped`), `trainer` writes `ProgressLines` instead
+    of its progress bars (or, with ``disable_tqdm``, its logs as raw dicts)."""
+    if progress_is_piped():
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(ProgressLines())
 
 
 class ProgressLines(TrainerCallback):

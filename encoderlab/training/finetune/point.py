@@ -114,6 +114,7 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
     from transformers import EarlyStoppingCallback, set_seed
 
     from .. import fsdp
+    from ..trainer import plain_progress_when_piped
     from .layer_decay import LayerDecayTrainer
 
     finished = point_dir / POINT_RESULTS
@@ -140,6 +141,7 @@ def train_point(run: FinetuneRunConfig, point: dict, prepared: Prepared, point_d
         callbacks=[EarlyStoppingCallback(early_stopping_patience=run.train.patience), evaluate_at_end_callback()],
     )
     fsdp.configure_trainer(trainer)
+    plain_progress_when_piped(trainer)  # a log file gets lines, not redrawn bars
     trainer.train(resume_from_checkpoint=True if any(point_dir.glob("checkpoint-*")) else None)
     trainer.remove_callback(EarlyStoppingCallback)  # it only follows evaluations during training
     metrics = {}
