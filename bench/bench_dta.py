@@ -1,6 +1,6 @@
 """DTA-BERT speed: the attention op and a whole-model MLM train step, against baselines measured in the same run.
 
-1. Attention forward+backward at L = 512, 1024, 4096 through `encoderlab.modeling.dual_triangle.attend` with the
+1. Attention forward+backward at L = 512, 1024, 4096 through `encoderlab.modeling.attention.attend` with the
    sdpa implementation: dual triangle vs bidirectional (targets on CPU: <= 0.8x at 1024, <= 0.6x at 4096).
 2. MLM train step (forward, backward, AdamW) tokens/s of DTA-BERT base (12 layers, 768 wide, seq 512) vs HF
    `BertForMaskedLM` with SDPA at the same size (target >= 1.0x).
@@ -16,15 +16,14 @@ from transformers import BertConfig, BertForMaskedLM
 
 from common import interleaved_times, markdown_table, paired_ratio, write_section
 from encoderlab import DTABertConfig, DTABertForMaskedLM
-from encoderlab.modeling.attention import AttentionMask, attend
+from encoderlab.modeling.attention import attend
 
 
 def attention_step(attention_type, batch, heads, length, head_dim):
     q, k, v = (torch.randn(batch, heads, length, head_dim, requires_grad=True) for _ in range(3))
-    mask = AttentionMask(None, batch, length, q.device)
 
     def step():
-        out, _ = attend(q, k, v, mask=mask, attention_type=attention_type, implementation="sdpa", training=True)
+        out, _ = attend(q, k, v, attention_type=attention_type, implementation="sdpa", training=True)
         out.sum().backward()
 
     return step

@@ -32,10 +32,10 @@ if not torch.cuda.is_available():  # the fused kernels' check runs in Triton's i
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from encoderlab.configuration.homa import HOMAConfig  # noqa: E402
-from encoderlab.modeling import triadic_triton  # noqa: E402
-from encoderlab.modeling.attention import AttentionMask  # noqa: E402
 from encoderlab.modeling.homa import BlockSelfAttention  # noqa: E402
-from encoderlab.modeling.homa_kernel import BlockLayout, _triadic_backward, _triadic_forward  # noqa: E402
+from encoderlab.modeling.kernels import triadic_triton  # noqa: E402
+from encoderlab.modeling.kernels.blocks import BlockLayout  # noqa: E402
+from encoderlab.modeling.kernels.triadic import _triadic_backward, _triadic_forward  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import command_line, interleaved_times, paired_ratio  # noqa: E402
@@ -78,21 +78,21 @@ def build_layers(window, seed=0):
     return layers
 
 
-def step(layer, hidden, mask, layout):
+def step(layer, hidden, layout):
     hidden.grad = None
     for parameter in layer.parameters():
         parameter.grad = None
-    out = layer(hidden, mask, block_layout=layout)
+    out = layer(hidden, layout)
     out.backward(torch.ones_like(out))
     return out
 
 
-def peak_bytes(layer, hidden, mask, layout):
+def peak_bytes(layer, hidden, layout):
     hidden.grad = None
     for parameter in layer.parameters():
         parameter.grad = None
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step(layer, hidden, mask, layout)
+        step(layer, hidden, layout)
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     live = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
@@ -105,21 +105,19 @@ def run(batch, seq_len, repeats):
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(batch, seq_len, 512, generator=generator, requires_grad=True)
-    key_valid = torch.ones(batch, seq_len, dtype=torch.bool)
-    mask = AttentionMask(key_valid, batch, seq_len, hidden.device)
-    layout = BlockLayout.from_mask(key_valid, 30, 15)
+    layout = BlockLayout.from_mask(torch.ones(batch, seq_len, dtype=torch.bool), 30, 15)
     rows = []
     for window in (3, 5, 7):
         layers = build_layers(window)
         with torch.no_grad():
-            fast = layers["HOMA"](hidden, mask, block_layout=layout)
-            slow = layers["materialising"](hidden, mask, block_layout=layout)
+            fast = layers["HOMA"](hidden, layout)
+            slow = layers["materialising"](hidden, layout)
         agreement = (fast - slow).abs().max().item()
-        times = interleaved_times({name: partial(step, layer, hidden, mask, layout)
+        times = interleaved_times({name: partial(step, layer, hidden, layout)
                                    for name, layer in layers.items()}, repeats)
         for name, layer in layers.items():
             rows.append(dict(window=window, name=name, seconds=min(times[name]),
-                             median=statistics.median(times[name]), peak=peak_bytes(layer, hidden, mask, layout),
+                             median=statistics.median(times[name]), peak=peak_bytes(layer, hidden, layout),
                              speedup=paired_ratio(times, "materialising", name),
                              slowdown=paired_ratio(times, name, "blockwise-2D"), agreement=agreement))
     return rows

@@ -7,14 +7,14 @@ document of a row cut at the row's end, a few padding tokens after the last pack
   document ids), for bidirectional (one triangle) and dual triangle (2H routed sub-heads);
 * ``flex block mask, padding only`` (the baseline): the same call for the same rows as one document each, with the
   same padding: the per-batch mask encoderlab built before packing;
-* ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`AttentionMask.dense_allowed`).
+* ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`attention.allowed_mask`).
 
 Then the sdpa attention op itself (dual triangle, forward + backward, B=4, 4 heads of 64, L=1024): the same packed
 rows in runs of 256 queries over their key spans (what encoderlab runs), as one dense-mask call (the spans switched
 off), and the baseline: unpacked rows without padding (the reordered causal calls).
 
-Each mask is built on a fresh [`AttentionMask`] (its per-forward cache is not reused) and timed interleaved with
-the others. Ratios are to the padding-only block mask of the same shape and pattern, from the same round.
+Each mask is built anew in every round, as every forward builds it, and timed interleaved with the others. Ratios
+are to the padding-only block mask of the same shape and pattern, from the same round.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python bench/bench_packing_masks.py [--write]
 """
@@ -24,11 +24,12 @@ import statistics
 
 import torch
 
-import encoderlab.modeling.dual_triangle as dual_triangle
+import encoderlab.modeling.attention as attention
 
 from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
-from encoderlab.modeling.attention import AttentionMask, attend, document_ids_from_positions
-from encoderlab.modeling.dual_triangle import _FLEX_BLOCK, _TRIANGLES_BY_TYPE, flex_block_mask
+from encoderlab.modeling.attention import allowed_mask, attend, flex_block_mask, real_keys
+from encoderlab.modeling.documents import document_ids_from_positions
+from encoderlab.modeling.kernels.common import TRIANGLES
 
 HEADS = 4
 
@@ -52,16 +53,16 @@ def packed_rows(batch_size, seq_len, generator):
 def timed_steps(batch_size, seq_len, attention_type, generator):
     position_ids, attention_mask = packed_rows(batch_size, seq_len, generator)
     document_ids = document_ids_from_positions(position_ids)
-    triangles = _TRIANGLES_BY_TYPE[attention_type]
-    padded_len = seq_len + (-seq_len % _FLEX_BLOCK)
+    triangles = TRIANGLES[attention_type]
 
     def block_mask(documents):
-        mask = AttentionMask(attention_mask, batch_size, seq_len, "cpu", document_ids if documents else None)
-        return flex_block_mask(mask, triangles, HEADS, padded_len)
+        key_valid = real_keys(attention_mask, "cpu")
+        return flex_block_mask(triangles, HEADS, key_valid, document_ids if documents else None, batch_size,
+                               seq_len, "cpu")
 
     def dense_mask():
-        mask = AttentionMask(attention_mask, batch_size, seq_len, "cpu", document_ids)
-        return [mask.dense_allowed(triangle) for triangle in triangles]
+        key_valid = real_keys(attention_mask, "cpu")
+        return [allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, "cpu") for triangle in triangles]
 
     documents_per_row = float((position_ids == 0).sum(-1).float().mean())
     return documents_per_row, {
@@ -77,14 +78,14 @@ def attention_steps(generator, batch_size=4, seq_len=1024, head_dim=64):
 
     def step(documents, spans=True):
         query, key, value = (torch.randn(batch_size, HEADS, seq_len, head_dim, requires_grad=True) for _ in range(3))
-        mask = AttentionMask(None, batch_size, seq_len, "cpu", document_ids if documents else None)
-        chunk = dual_triangle._DOCUMENT_QUERY_CHUNK
-        dual_triangle._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
+        chunk = attention._DOCUMENT_QUERY_CHUNK
+        attention._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
         try:
-            output, _ = attend(query, key, value, mask=mask, implementation="sdpa", attention_type="dual_triangle")
+            output, _ = attend(query, key, value, document_ids=document_ids if documents else None,
+                               implementation="sdpa", attention_type="dual_triangle")
             output.sum().backward()
         finally:
-            dual_triangle._DOCUMENT_QUERY_CHUNK = chunk
+            attention._DOCUMENT_QUERY_CHUNK = chunk
 
     documents_per_row = float((position_ids == 0).sum(-1).float().mean())
     return documents_per_row, {

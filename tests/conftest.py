@@ -40,9 +40,9 @@ def shared_data():
 @pytest.fixture
 def uncompiled_flex(monkeypatch):
     """flex_attention without torch.compile: checks our mask/score logic over many shapes in seconds."""
-    import encoderlab.modeling.dual_triangle as dual_triangle
+    import encoderlab.modeling.kernels.flex as flex
 
-    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", False)
+    monkeypatch.setattr(flex, "FLEX_COMPILE", False)
 
 
 BAD_INPUTS_PROPERTY = "bad_inputs_tried"

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from encoderlab.modeling.attention import AttentionMask, attend
-from encoderlab.modeling.dual_triangle import causal_sdpa
+from encoderlab.modeling.attention import attend
+from encoderlab.modeling.kernels.sdpa import causal_sdpa
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from naive_reference import naive_attention, padding_mask
 
@@ -19,10 +19,8 @@ def random_case(batch, heads, length, dim, side, dtype=torch.float64):
 
 
 def run(query, key, value, mask, attention_type, implementation, bias_module=None):
-    batch, _, length, _ = query.shape
-    context = AttentionMask(mask, batch, length, query.device)
     with torch.no_grad():
-        output, _ = attend(query, key, value, mask=context, attention_type=attention_type,
+        output, _ = attend(query, key, value, attention_mask=mask, attention_type=attention_type,
                            implementation=implementation, bias_module=bias_module)
     return output
 
@@ -114,8 +112,8 @@ def test_compiled_flex_matches_naive_fp32(attention_type):
 def test_all_padding_row_is_finite_with_finite_gradients(dtype, implementation, attention_type):
     query, key, value = (torch.randn(2, 2, 6, 8, dtype=dtype, requires_grad=True) for _ in range(3))
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]])
-    context = AttentionMask(mask, 2, 6, "cpu")
-    output, _ = attend(query, key, value, mask=context, attention_type=attention_type, implementation=implementation)
+    output, _ = attend(query, key, value, attention_mask=mask, attention_type=attention_type,
+                       implementation=implementation)
     assert torch.isfinite(output).all()
     (output * mask[:, None, :, None]).sum().backward()
     for tensor in (query, key, value):
@@ -136,8 +134,7 @@ def test_padded_keys_get_no_weight():
 
 def test_eager_returns_both_triangles():
     query, key, value, mask = random_case(2, 3, 9, 8, "right")
-    context = AttentionMask(mask, 2, 9, "cpu")
-    _, probs = attend(query, key, value, mask=context, attention_type="dual_triangle", implementation="eager",
+    _, probs = attend(query, key, value, attention_mask=mask, attention_type="dual_triangle", implementation="eager",
                       output_attentions=True)
     assert probs.shape == (2, 6, 9, 9)
     down, up = probs[:, :3], probs[:, 3:]
@@ -149,16 +146,16 @@ def test_eager_returns_both_triangles():
 def test_output_attentions_needs_eager():
     query, key, value, _ = random_case(1, 1, 4, 4, "none")
     with pytest.raises(ValueError, match="output_attentions=True needs attn_implementation='eager'"):
-        attend(query, key, value, mask=AttentionMask(None, 1, 4, "cpu"), attention_type="causal",
-               implementation="sdpa", output_attentions=True)
+        attend(query, key, value, attention_type="causal", implementation="sdpa", output_attentions=True)
 
 
 def test_float64_flex_attention_with_compile_on_cpu_falls_back_with_a_warning(monkeypatch):
     # Inductor's compiled flex_attention has no float64 CPU kernel (a raw InductorError); issue 32, item 13.
-    import encoderlab.modeling.dual_triangle as dual_triangle
+    import encoderlab.modeling.kernels.common as common
+    import encoderlab.modeling.kernels.flex as flex
 
-    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", True)
-    monkeypatch.setattr(dual_triangle, "_warned", set())
+    monkeypatch.setattr(flex, "FLEX_COMPILE", True)
+    monkeypatch.setattr(common, "_warned", set())
     query, key, value, mask = random_case(2, 2, 9, 8, "right")
     with pytest.warns(UserWarning, match="compiled flex_attention has no CPU kernel for torch.float64"):
         got = run(query, key, value, mask, "dual_triangle", "flex_attention")

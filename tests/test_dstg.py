@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from transformers import AutoModel
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
-from encoderlab.modeling import dual_triangle as attention_module
+from encoderlab.modeling.kernels import flex as attention_module
 from encoderlab.modeling.dstg import (
     DSTGNeoBERT,
     DSTGNeoBERTForMaskedLM,

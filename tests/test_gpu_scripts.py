@@ -94,16 +94,16 @@ def test_kernel_table_compares_every_implementation(gpu_scripts, tmp_path, share
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_kernel_table_fails_a_planted_kernel_bug(gpu_scripts, tmp_path, shared_data, monkeypatch):
-    from encoderlab.modeling import dual_triangle
+    from encoderlab.modeling.kernels import sdpa
 
     kernels = gpu_scripts["family_checks"]
-    original = dual_triangle.sdpa_triangle
+    original = sdpa.sdpa_triangle
 
-    def upper_triangle_off_by_a_little(query, key, value, mask, triangle, *args, **kwargs):
-        output = original(query, key, value, mask, triangle, *args, **kwargs)
+    def upper_triangle_off_by_a_little(query, key, value, attention_inputs, triangle, *args, **kwargs):
+        output = original(query, key, value, attention_inputs, triangle, *args, **kwargs)
         return output * 1.01 if triangle == "upper" else output
 
-    monkeypatch.setattr(dual_triangle, "sdpa_triangle", upper_triangle_off_by_a_little)
+    monkeypatch.setattr(sdpa, "sdpa_triangle", upper_triangle_off_by_a_little)
     context = quick_context(gpu_scripts, tmp_path, shared_data)
     table = gpu_scripts["common"].Table("kernels", kernels.COLUMNS)
     kernels.run_kernel_checks(context, table, ("eager", "sdpa"), ("left",), 300, only=["dta-dual_triangle-none"])

@@ -12,10 +12,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling import homa_kernel
-from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.homa import ATTENTION_CLASSES
-from encoderlab.modeling.homa_kernel import BlockLayout, triadic_attention
+from encoderlab.modeling.homa import ATTENTION_CLASSES, prepare_homa_inputs
+from encoderlab.modeling.kernels import triadic
+from encoderlab.modeling.kernels.blocks import BlockLayout
+from encoderlab.modeling.kernels.triadic import triadic_attention
 
 HIDDEN, HEADS, BLOCK, STRIDE = 8, 2, 8, 5
 
@@ -51,7 +51,7 @@ def padding_mask(lengths, seq_len, side="right"):
 
 
 def run_layer(layer, hidden, mask):
-    return layer(hidden, AttentionMask(mask, *mask.shape, mask.device))
+    return layer(hidden, prepare_homa_inputs(layer, mask, None, hidden))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def test_product_band_reads_the_window_entries_of_the_product(window):
     product = left @ right.mT
     for first in range(half + 1):
         rows = slice(first, n - (half - first))
-        band = homa_kernel._product_band(left[:, rows], right.mT, first, window)
+        band = triadic._product_band(left[:, rows], right.mT, first, window)
         assert torch.isfinite(band).all()
         for r, a in enumerate(range(rows.start, rows.stop)):
             for k in range(window):
@@ -312,13 +312,13 @@ def test_homa_layer_gradcheck(fusion):
     layer = make_layer(make_config(fusion=fusion, hidden_size=4, triadic_window=3, block_size=5, block_stride=3))
     hidden = torch.randn(2, 7, 4, dtype=torch.float64, requires_grad=True)
     mask = padding_mask([7, 5], 7, side="left")
-    attention_mask = AttentionMask(mask, 2, 7, mask.device)
-    assert torch.autograd.gradcheck(lambda x: layer(x, attention_mask), (hidden,))
+    attention_inputs = prepare_homa_inputs(layer, mask, None, hidden)
+    assert torch.autograd.gradcheck(lambda x: layer(x, attention_inputs), (hidden,))
 
 
 def test_triadic_tiles_match_reference(monkeypatch):
     # Tiles of 3 blocks (the last one shorter): every tile boundary must be invisible in outputs and gradients.
-    monkeypatch.setattr(homa_kernel, "_TILE_ELEMENTS", 3 * BLOCK * (HIDDEN // HEADS))
+    monkeypatch.setattr(triadic, "_TILE_ELEMENTS", 3 * BLOCK * (HIDDEN // HEADS))
     layer = make_layer(make_config(triadic_window=5))
     mask = padding_mask([23, 17], 23, side="left")
     assert_matches_reference(layer, random_hidden(2, 23), mask)
@@ -326,7 +326,7 @@ def test_triadic_tiles_match_reference(monkeypatch):
     generator = torch.Generator().manual_seed(4)
     inputs = [torch.randn(7, 6, 3, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
     key_mask = torch.rand(7, 6, generator=generator) > 0.3
-    monkeypatch.setattr(homa_kernel, "_TILE_ELEMENTS", 2 * 6 * 3)
+    monkeypatch.setattr(triadic, "_TILE_ELEMENTS", 2 * 6 * 3)
     assert torch.autograd.gradcheck(lambda q, k, u, v: triadic_attention(q, k, u, v, key_mask, 3), inputs)
 
 

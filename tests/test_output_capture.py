@@ -1,9 +1,7 @@
-"""Hidden states and attention maps come from transformers' output-capturing hooks (`capture_outputs` on the encoder
-template's forward, `_can_record_outputs` per family). The tests hold what the hooks record against a forward run
+"""Hidden states and attention maps come from transformers' output-capturing hooks (`capture_outputs` on each
+family's forward, `_can_record_outputs` per family). The tests hold what the hooks record against a forward run
 by hand, block by block, in float64, for a plain stack, the DTA U-Net with value embeddings, HOMA and both DSTG
 stream layouts."""
-
-from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +13,11 @@ from encoderlab import (
     DTABertForMaskedLM,
     HOMAConfig,
     HOMAForTokenClassification,
+    HOMAModel,
 )
+from encoderlab.modeling.attention import prepare_attention_inputs
+from encoderlab.modeling.base import default_position_ids
+from encoderlab.modeling.homa import prepare_homa_inputs
 
 VOCAB = 32
 CLS, SEP = 1, 2
@@ -63,23 +65,30 @@ def states_by_hand(base, ids, mask):
     """The embedding output and every block's output, running the blocks one by one (the U-Net's skips, x0 and
     value tables written out), without any hook."""
     config = base.config
-    positions = base.default_positions(mask, *ids.shape, ids.device)
-    state = base.embed(ids, None, positions)
-    dtype = (state[0] if isinstance(state, tuple) else state).dtype
-    context = base.layer_context(ids, mask, positions, *ids.shape, ids.device, dtype)
+    positions = default_position_ids(mask, *ids.shape, ids.device)
+    state = base.embeddings(ids, None, positions)
+    if isinstance(base, HOMAModel):
+        attention_inputs = prepare_homa_inputs(base, mask, None, joined(state))
+    else:
+        attention_inputs = prepare_attention_inputs(base, mask, None, joined(state),
+                                                    attention_type=getattr(config, "attention_type", "bidirectional"))
+    if getattr(config, "is_disentangled", False):
+        position_embeddings = base.relative_positions(ids, attention_inputs)
+    else:
+        position_embeddings = base.rotary_tables(positions, joined(state).dtype)
     states = [state]
     unet = getattr(config, "unet", False)
     half = config.num_hidden_layers // 2
-    if unet:
-        context = replace(context, x0=states[0])
     for index, layer in enumerate(base.layers):
         layer_input = states[-1]
         if unet and index >= half:  # decoder block i adds the output of encoder block 2 * half - 1 - i
             layer_input = layer_input + base.skip_weights[index - half] * states[2 * half - index]
-        layer_context = context
+        family_inputs = {}
+        if unet:
+            family_inputs["x0"] = states[0]
         if getattr(config, "value_embeddings", False):
-            layer_context = replace(context, value_embeds=base.value_embedding_table(index)(ids))
-        states.append(layer(layer_input, layer_context, False)[0])
+            family_inputs["value_embeds"] = base.value_embedding_table(index)(ids)
+        states.append(layer(layer_input, attention_inputs, position_embeddings, **family_inputs)[0])
     return states
 
 

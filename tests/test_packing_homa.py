@@ -13,9 +13,8 @@ import torch
 from transformers import DataCollatorWithFlattening
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling.attention import AttentionMask
-from encoderlab.modeling.homa import HOMAForMaskedLM, LinformerSelfAttention
-from encoderlab.modeling.homa_kernel import BlockLayout
+from encoderlab.modeling.homa import HOMAForMaskedLM, LinformerSelfAttention, prepare_homa_inputs
+from encoderlab.modeling.kernels.blocks import BlockLayout
 
 TINY = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32, u_rank=4,
             fusion_hidden_size=8, linformer_k=5, max_position_embeddings=64, hidden_dropout_prob=0.0,
@@ -269,8 +268,8 @@ def test_no_gradient_crosses_a_document_boundary(attention_type):
 def test_linformer_refuses_to_export_packed_rows(monkeypatch):
     config = HOMAConfig(**TINY, attention_type="linformer")
     layer = LinformerSelfAttention(config)
-    mask = AttentionMask(None, 1, 6, "cpu", document_ids=torch.tensor([[0, 0, 0, 1, 1, 1]]))
-    layer(torch.randn(1, 6, 16), mask)  # eager runs it
+    document_ids, hidden = torch.tensor([[0, 0, 0, 1, 1, 1]]), torch.randn(1, 6, 16)
+    layer(hidden, prepare_homa_inputs(layer, None, document_ids, hidden))  # eager runs it
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
     with pytest.raises(ValueError, match="linformer attention cannot export packed rows"):
-        layer(torch.randn(1, 6, 16), mask)
+        layer(hidden, prepare_homa_inputs(layer, None, document_ids, hidden))

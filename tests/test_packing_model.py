@@ -7,12 +7,20 @@ import pytest
 import torch
 from transformers import DataCollatorWithFlattening
 
-import encoderlab.modeling.varlen as varlen_module
+import encoderlab.modeling.kernels.varlen as varlen_module
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.configuration.dta import DTABertConfig
 from encoderlab.modeling.attention import (
-    AttentionMask,
+    ALL_ATTENTION_FUNCTIONS,
+    allowed_mask,
     attend,
+    build_attention_inputs,
+    key_spans,
+    row_key_spans,
+    row_runs,
+)
+from encoderlab.modeling.documents import (
+    document_bounds,
     document_ids_from_positions,
     packed_document_ids,
     positions_in_documents,
@@ -397,7 +405,7 @@ def test_varlen_refuses_cpu_biases_and_dropout_with_clear_errors(monkeypatch):
 def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeypatch):
     """Under bf16 autocast RoPE hands float32 q/k to attention; sdpa is cast by autocast, but FlashAttention and flex
     are not on its list, so the backend casts them itself (else varlen refuses and flex runs at float32 speed)."""
-    import encoderlab.modeling.dual_triangle as dual_triangle
+    import encoderlab.modeling.kernels.flex as flex
 
     seen = []
 
@@ -408,8 +416,8 @@ def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeyp
         return run
 
     monkeypatch.setattr(varlen_module, "varlen_attn", recording(reference_varlen_attn))
-    flex_attention = dual_triangle._flex_attention_fn
-    monkeypatch.setattr(dual_triangle, "_flex_attention_fn", lambda query: recording(flex_attention(query)))
+    flex_attention = flex._flex_attention_fn
+    monkeypatch.setattr(flex, "_flex_attention_fn", lambda query: recording(flex_attention(query)))
     model = dta_model("dual_triangle", "rope", implementation).float()
     ids = torch.randint(4, 40, (2, 9))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -425,16 +433,16 @@ def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeyp
 def test_flex_with_values_padded_to_the_query_width_is_exact(monkeypatch):
     """The CUDA path pads DSTG's narrower values to the q/k width; here forced on CPU (fp64, uncompiled flex,
     padded and packed rows): the logits equal sdpa's, so the padding changes nothing but the kernel's shapes."""
-    import encoderlab.modeling.dual_triangle as dual_triangle
+    import encoderlab.modeling.kernels.flex as flex
 
-    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", False)
+    monkeypatch.setattr(flex, "FLEX_COMPILE", False)
     widths = []
 
     def pads(query, value):
         widths.append((query.shape[-1], value.shape[-1]))
         return value.shape[-1] < query.shape[-1]
 
-    monkeypatch.setattr(dual_triangle, "_pads_value_to_query_dim", pads)
+    monkeypatch.setattr(flex, "_pads_value_to_query_dim", pads)
     model = dstg_model("dstg", "sdpa")
     docs, (input_ids, position_ids, attention_mask, spans) = packed_case([[7, 1, 9], [5, 12]], seed=1)
     left_padded = torch.ones_like(input_ids)
@@ -488,9 +496,9 @@ def test_sequence_classification_pools_each_document(model_kind, pooling):
 @pytest.mark.slow
 def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
     """The compiled kernel (the GPU path, here on CPU in float32) with the per-batch document BlockMask."""
-    import encoderlab.modeling.dual_triangle as dual_triangle
+    import encoderlab.modeling.kernels.flex as flex
 
-    monkeypatch.setattr(dual_triangle, "FLEX_COMPILE", True)
+    monkeypatch.setattr(flex, "FLEX_COMPILE", True)
     model = dta_model("dual_triangle", "rope", "flex_attention").float()
     docs, (input_ids, position_ids, attention_mask, spans) = packed_case()
     with torch.no_grad():
@@ -514,14 +522,14 @@ def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type
             position_ids[row, start:start + n] = torch.arange(n)
             start += n
     attention_mask[2, 577:] = 0  # padding after the pack
-    mask = AttentionMask(attention_mask, batch, length, "cpu", document_ids_from_positions(position_ids))
+    document_ids = document_ids_from_positions(position_ids)
     query, key, value = (torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64,
                                      requires_grad=True) for _ in range(3))
     bias_module = ALiBiBias(heads) if bias else None
     results = {}
     for implementation in ("eager", "sdpa"):
-        output, _ = attend(query, key, value, mask=mask, implementation=implementation, attention_type=attention_type,
-                           bias_module=bias_module)
+        output, _ = attend(query, key, value, attention_mask=attention_mask, document_ids=document_ids,
+                           implementation=implementation, attention_type=attention_type, bias_module=bias_module)
         upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
         results[implementation] = (output, torch.autograd.grad(output, (query, key, value), upstream))
     real = attention_mask.bool()
@@ -530,9 +538,10 @@ def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type
     for eager_grad, sdpa_grad in zip(eager_grads, sdpa_grads):
         assert (eager_grad - sdpa_grad).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE
     # The spans narrow where every row's documents allow it.
-    assert mask.key_spans("lower", 256) == [(0, 256, 0, 256), (256, 512, 0, 512), (512, 613, 301, 613)]
-    assert mask.key_spans("upper", 256) == [(0, 256, 0, 417), (256, 512, 256, 613), (512, 613, 512, 613)]
-    assert mask.key_spans("all", 256) == [(0, 256, 0, 417), (256, 512, 0, 613), (512, 613, 301, 613)]
+    bounds = document_bounds(document_ids)
+    assert key_spans(bounds, "lower", 256) == [(0, 256, 0, 256), (256, 512, 0, 512), (512, 613, 301, 613)]
+    assert key_spans(bounds, "upper", 256) == [(0, 256, 0, 417), (256, 512, 256, 613), (512, 613, 512, 613)]
+    assert key_spans(bounds, "all", 256) == [(0, 256, 0, 417), (256, 512, 0, 613), (512, 613, 301, 613)]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -587,10 +596,10 @@ def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bi
                                                               monkeypatch):
     """fp64, forward and gradients, at every real token: the CPU path (`sdpa_document_rows`, each row alone in runs
     of queries over its own documents' keys) equals eager and the path that runs over all rows at once."""
-    from encoderlab.modeling import dual_triangle
+    import encoderlab.modeling.attention as attention
 
-    monkeypatch.setattr(dual_triangle, "_ROW_QUERY_CHUNK", chunk)
-    monkeypatch.setattr(dual_triangle, "_DOCUMENT_QUERY_CHUNK", chunk)
+    monkeypatch.setattr(attention, "_ROW_QUERY_CHUNK", chunk)
+    monkeypatch.setattr(attention, "_DOCUMENT_QUERY_CHUNK", chunk)
     generator = torch.Generator().manual_seed(chunk)
     attention_mask, document_ids = row_case(layouts, pad_left)
     batch, length = attention_mask.shape
@@ -602,13 +611,14 @@ def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bi
     results = {}
     for name, implementation, row_devices in [("eager", "eager", ("cpu",)), ("rows", "sdpa", ("cpu",)),
                                               ("all rows", "sdpa", ())]:
-        monkeypatch.setattr(dual_triangle, "_ROW_SPAN_DEVICES", row_devices)
-        mask = AttentionMask(attention_mask, batch, length, "cpu", document_ids)
-        output, _ = attend(query, key, value, mask=mask, implementation=implementation,
-                           attention_type=attention_type, bias_module=bias_module)
+        monkeypatch.setattr(attention, "_ROW_SPAN_DEVICES", row_devices)
+        inputs = build_attention_inputs(implementation, attention_mask, document_ids, batch, length, "cpu",
+                                        attention_type=attention_type, num_heads=heads, dtype=query.dtype)
+        output, _ = ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, inputs,
+                                                            attention_type=attention_type, bias_module=bias_module)
         results[name] = (output, *torch.autograd.grad(output, (query, key, value), upstream))
         if name == "rows":  # the row path ran
-            assert any(cached[0] == "row spans" for cached in mask._cache if isinstance(cached, tuple))
+            assert inputs.row_runs
     real = attention_mask.bool()
     for name in ("rows", "all rows"):
         for got, want in zip(results[name], results["eager"], strict=True):
@@ -620,18 +630,19 @@ def test_row_key_spans_follow_each_rows_own_documents():
     document_ids = torch.tensor([[0] * 3 + [1] * 6 + [2] * 3, [0] * 12])
     attention_mask = torch.ones(2, 12, dtype=torch.long)
     attention_mask[0, -1] = 0
-    mask = AttentionMask(attention_mask, 2, 12, "cpu", document_ids)
-    assert mask.row_key_spans("lower", 4) == [[(0, 4, 0, 4), (4, 8, 3, 8), (8, 12, 3, 12)],
+    bounds = document_bounds(document_ids)
+    assert row_key_spans(bounds, "lower", 4) == [[(0, 4, 0, 4), (4, 8, 3, 8), (8, 12, 3, 12)],
                                               [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 0, 12)]]
-    assert mask.row_key_spans("upper", 4) == [[(0, 4, 0, 9), (4, 8, 4, 9), (8, 12, 8, 12)],
+    assert row_key_spans(bounds, "upper", 4) == [[(0, 4, 0, 9), (4, 8, 4, 9), (8, 12, 8, 12)],
                                               [(0, 4, 0, 12), (4, 8, 4, 12), (8, 12, 8, 12)]]
-    assert mask.row_key_spans("all", 4) == [[(0, 4, 0, 9), (4, 8, 3, 9), (8, 12, 3, 12)],
+    assert row_key_spans(bounds, "all", 4) == [[(0, 4, 0, 9), (4, 8, 3, 9), (8, 12, 3, 12)],
                                             [(0, 4, 0, 12), (4, 8, 0, 12), (8, 12, 0, 12)]]
     for triangle in ("lower", "upper", "all"):
-        dense = mask.dense_allowed(triangle)
-        masks = mask.row_span_masks(triangle, 4, torch.float64)
-        for row, spans in enumerate(mask.row_key_spans(triangle, 4)):
-            index, lengths = mask.row_key_index(triangle, 4)[row]
+        dense = allowed_mask(triangle, attention_mask.bool(), document_ids, 2, 12, "cpu")
+        runs = row_runs(triangle, attention_mask.bool(), document_ids, bounds, 4, torch.float64)
+        masks = runs.masks
+        for row, spans in enumerate(row_key_spans(bounds, triangle, 4)):
+            index, lengths = runs.key_index[row]
             assert lengths == [end - start for *_, start, end in spans]
             assert index.tolist() == [k for *_, start, end in spans for k in range(start, end)]
             for (start, end, key_start, key_end), block in zip(spans, masks[row], strict=True):

@@ -9,7 +9,7 @@ import torch
 from encoderlab import DTABertConfig, DTABertForMaskedLM, DTABertForSequenceClassification
 from encoderlab.cli import main as cli_main
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.modeling.attention import AttentionMask, attend
+from encoderlab.modeling.attention import attend
 from encoderlab.modeling.convert import check_convertible, convert_routing, load_checkpoint, routing_permutation
 from encoderlab.modeling.positions import ALiBiBias
 from naive_reference import padding_mask
@@ -81,11 +81,10 @@ def batch_mask(side, length):
 
 
 def attend_once(query, key, value, mask, implementation, routing, bias_module=None, output_attentions=False):
-    batch, _, length, _ = query.shape
-    context = AttentionMask(mask, batch, length, query.device)
     with torch.no_grad():
-        return attend(query, key, value, mask=context, attention_type="dual_triangle", implementation=implementation,
-                      routing=routing, bias_module=bias_module, output_attentions=output_attentions)
+        return attend(query, key, value, attention_mask=mask, attention_type="dual_triangle",
+                      implementation=implementation, routing=routing, bias_module=bias_module,
+                      output_attentions=output_attentions)
 
 
 def max_error_on_real_rows(got, expected, valid):
@@ -144,8 +143,7 @@ def test_eager_maps_are_in_triangle_slot_order(routing):
 def test_attend_refuses_an_unknown_routing():
     query = torch.randn(1, 2, 3, 4)
     with pytest.raises(ValueError, match="routing='halves'.*'channel_halves', 'head_groups'"):
-        attend(query, query, query, mask=AttentionMask(None, 1, 3, query.device), attention_type="dual_triangle",
-               implementation="sdpa", routing="halves")
+        attend(query, query, query, attention_type="dual_triangle", implementation="sdpa", routing="halves")
 
 
 # ---------------------------------------------------------------------------------------------------- the model

@@ -125,7 +125,7 @@ def test_exported_program_without_a_mask_matches_eager():
 
 def test_homa_grid_of_a_traced_length_covers_every_position_and_keeps_the_outputs():
     """The traced grid has more blocks than eager's exact count; the extra ones are masked out of the merge."""
-    from encoderlab.modeling.homa_kernel import grid_blocks
+    from encoderlab.modeling.kernels.blocks import grid_blocks
 
     for block_size, stride in [(6, 4), (30, 15), (7, 7), (5, 1)]:
         for seq_len in range(1, 80):

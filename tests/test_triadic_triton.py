@@ -13,8 +13,8 @@ gradients.
 import pytest
 import torch
 
-from encoderlab.modeling import triadic_triton
-from encoderlab.modeling.homa_kernel import BlockLayout
+from encoderlab.modeling.kernels import triadic_triton
+from encoderlab.modeling.kernels.blocks import BlockLayout
 
 pytestmark = pytest.mark.skipif(not triadic_triton.AVAILABLE, reason="Triton is not installed")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -159,9 +159,9 @@ def attention_implementations() -> tuple:
 def packing_available() -> bool:
     """Whether the families read packed rows (``position_ids`` restarting at 0 per document, transformers'
     convention) as separate documents."""
-    import encoderlab.modeling.attention as attention
+    import encoderlab.modeling.documents as documents
 
-    return hasattr(attention, "packed_document_ids")
+    return hasattr(documents, "packed_document_ids")
 
 
 def encoderlab_subcommands() -> set:

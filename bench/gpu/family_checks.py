@@ -229,10 +229,10 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
     """Fills `table` case by case until `seconds` have passed, calling `after_case()` after each (check.py writes
     kernels.csv there, so a call stopped at its limit keeps the finished cases); returns the names of the cases
     skipped for time. With `only`, the cases run in the order of its words."""
-    from encoderlab.modeling import dual_triangle
+    from encoderlab.modeling.kernels import flex
 
     if context.device == "cpu":
-        dual_triangle.FLEX_COMPILE = False  # the mask logic, uncompiled: seconds instead of minutes on CPU
+        flex.FLEX_COMPILE = False  # the mask logic, uncompiled: seconds instead of minutes on CPU
     common.raise_recompile_limit()
     dtypes = ("fp32", "bf16")
     stop = time.monotonic() + seconds

@@ -54,7 +54,7 @@ def attention_shapes(attention_type: str) -> tuple[int, int]:
 def bench_attention(context, table, implementations, budget_end: float, ceiling: float) -> None:
     import torch
 
-    from encoderlab.modeling.attention import AttentionMask, attend
+    from encoderlab.modeling.attention import attend
 
     lengths = (64, 128) if context.quick else (4096, 16384, 1024, 32768)  # the targets' lengths (>= 4k) first
     tokens = 256 if context.quick else 32768
@@ -73,10 +73,9 @@ def bench_attention(context, table, implementations, budget_end: float, ceiling:
             q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=context.device, dtype=dtype,
                                    requires_grad=True) for _ in range(3))
             grad = torch.randn_like(q)
-            mask = AttentionMask(None, batch, seq_len, context.device)
             for implementation in implementations:
                 def step():
-                    output, _ = attend(q, k, v, mask=mask, attention_type=attention_type,
+                    output, _ = attend(q, k, v, attention_type=attention_type,
                                        implementation=implementation, training=True)
                     output.backward(grad)
                 try:
@@ -312,9 +311,9 @@ def bench_models(context, table, budget_end: float) -> None:
 def homa_arms(context, windows) -> list:
     """(label, attention type, window, fused): the baselines, HOMA at every window with the kernel the device runs,
     and, on a GPU with Triton, HOMA at the smallest and largest window with the torch kernel (GPU-sized tiles)."""
-    from encoderlab.modeling import homa_kernel
+    from encoderlab.modeling.kernels import triadic
 
-    fused = context.on_gpu and homa_kernel.TRITON_AVAILABLE
+    fused = context.on_gpu and triadic.TRITON_AVAILABLE
     arms = [("pairwise", "pairwise", windows[0], fused), ("Blockwise-2D", "blockwise", windows[0], fused)]
     arms += [(f"HOMA w={w}", "homa", w, fused) for w in windows]
     if fused:
@@ -326,7 +325,7 @@ def bench_homa(context, table) -> None:
     import torch
 
     from encoderlab import HOMAConfig, HOMAForTokenClassification
-    from encoderlab.modeling import homa_kernel
+    from encoderlab.modeling.kernels import triadic
 
     if context.quick:
         shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -340,7 +339,7 @@ def bench_homa(context, table) -> None:
     ids = torch.randint(5, 25, (batch, seq_len), generator=generator)
     inputs = {"input_ids": ids.to(context.device), "attention_mask": torch.ones_like(ids).to(context.device),
               "labels": torch.randint(0, 3, (batch, seq_len), generator=generator).to(context.device)}
-    base, fused_default = None, homa_kernel.FUSED_ON_CUDA
+    base, fused_default = None, triadic.FUSED_ON_CUDA
     for label, attention_type, window, fused in homa_arms(context, windows):
         kernel = ("fused Triton" if fused else "torch") if attention_type == "homa" else ""
         model = HOMAForTokenClassification(HOMAConfig(
@@ -348,7 +347,7 @@ def bench_homa(context, table) -> None:
             triadic_window=window, hidden_dropout_prob=0.0, **shape)).to(context.device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         common.reset_peak_memory(context.device)
-        homa_kernel.FUSED_ON_CUDA = fused
+        triadic.FUSED_ON_CUDA = fused
         try:
             ms = common.median_ms(train_step_fn(model, inputs, context.device, optimizer), context.device,
                                   warmup=1 if context.quick else 3, repeat=2 if context.quick else 10)
@@ -356,7 +355,7 @@ def bench_homa(context, table) -> None:
             table.add(arm=label, kernel=kernel, note="out of memory")
             continue
         finally:
-            homa_kernel.FUSED_ON_CUDA = fused_default
+            triadic.FUSED_ON_CUDA = fused_default
         rate = batch * seq_len / (ms * 1e-3)
         base = rate if attention_type == "blockwise" else base
         paper = HOMA_PAPER_A100.get(window) if attention_type == "homa" else None

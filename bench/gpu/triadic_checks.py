@@ -1,6 +1,6 @@
 """check.py's ``triadic`` section: HOMA's triadic attention operator on the device against float64 on the CPU.
 
-On a GPU with Triton the operator runs the fused kernels (encoderlab/modeling/triadic_triton.py); elsewhere its
+On a GPU with Triton the operator runs the fused kernels (encoderlab/modeling/kernels/triadic_triton.py); elsewhere its
 torch kernel. Blocks of the paper's shape (l 30, s 15, Dh 64) are cut from real block grids: right and left
 padding and packed documents, windows 3, 5, 7 and 9. The reference is the same operator in float64 on the CPU
 (the torch kernel, checked against a literal implementation by tests/test_homa_ops.py). Outputs and the gradients
@@ -16,7 +16,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def layouts(quick: bool) -> dict:
     """name -> BlockLayout of a small batch: padding on either side, and packed documents."""
-    from encoderlab.modeling.homa_kernel import BlockLayout
+    from encoderlab.modeling.kernels.blocks import BlockLayout
 
     block, stride, length = (8, 4, 40) if quick else (30, 15, 200)
     lengths = [length, length * 2 // 3 + 1]
@@ -53,7 +53,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 def outputs_and_grads(inputs, key_mask, window, grad_out):
     """The operator's output and the gradients of its four inputs for the output gradient ``grad_out``."""
-    from encoderlab.modeling.homa_kernel import triadic_attention
+    from encoderlab.modeling.kernels.triadic import triadic_attention
 
     inputs = [t.detach().requires_grad_() for t in inputs]
     out = triadic_attention(*inputs, key_mask, window)
@@ -61,9 +61,9 @@ def outputs_and_grads(inputs, key_mask, window, grad_out):
 
 
 def kernel_name(device: str) -> str:
-    from encoderlab.modeling import homa_kernel
+    from encoderlab.modeling.kernels import triadic
 
-    return "fused Triton" if device == "cuda" and homa_kernel.FUSED_ON_CUDA else "torch"
+    return "fused Triton" if device == "cuda" and triadic.FUSED_ON_CUDA else "torch"
 
 
 def run_triadic_checks(context, table) -> None:

@@ -1,23 +1,21 @@
 """The pieces every encoderlab family shares: input checks, embeddings, the PreTrainedModel base with weight
-initialisation and self-contained checkpoint export, and the position context handed to each layer.
+initialisation and self-contained checkpoint export, and `EncoderModel.read_inputs`, where every family's forward
+starts (its checks, the documents of packed rows, the positions).
 
 Only relative imports of concrete modules: the export flattens these files into one folder.
 """
 
-from dataclasses import dataclass
 from functools import wraps
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 from transformers.utils import output_capturing
-from transformers.utils.output_capturing import capture_outputs
 
-from .attention import AttentionMask, is_tracing, packed_document_ids, positions_in_documents
+from .documents import is_tracing, packed_document_ids, positions_in_documents
 from .layers import build_norm
-from .positions import RotaryEmbedding, build_position_bias, sinusoidal_table
+from .positions import sinusoidal_table
 
 
 logger = logging.get_logger(__name__)
@@ -223,26 +221,6 @@ class EncoderEmbeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class PositionContext:
-    """What every layer of one forward needs about positions: RoPE tables and/or an additive bias module."""
-
-    def __init__(self, rope=None, bias_module=None):
-        self.rope = rope  # (cos, sin) each (B|1, 1, L, head_dim/2), or None
-        self.bias_module = bias_module
-
-
-@dataclass
-class LayerContext:
-    """What a layer reads besides its residual state, built once per forward: the attention mask, the positions,
-    and what a family's body adds (HOMA's block grid; DTA's embedding output x0 and a block's value embeddings)."""
-
-    mask: AttentionMask
-    positions: PositionContext
-    block_layout: object = None
-    x0: torch.Tensor | None = None
-    value_embeds: torch.Tensor | None = None
-
-
 class ExportMixin:
     """``save_pretrained`` that also writes ``auto_map`` and flat, self-contained code into the folder, so the
     checkpoint loads with ``trust_remote_code=True`` where encoderlab is not installed.
@@ -283,9 +261,9 @@ class EncoderPreTrainedModel(ExportMixin, PreTrainedModel):
             module.init_scalars()
 
     # Activation (gradient) checkpointing, always with torch's non-reentrant variant: the reentrant one sends
-    # gradients back only through tensors passed to a layer positionally, and our layers also read tensors that need
-    # gradients from their context (DTA's x0 and value embeddings) or a tuple state (DSTG's two streams), whose
-    # gradients it would silently drop. The entry point every caller reaches is `activation_checkpointing_enable`
+    # gradients back only through tensors passed to a layer positionally, and our layers also take tensors that need
+    # gradients as keywords (DTA's x0 and value embeddings) or a tuple state (DSTG's two streams), whose gradients it
+    # would silently drop. The entry point every caller reaches is `activation_checkpointing_enable`
     # where transformers has it (``gradient_checkpointing_enable`` is then its deprecated alias), and
     # `gradient_checkpointing_enable` before that (5.17): the override goes where the calls go.
     if hasattr(PreTrainedModel, "activation_checkpointing_enable"):
@@ -320,38 +298,6 @@ def non_reentrant(checkpoint_kwargs):
         )
     checkpoint_kwargs["use_reentrant"] = False
     return checkpoint_kwargs
-
-
-class EncoderBackbone:
-    """Mixin for base models: token-embedding access, and the per-forward attention mask and position context."""
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
-    def build_rotary(self, config, head_dim):
-        if config.position_embedding_type == "rope":
-            return RotaryEmbedding(
-                head_dim, config.rope_theta, config.rope_scaling_dict, config.max_position_embeddings
-            )
-        return None
-
-    def attention_mask(self, attention_mask, batch_size, seq_len, device, document_ids=None):
-        """The [`AttentionMask`] of one forward: padding and, for packed rows, documents. Every family builds it
-        here."""
-        return AttentionMask(attention_mask, batch_size, seq_len, device, document_ids=document_ids)
-
-    def prepare_attention(self, config, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                          document_ids=None):
-        mask = self.attention_mask(attention_mask, batch_size, seq_len, device, document_ids)
-        if not config.use_positions:
-            return mask, PositionContext()
-        rope = None
-        if self.rotary is not None:
-            rope = self.rotary(position_ids, dtype)
-        return mask, PositionContext(rope=rope, bias_module=self.position_bias)
 
 
 # ``output_hidden_states=[0, -1]`` selects entries of the whole tuple (0: the embeddings' output, -1: the last
@@ -390,84 +336,57 @@ def unset_flags_read_from_config(forward):
     return wrapper
 
 
-class EncoderModel(EncoderBackbone):
-    """The encoder template every family's bare model runs: input checks -> embeddings -> layer context -> layers ->
-    final norm.
+class EncoderModel:
+    """Mixin of every family's bare model: token-embedding access, and `read_inputs`, the checks and positions its
+    forward starts with. The forward itself is the family's own: embeddings, `prepare_attention_inputs`, the layers
+    (``layer(hidden_states, attention_inputs, position_embeddings, **kwargs) -> (state, probs)``), the final norm.
 
-    A family supplies its embeddings (`embed`; DSTG's two streams), `layer_context` when its layers read more than
-    the mask and positions, and layers of one contract, ``layer(state, context, output_attentions) -> (state,
-    probs)``, where ``state`` is the residual stream (a tensor, or DSTG's (ap, semantic) pair) and ``probs`` the
-    attention probabilities or None. A body other than a plain stack overrides `run_layers` (DTA's U-Net).
-
-    Outputs are recorded by transformers' output-capturing hooks (`capture_outputs`), from the family's
-    ``_can_record_outputs``: ``hidden_states`` are the first layer's input (the embedding output) and every layer's
-    ``state``, before the final norm; ``attentions`` every layer's ``probs``. `capture_outputs` also honours
-    ``return_dict``.
+    Outputs are recorded by transformers' output-capturing hooks (`capture_outputs` on the forward), from the
+    family's ``_can_record_outputs``: ``hidden_states`` are the first layer's input (the embedding output) and every
+    layer's ``state``, before the final norm; ``attentions`` every layer's ``probs``.
     """
 
     family_name = None  # for messages
-    output_class = BaseModelOutput
 
-    def length_limits(self):
-        """Sequence-length limits beyond the position table's, for `check_inputs`."""
-        return ()
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
 
-    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
-        """Checks of inputs this family cannot take (after `check_inputs`)."""
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
 
-    def default_positions(self, attention_mask, batch_size, seq_len, device):
-        return default_position_ids(attention_mask, batch_size, seq_len, device)
+    def read_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, length_limits=(),
+                    cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None, seq_idx=None,
+                    **unused):
+        """Checks a forward's inputs (`check_inputs`, `check_packing`) and returns ``(position_ids, document_ids)``.
 
-    def embed(self, input_ids, inputs_embeds, position_ids):
-        return self.embeddings(input_ids, inputs_embeds, position_ids)
-
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                      document_ids=None):
-        mask, positions = self.prepare_attention(
-            self.config, attention_mask, position_ids, batch_size, seq_len, device, dtype, document_ids
-        )
-        return LayerContext(mask, positions)
-
-    def run_layers(self, state, context, input_ids, output_attentions):
-        """Returns the state after the last layer (the hooks record the others)."""
-        for layer in self.layers:
-            state, _ = layer(state, context, output_attentions)
-        return state
-
-    @unset_flags_read_from_config
-    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, *, output_attentions=None, cu_seq_lens_q=None, cu_seq_lens_k=None,
-                max_length_q=None, max_length_k=None, seq_idx=None, **kwargs):
-        """Packed (padding-free) rows follow transformers' convention: ``position_ids`` restart at 0 where a document
-        begins, or ``cu_seq_lens_q``/``cu_seq_lens_k`` give the boundaries (positions then restart at each);
-        ``max_length_q``/``max_length_k`` and ``seq_idx`` (`DataCollatorWithFlattening` extras) are accepted and
-        not needed. Attention stays inside each document."""
+        Packed (padding-free) rows follow transformers' convention: ``position_ids`` restart at 0 where a document
+        begins, or ``cu_seq_lens_q``/``cu_seq_lens_k`` give the boundaries; ``max_length_q``/``max_length_k`` and
+        ``seq_idx`` (`DataCollatorWithFlattening` extras) are accepted and not needed. ``document_ids`` is then the
+        (B, L) document index of every token (attention stays inside each document), else None. ``position_ids``
+        are the ones given, else positions restarting in each document, else positions counting real tokens
+        (`default_position_ids`). ``length_limits``: the family's (max_length, reason) pairs beyond the position
+        table's.
+        """
         del seq_idx  # the same documents as position_ids / cu_seq_lens
-        config = self.config
-        batch_size, seq_len, device = check_inputs(
-            config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits()
-        )
+        batch_size, seq_len, device = check_inputs(self.config, input_ids, inputs_embeds, attention_mask, position_ids,
+                                                   token_type_ids, length_limits)
         cu_seq_lens = check_packing(cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, batch_size, seq_len)
         if token_type_ids is not None and values_checkable() and bool(token_type_ids.any()):
             raise ValueError(
                 f"token_type_ids has non-zero segment ids, but {self.family_name} has no segment embeddings"
             )
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        self.check_family_inputs(input_ids, inputs_embeds, output_attentions)
         document_ids = packed_document_ids(position_ids, cu_seq_lens, batch_size, seq_len, device)
-        if position_ids is None:
-            if document_ids is not None:  # boundaries from cu_seq_lens alone: positions restart in each document
-                position_ids = positions_in_documents(document_ids)
-            else:
-                position_ids = self.default_positions(attention_mask, batch_size, seq_len, device)
+        if position_ids is None and document_ids is not None:  # boundaries from cu_seq_lens alone
+            position_ids = positions_in_documents(document_ids)
+        elif position_ids is None:
+            position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
+        return position_ids, document_ids
 
-        state = self.embed(input_ids, inputs_embeds, position_ids)
-        dtype = (state[0] if isinstance(state, tuple) else state).dtype
-        context = self.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                                     document_ids=document_ids)
-        state = self.run_layers(state, context, input_ids, output_attentions)
-        return self.output_class(last_hidden_state=self.final_norm(state))
+    def rotary_tables(self, position_ids, dtype):
+        """RoPE's (cos, sin) tables for ``position_ids``, or None without RoPE (or with positions switched off)."""
+        if self.rotary is None or not self.config.use_positions:
+            return None
+        return self.rotary(position_ids, dtype)
 
 
 def masked_mean(hidden_states, attention_mask):
@@ -485,11 +404,7 @@ __all__ = [
     "check_packing",
     "default_position_ids",
     "EncoderEmbeddings",
-    "PositionContext",
-    "LayerContext",
     "EncoderModel",
     "EncoderPreTrainedModel",
-    "EncoderBackbone",
     "masked_mean",
-    "build_position_bias",
 ]

@@ -27,26 +27,20 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.dstg import DSTGNeoBERTConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
-from .base import (
-    EncoderEmbeddings,
-    EncoderModel,
-    EncoderPreTrainedModel,
-    LayerContext,
-    PositionContext,
-    default_position_ids,
-)
+from .attention import ALL_ATTENTION_FUNCTIONS, eager_attention_forward, prepare_attention_inputs
+from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
 from .heads import (
     EncoderForMaskedLM,
     EncoderForQuestionAnswering,
     EncoderForSequenceClassification,
     EncoderForTokenClassification,
+    auto_classes,
 )
 from .layers import SwiGLUMLP, build_norm
-from .positions import T5RelativeBias, apply_rotary, t5_relative_bucket
+from .positions import T5RelativeBias, apply_rotary, build_rotary, t5_relative_bucket
 
 
 def split_heads(x, num_heads):
@@ -179,40 +173,34 @@ class DSTGRelativeBias(nn.Module):
         init.zeros_(self.special_scalars)
 
     def for_batch(self, positions):
-        """The bias module for the batch described by a [`DSTGPositionContext`]."""
-        bucket_ids = positions.relative_buckets(self.buckets)
-        return SpecialTokenRelativeBias(self.buckets, self.special_scalars, positions.special_tokens, bucket_ids)
+        """The bias module for the batch described by its [`RelativePositions`]."""
+        return SpecialTokenRelativeBias(self.buckets, self.special_scalars, positions.special_tokens,
+                                        positions.bucket_ids)
 
 
-class DSTGPositionContext(PositionContext):
-    """Per-forward position information: RoPE tables (``rope`` preset), whether the layers add their RP bias,
-    the (B, L) special-token mask (``dstg``) and the (L, L) bucket ids, computed once for all layers."""
+@dataclass(frozen=True)
+class RelativePositions:
+    """The position signal of ``dstg``'s layers for one batch, built once per forward
+    (`DSTGNeoBERT.relative_positions`): the special tokens, whose pairs get learned scalars instead of the bucket
+    bias and whose AP logit terms vanish, and the T5 bucket of every (i, j).
 
-    def __init__(self, seq_len, device, rope=None, use_relative_bias=False, special_tokens=None):
-        super().__init__(rope=rope)
-        self.seq_len = seq_len
-        self.device = device
-        self.use_relative_bias = use_relative_bias
-        self.special_tokens = special_tokens
-        self._bucket_ids = None
+    Attributes:
+        special_tokens: (B, L) bool, True at special tokens.
+        bucket_ids: (L, L) long bucket of ``j - i``, shared by every layer; None where no kernel materialises the
+            bias (flex_attention computes the buckets in its score_mod) or the bias is off.
+    """
 
-    def relative_buckets(self, buckets):
-        """(L, L) long bucket ids of a [`T5RelativeBias`]; every layer shares the bucket layout of the config."""
-        if self._bucket_ids is None:
-            self._bucket_ids = buckets.buckets(self.seq_len, self.device)
-        return self._bucket_ids
+    special_tokens: torch.Tensor
+    bucket_ids: torch.Tensor | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # attention
 
 
-def attention_function(config, output_attentions):
-    """The kernel of this call, looked up by the config's implementation at each call (so that
-    `set_attn_implementation` takes effect)."""
-    return ALL_ATTENTION_FUNCTIONS.get_interface(
-        attention_implementation(config, output_attentions), eager_attention_forward
-    )
+def attention_function(attention_inputs):
+    """The kernel of the forward's implementation, looked up at each call (so that a test may replace it)."""
+    return ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation, eager_attention_forward)
 
 
 class NeoBERTAttention(nn.Module):
@@ -235,16 +223,17 @@ class NeoBERTAttention(nn.Module):
         if self.config.uses_relative_bias:
             init.zeros_(self.relative_bias.relative_attention_bias.weight)
 
-    def forward(self, hidden_states, context, output_attentions=False):
-        positions = context.positions
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None, output_attentions=False):
+        """position_embeddings: RoPE's (cos, sin) (``rope``) or None."""
         query, key, value = (split_heads(x, self.num_heads) for x in self.qkv(hidden_states).chunk(3, dim=-1))
-        if positions.rope is not None:
-            cos, sin = positions.rope
+        if position_embeddings is not None:
+            cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        output, probs = attention_function(self.config, output_attentions)(
-            self, query, key, value, context.mask,
+        use_bias = self.config.uses_relative_bias and self.config.use_positions
+        output, probs = attention_function(attention_inputs)(
+            self, query, key, value, attention_inputs,
             attention_type="bidirectional",
-            bias_module=self.relative_bias if positions.use_relative_bias else None,
+            bias_module=self.relative_bias if use_bias else None,
             dropout=self.config.attention_dropout,
             output_attentions=output_attentions,
         )
@@ -285,29 +274,29 @@ class DSTGAttention(nn.Module):
         return {"semantic": (semantic_query, semantic_key, semantic_value),
                 "ap": (ap_query * keep_ap, ap_key * keep_ap, ap_value)}
 
-    def component_logits(self, ap, semantic, context):
+    def component_logits(self, ap, semantic, positions):
         """The three additive terms of the attention logits, for analysis (head taxonomy, component maps):
         ``{"semantic", "ap", "rp"}`` -> (B, H, L, L) float tensors whose sum is what `forward` passes to the
         softmax (before the padding mask, which the caller applies). ``rp`` is zeros when the bias is off
         (``use_positions=False``). Takes the normed streams, as `forward` does; computes the dense (L x L)
-        products, so it is meant for analysis lengths, not training."""
-        positions = context.positions
+        products, so it is meant for analysis lengths, not training. ``positions``: the [`RelativePositions`] of
+        the batch, with its bucket ids."""
         projections = self.stream_projections(ap, semantic, positions.special_tokens)
         logits = {
             stream: projections[stream][0] @ projections[stream][1].transpose(-1, -2) * self.head_dim**-0.5
             for stream in ("semantic", "ap")
         }
         batch_size, _, seq_len, _ = logits["semantic"].shape
-        if positions.use_relative_bias:
+        if self.config.use_positions:
             bias = self.relative_bias.for_batch(positions).dense(seq_len, ap.device, logits["semantic"].dtype)
             logits["rp"] = bias.expand(batch_size, -1, -1, -1)
         else:
             logits["rp"] = torch.zeros_like(logits["semantic"])
         return logits
 
-    def forward(self, ap, semantic, context, output_attentions=False):
-        """ap (B, L, ap_size), semantic (B, L, semantic_size) -> their attention outputs (same shapes), probs."""
-        positions = context.positions
+    def forward(self, ap, semantic, attention_inputs, positions, output_attentions=False):
+        """ap (B, L, ap_size), semantic (B, L, semantic_size), the batch's [`RelativePositions`] -> their attention
+        outputs (same shapes), probs."""
         projections = self.stream_projections(ap, semantic, positions.special_tokens)
         (semantic_query, semantic_key, semantic_value), (ap_query, ap_key, ap_value) = (
             projections["semantic"], projections["ap"]
@@ -315,9 +304,9 @@ class DSTGAttention(nn.Module):
         query = torch.cat([semantic_query, ap_query], dim=-1)  # (B, H, L, 2 * head_dim)
         key = torch.cat([semantic_key, ap_key], dim=-1)
         value = torch.cat([semantic_value, ap_value], dim=-1)  # (B, H, L, (semantic_size + ap_size) / H)
-        bias = self.relative_bias.for_batch(positions) if positions.use_relative_bias else None
-        output, probs = attention_function(self.config, output_attentions)(
-            self, query, key, value, context.mask,
+        bias = self.relative_bias.for_batch(positions) if self.config.use_positions else None
+        output, probs = attention_function(attention_inputs)(
+            self, query, key, value, attention_inputs,
             attention_type="bidirectional",
             bias_module=bias,
             scale=self.head_dim**-0.5,  # each stream's logit is scaled by its own head_dim, not by 2 * head_dim
@@ -363,8 +352,10 @@ class NeoBERTLayer(GradientCheckpointingLayer):
         self.mlp = SwiGLUMLP(config.hidden_size, config.swiglu_widths[1])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, context, output_attentions=False):
-        attention_output, probs = self.attention(self.attention_norm(hidden_states), context, output_attentions)
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None, output_attentions=False):
+        """position_embeddings: RoPE's (cos, sin) (``rope``) or None."""
+        attention_output, probs = self.attention(self.attention_norm(hidden_states), attention_inputs,
+                                                 position_embeddings, output_attentions)
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -384,11 +375,13 @@ class DSTGLayer(GradientCheckpointingLayer):
         self.mlp = DisentangledSwiGLU(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, streams, context, output_attentions=False):
-        """streams (ap (B, L, ap_size), semantic (B, L, semantic_size)) -> (updated ap, semantic), attention probs."""
+    def forward(self, streams, attention_inputs, position_embeddings, output_attentions=False):
+        """streams (ap (B, L, ap_size), semantic (B, L, semantic_size)), position_embeddings the batch's
+        [`RelativePositions`] -> (updated ap, semantic), attention probs."""
         ap, semantic = streams
         ap_update, semantic_update, probs = self.attention(
-            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), context, output_attentions
+            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), attention_inputs, position_embeddings,
+            output_attentions,
         )
         ap, semantic = ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)
         ap_update, semantic_update = self.mlp(
@@ -411,8 +404,9 @@ class DSTGEmbeddings(nn.Module):
         self.semantic_norm = build_norm(config, config.semantic_size) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, position_ids):
-        """input_ids (B, L), position_ids (B|1, L) -> [`Streams`] ap (B, L, ap_size), semantic (B, L, semantic_size)."""
+    def forward(self, input_ids, inputs_embeds=None, position_ids=None):
+        """input_ids (B, L), position_ids (B|1, L) -> [`Streams`] ap (B, L, ap_size), semantic (B, L, semantic_size).
+        ``inputs_embeds`` is refused before (special tokens are found by id); it keeps `EncoderEmbeddings`' call."""
         semantic = self.word_embeddings(input_ids)
         if self.config.use_positions:
             ap = self.ap_embeddings(position_ids).expand(semantic.shape[0], -1, -1)
@@ -507,59 +501,33 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
             self.embeddings = EncoderEmbeddings(config)
             self.layers = nn.ModuleList(NeoBERTLayer(config) for _ in range(config.num_hidden_layers))
             self.final_norm = build_norm(config)
-        self.rotary = self.build_rotary(config, config.head_dim)
+        self.rotary = build_rotary(config)
         self.gradient_checkpointing = False
         self.post_init()
-
-    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
-        if self.config.is_disentangled and inputs_embeds is not None:
-            raise ValueError(
-                "preset='dstg' needs input_ids, not inputs_embeds: special tokens are identified by token id and "
-                "the semantic stream is embedded from the ids"
-            )
-
-    def default_positions(self, attention_mask, batch_size, seq_len, device):
-        """Default positions count real tokens only; in training they are shifted for the learned table."""
-        position_ids = default_position_ids(attention_mask, batch_size, seq_len, device)
-        if self.training and self.config.position_shift and self.config.use_positions:
-            position_ids = shift_positions(position_ids, batch_size, self.config.max_position_embeddings)
-        return position_ids
-
-    def rotary_tables(self, position_ids, dtype):
-        """RoPE (cos, sin) for the ``rope`` preset, else None."""
-        if self.rotary is None or not self.config.use_positions:
-            return None
-        return self.rotary(position_ids, dtype)
 
     def special_tokens(self, input_ids):
         """(B, L) bool: True where the token id is one of ``config.special_token_ids``."""
         special_ids = torch.tensor(self.config.special_token_ids, dtype=input_ids.dtype, device=input_ids.device)
         return torch.isin(input_ids, special_ids)
 
-    def embed(self, input_ids, inputs_embeds, position_ids):
-        """The residual state: (ap, semantic) for dstg, the hidden states for the baselines."""
-        if self.config.is_disentangled:
-            return self.embeddings(input_ids, position_ids)
-        return self.embeddings(input_ids, inputs_embeds, position_ids)
-
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                      document_ids=None):
+    def relative_positions(self, input_ids, attention_inputs=None):
+        """The [`RelativePositions`] of ``dstg``'s layers for ``input_ids``: bucket ids where the forward's kernel
+        (``attention_inputs``; any, when None) materialises the RP bias and the bias is on."""
         config = self.config
-        positions = DSTGPositionContext(
-            seq_len, device,
-            rope=self.rotary_tables(position_ids, dtype),
-            use_relative_bias=config.uses_relative_bias and config.use_positions,
-            special_tokens=self.special_tokens(input_ids) if config.is_disentangled else None,
-        )
-        return LayerContext(self.attention_mask(attention_mask, batch_size, seq_len, device, document_ids), positions)
+        dense = attention_inputs is None or attention_inputs.implementation in ("eager", "sdpa")
+        bucket_ids = None
+        if dense and config.use_positions:
+            buckets = self.layers[0].attention.relative_bias.buckets  # every layer's has the config's layout
+            bucket_ids = buckets.buckets(input_ids.shape[1], input_ids.device)
+        return RelativePositions(self.special_tokens(input_ids), bucket_ids)
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
                 token_type_ids=None, **kwargs):
-        """The template's forward; for ``dstg`` the recorded (ap, semantic) pairs become the joined
-        ``hidden_states`` and the per-stream ``ap_hidden_states`` and ``semantic_hidden_states``."""
-        outputs = super().forward(input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids,
-                                  return_dict=True, **kwargs)
+        """`encode`; for ``dstg`` the recorded (ap, semantic) pairs become the joined ``hidden_states`` and the
+        per-stream ``ap_hidden_states`` and ``semantic_hidden_states``."""
+        outputs = self.encode(input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids,
+                              return_dict=True, **kwargs)
         if self.config.is_disentangled and outputs.hidden_states is not None:
             pairs = outputs.hidden_states  # None where an index selection of output_hidden_states left one out
             outputs["hidden_states"] = tuple(None if pair is None else join_streams(pair) for pair in pairs)
@@ -567,8 +535,43 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
             outputs["semantic_hidden_states"] = tuple(None if pair is None else pair[1] for pair in pairs)
         return outputs
 
+    @unset_flags_read_from_config
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
+    def encode(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, token_type_ids=None,
+               *, output_attentions=None, **kwargs):
+        """Embeddings, layers and final norm, the recorded hidden states being the layers' residual states (for
+        ``dstg``, (ap, semantic) pairs). Packed rows and the other keywords: `EncoderModel.read_inputs`."""
+        config = self.config
+        shift = position_ids is None and self.training and config.position_shift and config.use_positions
+        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
+                                                      token_type_ids, **kwargs)
+        if config.is_disentangled and inputs_embeds is not None:
+            raise ValueError(
+                "preset='dstg' needs input_ids, not inputs_embeds: special tokens are identified by token id and "
+                "the semantic stream is embedded from the ids"
+            )
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        if shift and document_ids is None:  # default positions, shifted for the learned table
+            batch_size = len(input_ids if input_ids is not None else inputs_embeds)
+            position_ids = shift_positions(position_ids, batch_size, config.max_position_embeddings)
+
+        state = self.embeddings(input_ids, inputs_embeds, position_ids)
+        joined = join_streams(state)
+        attention_inputs = prepare_attention_inputs(self, attention_mask, document_ids, joined,
+                                                    output_attentions=output_attentions)
+        if config.is_disentangled:
+            position_embeddings = self.relative_positions(input_ids, attention_inputs)
+        else:
+            position_embeddings = self.rotary_tables(position_ids, joined.dtype)
+        for layer in self.layers:
+            state, _ = layer(state, attention_inputs, position_embeddings, output_attentions=output_attentions)
+        return DSTGNeoBERTOutput(last_hidden_state=self.final_norm(state))
+
 
 DSTGNeoBERTModel = DSTGNeoBERT
+
+# Every task model of the family wraps this encoder as ``self.model``.
+DSTGNeoBERTPreTrainedModel.base_model_class = DSTGNeoBERT
 
 
 class DSTGNeoBERTLMHead(nn.Module):
@@ -594,8 +597,6 @@ class DSTGNeoBERTForMaskedLM(EncoderForMaskedLM, DSTGNeoBERTPreTrainedModel):
     state, so the AP stream is never pushed to predict tokens, unless ``config.mlm_on_full_hidden`` (the paper's
     ablation) gives it the whole ``[AP | semantic]`` state. Labels are token ids at masked positions, -100
     elsewhere."""
-
-    base_model_class = DSTGNeoBERT
     lm_head_class = DSTGNeoBERTLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
@@ -609,29 +610,18 @@ class DSTGNeoBERTForSequenceClassification(EncoderForSequenceClassification, DST
     """Sequence classification/regression (``num_labels=1``): CLS (or mean) of the full final hidden state ->
     dense -> tanh -> classifier, NeoBERT's GLUE head."""
 
-    base_model_class = DSTGNeoBERT
-
 
 class DSTGNeoBERTForTokenClassification(EncoderForTokenClassification, DSTGNeoBERTPreTrainedModel):
     """Per-token classifier on the full final hidden state."""
-
-    base_model_class = DSTGNeoBERT
 
 
 class DSTGNeoBERTForQuestionAnswering(EncoderForQuestionAnswering, DSTGNeoBERTPreTrainedModel):
     """Span start/end logits for extractive question answering, on the full final hidden state."""
 
-    base_model_class = DSTGNeoBERT
-
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-DSTG_AUTO_CLASSES = {
-    "AutoModel": DSTGNeoBERT,
-    "AutoModelForMaskedLM": DSTGNeoBERTForMaskedLM,
-    "AutoModelForSequenceClassification": DSTGNeoBERTForSequenceClassification,
-    "AutoModelForTokenClassification": DSTGNeoBERTForTokenClassification,
-    "AutoModelForQuestionAnswering": DSTGNeoBERTForQuestionAnswering,
-}
+DSTG_AUTO_CLASSES = auto_classes(DSTGNeoBERT, DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification,
+                                 DSTGNeoBERTForTokenClassification, DSTGNeoBERTForQuestionAnswering)
 
 
 __all__ = [

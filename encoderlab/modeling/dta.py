@@ -9,29 +9,40 @@ every position scheme of [`EncoderConfig`] is available. With ``config.unet`` th
 paper (skip connections, x0 mixing, optional value embeddings).
 """
 
-from dataclasses import replace
-
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils.output_capturing import OutputRecorder
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.dta import DTABertConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
-from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, build_position_bias
+from .attention import ALL_ATTENTION_FUNCTIONS, eager_attention_forward, prepare_attention_inputs
+from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
 from .heads import (
     EncoderForMaskedLM,
     EncoderForQuestionAnswering,
     EncoderForSequenceClassification,
     EncoderForTokenClassification,
+    auto_classes,
 )
 from .layers import build_mlp, build_norm
-from .positions import apply_rotary
+from .positions import apply_rotary, build_position_bias, build_rotary
+
+
+def mix_scalars():
+    """The learned scalars (a, b) of a mix ``a * x + b * y``, at (1, 0): a fresh model starts out without y."""
+    return nn.Parameter(torch.ones(())), nn.Parameter(torch.zeros(()))
+
+
+def reset_mix(a, b):
+    init.ones_(a)
+    init.zeros_(b)
 
 
 class DTABertAttention(nn.Module):
-    """Multi-head self-attention with a fused QKV projection; the pattern comes from ``config.attention_type``."""
+    """Multi-head self-attention with a fused QKV projection; the pattern comes from ``config.attention_type``, an
+    ALiBi bias from ``config.position_embedding_type``."""
 
     def __init__(self, config):
         super().__init__()
@@ -40,18 +51,18 @@ class DTABertAttention(nn.Module):
         self.head_dim = config.head_dim
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
-        if config.value_embeddings:
-            # v <- value_scale * v + value_embed_scale * ve(ids); init (1, 0) leaves a fresh model unchanged.
-            self.value_scale = nn.Parameter(torch.ones(()))
-            self.value_embed_scale = nn.Parameter(torch.zeros(()))
+        self.position_bias = build_position_bias(config)
+        if config.value_embeddings:  # v <- value_scale * v + value_embed_scale * ve(ids)
+            self.value_scale, self.value_embed_scale = mix_scalars()
 
     def init_scalars(self):
         if self.config.value_embeddings:
-            init.ones_(self.value_scale)
-            init.zeros_(self.value_embed_scale)
+            reset_mix(self.value_scale, self.value_embed_scale)
 
-    def forward(self, hidden_states, context, output_attentions=False):
-        positions, value_embeds = context.positions, context.value_embeds
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None, value_embeds=None,
+                output_attentions=False):
+        """hidden_states (B, L, hidden); position_embeddings: RoPE's (cos, sin) or None; value_embeds (B, L, hidden)
+        or None. Returns the output (B, L, hidden) and the probabilities (eager with ``output_attentions``) or None."""
         batch_size, seq_len, _ = hidden_states.shape
         query, key, value = self.qkv(hidden_states).chunk(3, dim=-1)  # each (B, L, hidden)
         if value_embeds is not None:
@@ -61,18 +72,17 @@ class DTABertAttention(nn.Module):
             return x.view(batch_size, seq_len, self.num_heads, self.head_dim).transpose(1, 2)
 
         query, key, value = split_heads(query), split_heads(key), split_heads(value)
-        if positions.rope is not None:
+        if position_embeddings is not None:
             # RoPE rotates the full head before dual triangle attention splits it.
-            cos, sin = positions.rope
+            cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
-            attention_implementation(self.config, output_attentions), eager_attention_forward
-        )
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
+                                                                  eager_attention_forward)
         output, probs = attention_forward(
-            self, query, key, value, context.mask,
+            self, query, key, value, attention_inputs,
             attention_type=self.config.attention_type,
             routing=self.config.dual_triangle_routing,
-            bias_module=positions.bias_module,
+            bias_module=self.position_bias if self.config.use_positions else None,
             dropout=self.config.attention_dropout,
             output_attentions=output_attentions,
         )
@@ -91,20 +101,20 @@ class DTABertLayer(GradientCheckpointingLayer):
         self.mlp_norm = build_norm(config)
         self.mlp = build_mlp(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        if config.unet:
-            # x <- residual_scale * x + x0_scale * x0, init (1, 0).
-            self.residual_scale = nn.Parameter(torch.ones(()))
-            self.x0_scale = nn.Parameter(torch.zeros(()))
+        if config.unet:  # x <- residual_scale * x + x0_scale * x0
+            self.residual_scale, self.x0_scale = mix_scalars()
 
     def init_scalars(self):
         if self.config.unet:
-            init.ones_(self.residual_scale)
-            init.zeros_(self.x0_scale)
+            reset_mix(self.residual_scale, self.x0_scale)
 
-    def forward(self, hidden_states, context, output_attentions=False):
-        if context.x0 is not None:
-            hidden_states = self.residual_scale * hidden_states + self.x0_scale * context.x0
-        attention_output, probs = self.attention(self.attention_norm(hidden_states), context, output_attentions)
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None, x0=None, value_embeds=None,
+                output_attentions=False):
+        """x0: the embedding output (U-Net body), value_embeds: this block's value embeddings, or None each."""
+        if x0 is not None:
+            hidden_states = self.residual_scale * hidden_states + self.x0_scale * x0
+        attention_output, probs = self.attention(self.attention_norm(hidden_states), attention_inputs,
+                                                 position_embeddings, value_embeds, output_attentions)
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -154,8 +164,7 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
                 nn.Embedding(config.vocab_size, config.hidden_size) for _ in range(num_tables)
             )
         self.final_norm = build_norm(config)
-        self.rotary = self.build_rotary(config, config.head_dim)
-        self.position_bias = build_position_bias(config)
+        self.rotary = build_rotary(config)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -163,35 +172,48 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
         if self.config.unet:
             init.ones_(self.skip_weights)
 
-    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
-        if self.config.value_embeddings and input_ids is None:
-            raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
-
     def value_embedding_table(self, layer_index):
         if not self.config.unet:
             return self.value_embeddings[layer_index]
         # U-Net: encoder block r and decoder block n-1-r share a table.
         return self.value_embeddings[min(layer_index, self.config.num_hidden_layers - 1 - layer_index)]
 
-    def run_layers(self, hidden_states, context, input_ids, output_attentions):
-        """The blocks, with what the U-Net body adds: every block mixes in the embedding output x0; the first half
-        (encoder) keeps its outputs, which the second half (decoder) adds back in mirrored order, weighted; and,
-        with value embeddings, each block (U-Net: each mirrored pair) reads its own value table."""
+    @unset_flags_read_from_config
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                token_type_ids=None, *, output_attentions=None, **kwargs):
+        """Packed rows and the other keywords: `EncoderModel.read_inputs`. The U-Net body (``config.unet``) mixes
+        the embedding output x0 into every block; the first half (encoder) keeps its outputs, which the second half
+        (decoder) adds back in mirrored order, weighted; with value embeddings each block (U-Net: each mirrored
+        pair) reads its own value table."""
         config = self.config
-        if config.unet:
-            context = replace(context, x0=hidden_states)
+        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
+                                                      token_type_ids, **kwargs)
+        if config.value_embeddings and input_ids is None:
+            raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+
+        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
+        attention_inputs = prepare_attention_inputs(self, attention_mask, document_ids, hidden_states,
+                                                    attention_type=config.attention_type,
+                                                    output_attentions=output_attentions)
+        position_embeddings = self.rotary_tables(position_ids, hidden_states.dtype)
+        x0 = hidden_states if config.unet else None
         half = config.num_hidden_layers // 2
         skips = []
         for index, layer in enumerate(self.layers):
             if config.unet and index >= half:
                 hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
-            layer_context = context
-            if config.value_embeddings:  # a new context per block: gradient checkpointing replays each with its own
-                layer_context = replace(context, value_embeds=self.value_embedding_table(index)(input_ids))
-            hidden_states, _ = layer(hidden_states, layer_context, output_attentions)
+            value_embeds = self.value_embedding_table(index)(input_ids) if config.value_embeddings else None
+            hidden_states, _ = layer(hidden_states, attention_inputs, position_embeddings, x0=x0,
+                                     value_embeds=value_embeds, output_attentions=output_attentions)
             if config.unet and index < half:
                 skips.append(hidden_states)
-        return hidden_states
+        return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
+
+
+# Every task model of the family wraps this encoder as ``self.model``.
+DTABertPreTrainedModel.base_model_class = DTABertModel
 
 
 class DTABertLMHead(nn.Module):
@@ -212,38 +234,22 @@ class DTABertLMHead(nn.Module):
 class DTABertForMaskedLM(EncoderForMaskedLM, DTABertPreTrainedModel):
     """DTA-BERT with the masked-language-modelling head. Labels are token ids at masked positions, -100 elsewhere.
     The decoder is tied to the input embeddings when ``config.tie_word_embeddings`` is True."""
-
-    base_model_class = DTABertModel
     lm_head_class = DTABertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
 
-class DTABertForSequenceClassification(EncoderForSequenceClassification, DTABertPreTrainedModel):
-    """DTA-BERT with a pooled classification/regression head (``num_labels=1`` is regression)."""
-
-    base_model_class = DTABertModel
+class DTABertForSequenceClassification(EncoderForSequenceClassification, DTABertPreTrainedModel): ...
 
 
-class DTABertForTokenClassification(EncoderForTokenClassification, DTABertPreTrainedModel):
-    """DTA-BERT with a per-token classifier."""
-
-    base_model_class = DTABertModel
+class DTABertForTokenClassification(EncoderForTokenClassification, DTABertPreTrainedModel): ...
 
 
-class DTABertForQuestionAnswering(EncoderForQuestionAnswering, DTABertPreTrainedModel):
-    """DTA-BERT with span start/end logits for extractive question answering."""
-
-    base_model_class = DTABertModel
+class DTABertForQuestionAnswering(EncoderForQuestionAnswering, DTABertPreTrainedModel): ...
 
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-DTA_AUTO_CLASSES = {
-    "AutoModel": DTABertModel,
-    "AutoModelForMaskedLM": DTABertForMaskedLM,
-    "AutoModelForSequenceClassification": DTABertForSequenceClassification,
-    "AutoModelForTokenClassification": DTABertForTokenClassification,
-    "AutoModelForQuestionAnswering": DTABertForQuestionAnswering,
-}
+DTA_AUTO_CLASSES = auto_classes(DTABertModel, DTABertForMaskedLM, DTABertForSequenceClassification,
+                                DTABertForTokenClassification, DTABertForQuestionAnswering)
 
 
 __all__ = [

@@ -1,7 +1,8 @@
 """Task heads shared by the encoderlab families.
 
-Each family declares its task models as ``class XForTask(EncoderForTask, XPreTrainedModel)`` with
-``base_model_class = XModel``; the head, the loss and the output dataclass are written once here.
+Each family declares its task models as ``class XForTask(EncoderForTask, XPreTrainedModel)`` and the encoder they
+wrap once, ``XPreTrainedModel.base_model_class = XModel``; the head, the loss and the output dataclass are written
+once here.
 """
 
 import torch
@@ -18,8 +19,8 @@ from transformers.modeling_outputs import (
 from transformers.utils import TransformersKwargs, can_return_tuple
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11; setup.cfg allows 3.10
 
-from .attention import is_tracing, packed_document_ids
 from .base import IGNORE_INDEX, check_labels, masked_mean
+from .documents import flat_documents, is_tracing, packed_document_ids
 from .pairs import count_real_runs, pair_features, pair_segments
 
 
@@ -67,14 +68,11 @@ def pool_documents(hidden_states, document_ids, attention_mask, pooling):
     hidden_states (B, L, D), document_ids (B, L), attention_mask (B, L) or None -> (N, D) for the N documents.
     """
     batch_size, seq_len, width = hidden_states.shape
-    row = torch.arange(batch_size, device=hidden_states.device).repeat_interleave(seq_len)
-    document = document_ids.reshape(-1)
-    real = None if attention_mask is None else attention_mask.reshape(-1).bool().nonzero().squeeze(-1)
+    real = None if attention_mask is None else attention_mask.bool()
+    token_index, starts = flat_documents(document_ids, real, batch_size, seq_len, hidden_states.device)
     states = hidden_states.reshape(-1, width)
-    if real is not None:
-        row, document, states = row[real], document[real], states[real]
-    starts = torch.ones_like(row, dtype=torch.bool)
-    starts[1:] = (row[1:] != row[:-1]) | (document[1:] != document[:-1])
+    if token_index is not None:
+        states = states[token_index]
     if pooling != "mean":
         return states[starts]
     segment = starts.long().cumsum(0) - 1  # (T,) document index of every real token
@@ -111,9 +109,8 @@ EARLIER_SEQUENCE_HEAD_KEYS = {r"^head\.dense\.": "classifier.dense.", r"^head\.c
 
 
 class EncoderTaskModel:
-    """Runs the family's base model (``self.model``) and exposes the per-token features heads read."""
-
-    base_model_class = None
+    """Runs the family's base model (``self.model``, built from ``base_model_class``, which the family sets once on
+    its PreTrainedModel) and exposes the per-token features heads read."""
 
     def run_base_model(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
         """The base model's output as a ModelOutput whatever ``config.return_dict`` says (the head reads its
@@ -303,7 +300,26 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
                                             hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
+# The transformers Auto class of each task head.
+AUTO_CLASS_OF_TASK = {
+    EncoderForMaskedLM: "AutoModelForMaskedLM",
+    EncoderForSequenceClassification: "AutoModelForSequenceClassification",
+    EncoderForTokenClassification: "AutoModelForTokenClassification",
+    EncoderForQuestionAnswering: "AutoModelForQuestionAnswering",
+}
+
+
+def auto_classes(base_model, *task_models):
+    """A family's model for each transformers Auto class it fills: ``{"AutoModel": base_model,
+    "AutoModelForMaskedLM": ..., ...}``, each task model under the Auto class of the task head it subclasses."""
+    auto = {"AutoModel": base_model}
+    for model in task_models:
+        auto.update({name: model for task, name in AUTO_CLASS_OF_TASK.items() if issubclass(model, task)})
+    return auto
+
+
 __all__ = [
+    "auto_classes",
     "EncoderForMaskedLM",
     "pool_documents",
     "SequenceClassificationHead",

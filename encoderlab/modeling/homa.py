@@ -9,25 +9,36 @@ A HOMA layer runs, inside overlapping blocks of length ``l`` (stride ``s``), ord
 The two head outputs are fused (MLP, sum or gated sum), blocks are averaged back onto the sequence and the
 output projection follows. The baselines of the paper are here too: global pairwise, blockwise and Linformer.
 
-The block grid and the triadic kernel live in `homa_kernel`.
+Each attention type reads its own inputs, built once per forward by `prepare_homa_inputs`: the block grid
+(`kernels.blocks.BlockLayout`) for the block types, whose triadic pathway runs `kernels.triadic`; Linformer's token
+order or documents ([`LinformerInputs`]); the [`AttentionInputs`] of the pairwise kernels.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils.output_capturing import OutputRecorder
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.homa import HOMAConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, attention_implementation, eager_attention_forward
-from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel
-from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification
-from .homa_kernel import BlockLayout, DocumentSegments, triadic_attention, view_blocks
+from .attention import (
+    ALL_ATTENTION_FUNCTIONS,
+    eager_attention_forward,
+    prepare_attention_inputs,
+    real_keys,
+    row_order,
+)
+from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
+from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification, auto_classes
+from .kernels.blocks import BlockLayout, DocumentSegments, view_blocks
+from .kernels.triadic import triadic_attention
 from .layers import build_mlp, build_norm
-from .positions import apply_rotary
+from .positions import apply_rotary, build_rotary
 
 # ----------------------------------------------------------------------------------------------------------------
 # Components
@@ -43,13 +54,6 @@ class LowRankProjection(nn.Module):
 
     def forward(self, x):
         return self.up(self.down(x))
-
-
-def real_tokens(mask):
-    """(B, L) bool: the real tokens of an [`AttentionMask`]."""
-    if mask.key_valid is not None:
-        return mask.key_valid
-    return torch.ones(mask.batch_size, mask.seq_len, dtype=torch.bool, device=mask.device)
 
 
 def build_u_projection(config):
@@ -157,11 +161,12 @@ class HOMAAttentionBase(nn.Module):
         """(..., H, L, Dh) -> (..., L, d)."""
         return x.transpose(-3, -2).flatten(-2)
 
-    def project_qkv(self, hidden_states, rotary):
-        """(B, L, d) -> query, key, value (B, L, d), RoPE applied to query and key when given."""
+    def project_qkv(self, hidden_states, position_embeddings):
+        """(B, L, d) -> query, key, value (B, L, d), RoPE's (cos, sin) applied to query and key when given."""
         query, key, value = self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
-        if rotary is not None:
-            query, key = (self.merge_heads(apply_rotary(self.split_heads(t), *rotary)) for t in (query, key))
+        if position_embeddings is not None:
+            query, key = (self.merge_heads(apply_rotary(self.split_heads(t), *position_embeddings))
+                          for t in (query, key))
         return query, key, value
 
     def dropout_probability(self):
@@ -171,13 +176,14 @@ class HOMAAttentionBase(nn.Module):
 class PairwiseSelfAttention(HOMAAttentionBase):
     """Global multi-head attention over the real keys (the Pairwise-2D baseline)."""
 
-    def forward(self, hidden_states, mask, rotary=None, block_layout=None):
-        query, key, value = (self.split_heads(t) for t in self.project_qkv(hidden_states, rotary))
-        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
-            attention_implementation(self.config), eager_attention_forward
-        )
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None):
+        """attention_inputs: the forward's [`AttentionInputs`]."""
+        query, key, value = (self.split_heads(t) for t in self.project_qkv(hidden_states, position_embeddings))
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
+                                                                  eager_attention_forward)
         out, _ = attention_forward(
-            self, query, key, value, mask, attention_type="bidirectional", dropout=self.config.attention_dropout
+            self, query, key, value, attention_inputs, attention_type="bidirectional",
+            dropout=self.config.attention_dropout,
         )
         return self.output(self.merge_heads(out))
 
@@ -194,12 +200,11 @@ class LinformerSelfAttention(HOMAAttentionBase):
         self.key_projection = nn.Linear(self.max_length, config.linformer_k)
         self.value_projection = nn.Linear(self.max_length, config.linformer_k)
 
-    def project_sequence(self, projection, x, mask):
+    def project_sequence(self, projection, x, attention_inputs):
         """(B, L, d) -> (B, k, d): the projection of the input zero-padded to max_len."""
-        if mask.has_padding:
-            order, _ = mask.row_order("lower")  # (B, L): real tokens ascending, then the padding
-            real_first = mask.key_valid.gather(1, order).unsqueeze(-1).to(x.dtype)
-            x = x.gather(1, order.unsqueeze(-1).expand_as(x)) * real_first
+        if attention_inputs.order is not None:  # real tokens ascending, then the padding
+            real_first = attention_inputs.real_first.unsqueeze(-1).to(x.dtype)
+            x = x.gather(1, attention_inputs.order.unsqueeze(-1).expand_as(x)) * real_first
         # Padding x rather than slicing the weight's first L columns: the same numbers, and a shape that does not
         # depend on whether L equals max_len (which torch.export with a dynamic length would have to pin).
         x = F.pad(x, (0, 0, 0, self.max_length - x.shape[1]))
@@ -222,7 +227,8 @@ class LinformerSelfAttention(HOMAAttentionBase):
         row_owner = torch.arange(num_documents * rows_per_document, device=segments.index.device) // rows_per_document
         return ((row_owner == segments.index[..., None]) | ~segments.real[..., None])[:, None]
 
-    def forward(self, hidden_states, mask, rotary=None, block_layout=None):
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None):
+        """attention_inputs: the forward's [`LinformerInputs`]; Linformer takes no position embeddings."""
         seq_len = hidden_states.shape[1]
         if seq_len > self.max_length:  # the model checks this first; the layer may also be called alone
             raise ValueError(
@@ -231,19 +237,12 @@ class LinformerSelfAttention(HOMAAttentionBase):
             )
         query = self.split_heads(self.query(hidden_states))
         key, value = self.key(hidden_states), self.value(hidden_states)
-        if mask.document_ids is None:
-            key = self.project_sequence(self.key_projection, key, mask)
-            value = self.project_sequence(self.value_projection, value, mask)
+        segments, num_documents = attention_inputs.segments, attention_inputs.num_documents
+        if segments is None:
+            key = self.project_sequence(self.key_projection, key, attention_inputs)
+            value = self.project_sequence(self.value_projection, value, attention_inputs)
             allowed = None
         else:
-            if torch.compiler.is_exporting():
-                raise ValueError(
-                    "linformer attention cannot export packed rows (position_ids that restart, or cu_seq_lens_q/k): "
-                    "its per-document projections are sized by the number of documents, a value; export it without "
-                    "position_ids and cu_seq_lens, or run packed rows in eager or under torch.compile"
-                )
-            segments = DocumentSegments.from_ids(real_tokens(mask), mask.document_ids)
-            num_documents = segments.count
             key = self.project_documents(self.key_projection, key, segments, num_documents)
             value = self.project_documents(self.value_projection, value, segments, num_documents)
             allowed = self.own_document_rows(segments, num_documents)
@@ -252,14 +251,6 @@ class LinformerSelfAttention(HOMAAttentionBase):
             dropout_p=self.dropout_probability(),
         )
         return self.output(self.merge_heads(out))
-
-
-def build_block_layout(config, mask):
-    """The block grid of one forward from its [`AttentionMask`]: anchored on each row's real tokens, or, for packed
-    rows, on each document's (`BlockLayout.from_documents`)."""
-    if mask.document_ids is None:
-        return BlockLayout.from_mask(real_tokens(mask), config.block_size, config.block_stride)
-    return BlockLayout.from_documents(real_tokens(mask), mask.document_ids, config.block_size, config.block_stride)
 
 
 class BlockSelfAttention(HOMAAttentionBase):
@@ -296,10 +287,10 @@ class BlockSelfAttention(HOMAAttentionBase):
         u = coordinates.view(batch, 1, num_blocks * block_size, rank) @ basis.mT  # (B, H, T * l, Dh)
         return view_blocks(u, batch, self.num_heads, num_blocks, block_size, self.head_dim)
 
-    def forward(self, hidden_states, mask, rotary=None, block_layout=None):
+    def forward(self, hidden_states, layout, position_embeddings=None):
+        """layout: the forward's [`BlockLayout`]; position_embeddings: RoPE's (cos, sin) or None."""
         seq_len = hidden_states.shape[1]
-        layout = block_layout if block_layout is not None else build_block_layout(self.config, mask)
-        query, key, value = (self.to_blocks(layout, t) for t in self.project_qkv(hidden_states, rotary))
+        query, key, value = (self.to_blocks(layout, t) for t in self.project_qkv(hidden_states, position_embeddings))
         key_mask = layout.key_mask.unsqueeze(1)  # (B, 1, T, l), broadcast over heads
 
         if self.use_pairwise:
@@ -317,6 +308,54 @@ class BlockSelfAttention(HOMAAttentionBase):
         else:
             out = self.fusion.project(layout.merge(self.fusion.fuse(pairwise, triadic), seq_len))
         return self.output(self.merge_heads(out))
+
+
+@dataclass(frozen=True)
+class LinformerInputs:
+    """What Linformer attention reads of a batch, built once per forward (`prepare_homa_inputs`).
+
+    Attributes:
+        order: (B, L) long, each row's real tokens in order, then its padding; None without padding or for packed
+            rows.
+        real_first: (B, L) bool, the token ``order`` puts at each place is real; None where ``order`` is.
+        segments: the [`DocumentSegments`] of packed rows, else None.
+        num_documents: the most documents a row of a packed batch holds.
+    """
+
+    order: torch.Tensor | None = None
+    real_first: torch.Tensor | None = None
+    segments: DocumentSegments | None = None
+    num_documents: int = 1
+
+
+def prepare_homa_inputs(model, attention_mask, document_ids, hidden_states):
+    """What ``model``'s attention type reads, once per forward: the block grid (blockwise, homa, triadic; anchored on
+    each row's real tokens or, for packed rows, each document's), [`LinformerInputs`] (linformer), or the
+    [`AttentionInputs`] of the pairwise kernels (pairwise)."""
+    config = model.config
+    if config.attention_type == "pairwise":
+        return prepare_attention_inputs(model, attention_mask, document_ids, hidden_states)
+    key_valid = real_keys(attention_mask, hidden_states.device)
+    batch_size, seq_len = hidden_states.shape[:2]
+    real = key_valid if key_valid is not None else torch.ones(batch_size, seq_len, dtype=torch.bool,
+                                                              device=hidden_states.device)
+    if config.uses_blocks and document_ids is None:
+        return BlockLayout.from_mask(real, config.block_size, config.block_stride)
+    if config.uses_blocks:
+        return BlockLayout.from_documents(real, document_ids.to(real.device), config.block_size, config.block_stride)
+    if document_ids is not None:
+        if torch.compiler.is_exporting():
+            raise ValueError(
+                "linformer attention cannot export packed rows (position_ids that restart, or cu_seq_lens_q/k): "
+                "its per-document projections are sized by the number of documents, a value; export it without "
+                "position_ids and cu_seq_lens, or run packed rows in eager or under torch.compile"
+            )
+        segments = DocumentSegments.from_ids(real, document_ids.to(real.device).expand(batch_size, -1))
+        return LinformerInputs(segments=segments, num_documents=segments.count)
+    if key_valid is None:
+        return LinformerInputs()
+    order, _ = row_order(key_valid, "lower")
+    return LinformerInputs(order=order, real_first=key_valid.gather(1, order))
 
 
 ATTENTION_CLASSES = {
@@ -343,11 +382,10 @@ class HOMALayer(GradientCheckpointingLayer):
         self.mlp = build_mlp(config, bias=True)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, context, output_attentions=False):
-        """-> (hidden_states, None): HOMA returns no attention maps."""
-        attention_output = self.attention(
-            self.attention_norm(hidden_states), context.mask, context.positions.rope, context.block_layout
-        )
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None):
+        """attention_inputs: what the attention type reads (`prepare_homa_inputs`). -> (hidden_states, None): HOMA
+        returns no attention maps."""
+        attention_output = self.attention(self.attention_norm(hidden_states), attention_inputs, position_embeddings)
         hidden_states = hidden_states + self.dropout(attention_output)
         return hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states))), None
 
@@ -436,8 +474,7 @@ class HOMAModel(EncoderModel, HOMAPreTrainedModel):
         self.embeddings = EncoderEmbeddings(config)
         self.layers = nn.ModuleList(HOMALayer(config) for _ in range(config.num_hidden_layers))
         self.final_norm = build_norm(config)
-        self.rotary = self.build_rotary(config, config.head_dim)
-        self.position_bias = None  # the config admits no additive-bias position scheme
+        self.rotary = build_rotary(config)  # the config admits no additive-bias position scheme
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -448,18 +485,25 @@ class HOMAModel(EncoderModel, HOMAPreTrainedModel):
             return [(self.config.max_position_embeddings, reason)]
         return []
 
-    def check_family_inputs(self, input_ids, inputs_embeds, output_attentions):
-        if output_attentions:
+    @unset_flags_read_from_config
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
+                token_type_ids=None, *, output_attentions=None, **kwargs):
+        """Packed rows and the other keywords: `EncoderModel.read_inputs`."""
+        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
+                                                      token_type_ids, self.length_limits(), **kwargs)
+        if self.config.output_attentions if output_attentions is None else output_attentions:
             raise ValueError("output_attentions=True is not supported by HOMA: triadic attention has no (L, L) map")
+        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
+        attention_inputs = prepare_homa_inputs(self, attention_mask, document_ids, hidden_states)
+        position_embeddings = self.rotary_tables(position_ids, hidden_states.dtype)
+        for layer in self.layers:
+            hidden_states, _ = layer(hidden_states, attention_inputs, position_embeddings)
+        return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
 
-    def layer_context(self, input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                      document_ids=None):
-        """The mask and positions, and the overlapping block grid shared by all layers of the block types."""
-        context = super().layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, device, dtype,
-                                        document_ids)
-        if self.config.uses_blocks:
-            context.block_layout = build_block_layout(self.config, context.mask)
-        return context
+
+# Every task model of the family wraps this encoder as ``self.model``.
+HOMAPreTrainedModel.base_model_class = HOMAModel
 
 
 class HOMALMHead(nn.Module):
@@ -478,8 +522,6 @@ class HOMALMHead(nn.Module):
 class HOMAForMaskedLM(EncoderForMaskedLM, HOMAPreTrainedModel):
     """HOMA with a masked-language-modelling head, for pretraining on protein sequences. Labels are token ids at
     masked positions, -100 elsewhere."""
-
-    base_model_class = HOMAModel
     lm_head_class = HOMALMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
@@ -488,22 +530,14 @@ class HOMAForSequenceClassification(EncoderForSequenceClassification, HOMAPreTra
     """HOMA with a pooled head (masked mean by default): ``num_labels=1`` is regression (fluorescence,
     stability), more labels classification."""
 
-    base_model_class = HOMAModel
-
 
 class HOMAForTokenClassification(EncoderForTokenClassification, HOMAPreTrainedModel):
     """HOMA with a per-residue classifier (secondary structure); labels -100 are ignored."""
 
-    base_model_class = HOMAModel
-
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-HOMA_AUTO_CLASSES = {
-    "AutoModel": HOMAModel,
-    "AutoModelForMaskedLM": HOMAForMaskedLM,
-    "AutoModelForSequenceClassification": HOMAForSequenceClassification,
-    "AutoModelForTokenClassification": HOMAForTokenClassification,
-}
+HOMA_AUTO_CLASSES = auto_classes(HOMAModel, HOMAForMaskedLM, HOMAForSequenceClassification,
+                                 HOMAForTokenClassification)
 
 
 __all__ = [

@@ -9,18 +9,7 @@ Packed rows of pairs (``position_ids`` restarting at 0, or ``cu_seq_lens``) are 
 
 import torch
 
-
-def forward_fill(values, starts):
-    """Each position gets the value at the last start at or before it: values (B, L) non-decreasing along each
-    row, starts (B, L) bool with column 0 set -> (B, L)."""
-    return torch.where(starts, values, torch.zeros_like(values)).cummax(dim=-1).values
-
-
-def segment_starts(ids):
-    """(B, L) bool: where a run of equal ids begins (column 0 always)."""
-    starts = torch.ones_like(ids, dtype=torch.bool)
-    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    return starts
+from .documents import flat_documents, forward_fill, run_starts
 
 
 def pair_segments(input_ids, attention_mask, document_ids, sep_token_id):
@@ -35,23 +24,22 @@ def pair_segments(input_ids, attention_mask, document_ids, sep_token_id):
         document_ids = torch.zeros_like(input_ids)
     is_sep = (input_ids == sep_token_id).long()
     seps_before = is_sep.cumsum(dim=-1) - is_sep  # separators strictly before each token, along the row
-    seps_at_pair_start = forward_fill(seps_before, segment_starts(document_ids))
+    seps_at_pair_start = forward_fill(seps_before, run_starts(document_ids))
     second_text = (seps_before - seps_at_pair_start > 0).long()
     segment_ids = 2 * document_ids + second_text
 
     real = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     real_so_far = real.cumsum(dim=-1)
-    before_segment = forward_fill(real_so_far - real, segment_starts(segment_ids))
+    before_segment = forward_fill(real_so_far - real, run_starts(segment_ids))
     position_ids = (real_so_far - before_segment - 1).clamp(min=0)
     return segment_ids, position_ids
 
 
 def count_real_runs(ids, attention_mask):
     """How many distinct ids the real tokens hold, row by row: ids (B, L) non-decreasing along each row."""
-    real = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    last_real = torch.where(real, ids, -1).cummax(dim=-1).values
-    previous = torch.cat([torch.full_like(last_real[:, :1], -1), last_real[:, :-1]], dim=1)
-    return int((real & (ids != previous)).sum())
+    real = None if attention_mask is None else attention_mask.bool()
+    _, starts = flat_documents(ids, real, *ids.shape, ids.device)
+    return int(starts.sum())
 
 
 def pair_features(pooled):

@@ -198,6 +198,13 @@ class T5RelativeBias(nn.Module):
         return add_t5_bias
 
 
+def build_rotary(config):
+    """The RoPE table maker a config asks for (``position_embedding_type="rope"``), or None."""
+    if config.position_embedding_type != "rope":
+        return None
+    return RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling_dict, config.max_position_embeddings)
+
+
 def build_position_bias(config):
     """The additive attention bias a config asks for, or None."""
     if config.position_embedding_type == "alibi":
@@ -215,4 +222,5 @@ __all__ = [
     "t5_relative_bucket",
     "T5RelativeBias",
     "build_position_bias",
+    "build_rotary",
 ]

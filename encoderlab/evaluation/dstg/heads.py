@@ -57,16 +57,13 @@ def layer_components(model, input_ids, attention_mask):
 
 def _layer_components(model, input_ids, attention_mask):
     outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-    batch_size, seq_len = input_ids.shape
-    position_ids = model.default_positions(attention_mask, batch_size, seq_len, input_ids.device)
-    context = model.layer_context(input_ids, attention_mask, position_ids, batch_size, seq_len, input_ids.device,
-                                  outputs.ap_hidden_states[0].dtype)
+    positions = model.relative_positions(input_ids)  # special tokens and the RP bias's buckets
     per_layer = []
     for index, layer in enumerate(model.layers):
         ap = layer.ap_attention_norm(outputs.ap_hidden_states[index])
         semantic = layer.semantic_attention_norm(outputs.semantic_hidden_states[index])
         per_layer.append({name: logits.double() for name, logits in
-                          layer.attention.component_logits(ap, semantic, context).items()})
+                          layer.attention.component_logits(ap, semantic, positions).items()})
     return per_layer
 
 

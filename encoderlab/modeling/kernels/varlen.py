@@ -8,8 +8,9 @@ attention is two calls on the two halves of every head, each the cost of one cau
 whose ``varlen_attn`` has no ``window_size`` (2.10) the lower triangle is ``is_causal=True`` and the upper one the same
 call on the flattened tokens taken in reverse.
 
-The layout (real-token indices, boundaries, the longest document) is read from the mask's values once per forward
-and shared by the layers; under torch.compile that read is a graph break.
+It reads ``attention_inputs.varlen``, the [`VarlenLayout`] of the forward (real-token indices, boundaries, the
+longest document), read from the mask's values once per forward and shared by the layers; under torch.compile that
+read is a graph break.
 
 Not available: additive biases (ALiBi, T5 buckets, DSTG's RP bias), attention dropout, attention probabilities, and
 CPU tensors (torch has no CPU kernel); each is refused with an error naming the alternatives.
@@ -19,7 +20,7 @@ import inspect
 
 import torch
 
-from .dual_triangle import autocast_inputs, is_training, merge_triangles, refuse_probabilities, triangle_parts
+from .common import autocast_inputs, is_training, merge_triangles, refuse_probabilities, triangle_parts
 
 try:
     from torch.nn.attention.varlen import varlen_attn
@@ -31,42 +32,18 @@ _WINDOWS = {"all": (-1, -1), "lower": (-1, 0), "upper": (0, -1)}
 ALTERNATIVES = "use attn_implementation='sdpa', 'eager' or 'flex_attention'"
 
 
-class VarlenLayout:
-    """Where a batch's real tokens go in the flattened sequence, built once per forward from the [`AttentionMask`].
+def flatten(x, layout):
+    """(B, H, L, D) -> (T, H, D), the real tokens in order."""
+    flat = x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
+    return flat if layout.token_index is None else flat.index_select(0, layout.token_index)
 
-    Attributes:
-        token_index: (T,) long indices into the flattened (B * L) tokens of the real ones, in row order; None when
-            every token is real.
-        cu_seq_lens: (N + 1,) int32 cumulative lengths of the N (row, document) segments of real tokens.
-        max_length: the longest segment, a Python int.
-    """
 
-    def __init__(self, mask):
-        batch_size, seq_len, device = mask.batch_size, mask.seq_len, mask.device
-        row = torch.arange(batch_size, device=device).repeat_interleave(seq_len)
-        document = row if mask.document_ids is None else mask.document_ids.reshape(-1)
-        self.token_index = None
-        if mask.has_padding:
-            self.token_index = mask.key_valid.reshape(-1).nonzero().squeeze(-1)
-            row, document = row[self.token_index], document[self.token_index]
-        # A segment starts at the first real token, and wherever the row or the document changes.
-        starts = torch.ones_like(row, dtype=torch.bool)
-        starts[1:] = (row[1:] != row[:-1]) | (document[1:] != document[:-1])
-        boundaries = torch.cat([starts.nonzero().squeeze(-1), row.new_tensor([row.numel()])])
-        self.cu_seq_lens = boundaries.to(torch.int32)
-        self.max_length = int((boundaries[1:] - boundaries[:-1]).max()) if row.numel() else 0
-
-    def flatten(self, x):
-        """(B, H, L, D) -> (T, H, D), the real tokens in order."""
-        flat = x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
-        return flat if self.token_index is None else flat.index_select(0, self.token_index)
-
-    def unflatten(self, x, like):
-        """(T, H, D) -> (B, H, L, D) shaped as ``like``; padded positions are 0 (nothing reads them)."""
-        batch_size, num_heads, seq_len, dim = like.shape
-        if self.token_index is not None:
-            x = x.new_zeros(batch_size * seq_len, num_heads, dim).index_copy(0, self.token_index, x)
-        return x.view(batch_size, seq_len, num_heads, dim).transpose(1, 2)
+def unflatten(x, layout, like):
+    """(T, H, D) -> (B, H, L, D) shaped as ``like``; padded positions are 0 (nothing reads them)."""
+    batch_size, num_heads, seq_len, dim = like.shape
+    if layout.token_index is not None:
+        x = x.new_zeros(batch_size * seq_len, num_heads, dim).index_copy(0, layout.token_index, x)
+    return x.view(batch_size, seq_len, num_heads, dim).transpose(1, 2)
 
 
 def _accepts_window(kernel):
@@ -112,7 +89,7 @@ def check_varlen_call(query, bias_module, dropout, training):
                          f"to 0 or {ALTERNATIVES}")
 
 
-def varlen_attention_forward(module, query, key, value, attention_mask, *, attention_type="bidirectional",
+def varlen_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
                              routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
                              output_attentions=False, training=None, **kwargs):
     """FlashAttention on the real tokens of every document; arguments as `eager_attention_forward`.
@@ -123,12 +100,12 @@ def varlen_attention_forward(module, query, key, value, attention_mask, *, atten
     query, key, value = autocast_inputs(query, key, value)
     check_varlen_call(query, bias_module, dropout, is_training(module, training))
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
-    layout = attention_mask._cached("varlen", lambda: VarlenLayout(attention_mask))
+    layout = attention_inputs.varlen
     outputs = []
     for triangle, (q, k, v) in zip(triangles, parts):
-        output = varlen_triangle(layout.flatten(q), layout.flatten(k), layout.flatten(v), layout, triangle, scale)
-        outputs.append(layout.unflatten(output, q))
+        output = varlen_triangle(flatten(q, layout), flatten(k, layout), flatten(v, layout), layout, triangle, scale)
+        outputs.append(unflatten(output, layout, q))
     return merge_triangles(outputs, routing), None
 
 
-__all__ = ["VarlenLayout", "varlen_attention_forward"]
+__all__ = ["flatten", "unflatten", "varlen_attention_forward"]

@@ -1,4 +1,4 @@
-"""The windowed triadic attention of `homa_kernel` as fused Triton kernels: the CUDA implementation of its operator.
+"""The windowed triadic attention of `triadic` as fused Triton kernels: the CUDA implementation of its operator.
 
 Each program owns one block of ``n`` rows (padded to a power of two) and keeps everything a row needs in registers:
 for every ordered pair ``(j, k)`` of its window it forms the score ``s_ajk = <Q_a * K_{a+j}, U_{a+k}> / sqrt(Dh)``
@@ -28,7 +28,7 @@ this module is imported, Triton's interpreter runs these kernels on CPU tensors,
 try:
     import triton
     import triton.language as tl
-except ImportError:  # CPU-only installs: the torch kernel of homa_kernel serves every device
+except ImportError:  # CPU-only installs: the torch kernel of `triadic` serves every device
     triton = None
 
 import torch

@@ -1,0 +1,102 @@
+"""The ``flex_attention`` backend: one block-sparse call for all triangles, the GPU path.
+
+It reads ``attention_inputs.block_mask``, the BlockMask of the forward (for dual triangle: 2H half-width sub-heads,
+head-routed), built once per forward where there is padding or there are packed documents, else cached per length;
+an additive bias enters as a score_mod, so no L x L tensor is built. On CPU it serves inference: torch 2.13 has no
+CPU backward for it, so a forward that needs gradients runs sdpa (`attention.attention_implementation`). It
+compiles for a few seconds on first use; a float64 model on CPU runs it uncompiled, after a warning (Inductor has no
+float64 CPU kernel for it).
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .common import (
+    autocast_inputs,
+    grouped,
+    is_training,
+    merge_triangles,
+    refuse_probabilities,
+    triangle_parts,
+    warn_once,
+)
+
+FLEX_BLOCK = 128  # flex_attention's default sparse block size; sequences are padded to a multiple of it
+FLEX_COMPILE = True  # tests switch compilation off to check the mask/score logic over many shapes quickly
+_compiled_flex_attention = None
+
+# Dtypes torch's compiled (Inductor) flex_attention kernel takes on CPU; others raise a raw InductorError there.
+_FLEX_CPU_COMPILED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _flex_attention_fn(query):
+    """flex_attention, compiled unless tests switched that off or the compiled CPU kernel lacks ``query``'s dtype
+    (float64: then the uncompiled one, which is exact but materialises the scores, after a warning)."""
+    global _compiled_flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not FLEX_COMPILE:
+        return flex_attention
+    if query.device.type == "cpu" and query.dtype not in _FLEX_CPU_COMPILED_DTYPES:
+        warn_once(
+            "flex_uncompiled_dtype",
+            f"compiled flex_attention has no CPU kernel for {query.dtype} (torch's Inductor takes float32, float16 "
+            "and bfloat16); running flex_attention uncompiled, which is exact but slow and materialises the scores. "
+            "Use float32 or bfloat16, or attn_implementation='sdpa', for speed.",
+        )
+        return flex_attention
+    if _compiled_flex_attention is None:
+        _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex_attention
+
+
+def padded_length(seq_len):
+    """``seq_len`` rounded up to a whole number of flex blocks."""
+    return seq_len + (-seq_len % FLEX_BLOCK)
+
+
+def flex_attention_call(query, key, value, block_mask, bias_module, logical_heads, scale):
+    """One flex_attention call; query/key/value (B, T * H, L, D) grouped by triangle.
+
+    L is padded to a whole number of flex blocks (padded keys are masked, padded queries dropped): torch 2.13's
+    compiled CPU kernel gives wrong rows for per-batch masks shorter than one block.
+    """
+    seq_len = query.shape[2]
+    padded_len = padded_length(seq_len)
+    if padded_len != seq_len:
+        query, key, value = (F.pad(x, (0, 0, 0, padded_len - seq_len)) for x in (query, key, value))
+    score_mod = None if bias_module is None else bias_module.score_mod(logical_heads, query.device)
+    value_dim = value.shape[-1]
+    if _pads_value_to_query_dim(query, value):
+        value = F.pad(value, (0, query.shape[-1] - value_dim))  # zero channels: their outputs are 0, sliced off
+    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return output[:, :, :seq_len, :value_dim]
+
+
+def _pads_value_to_query_dim(query, value):
+    """On CUDA, values narrower than q/k (DSTG: q/k join two streams of head_dim each, values do not) are padded to
+    the q/k width. Exact: the extra value channels are zero. Added as a guess at DSTG's flex backward failing to
+    compile on an H100; the second H100 run showed the guess wrong (the score_mod's form was the cause, fixed in
+    `SpecialTokenRelativeBias.score_mod`). Kept because fp32 passed there with it; whether dropping it lets the bf16
+    backward fit the shared memory it overflows (bench/RESULTS.md) is for the next GPU run."""
+    return query.device.type == "cuda" and value.shape[-1] < query.shape[-1]
+
+
+def flex_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
+                           routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
+                           output_attentions=False, training=None, **kwargs):
+    """One block-sparse flex_attention call for all triangles (`flex_attention_call`); arguments as
+    `eager_attention_forward`. Returns (output (B, H, L, D), None)."""
+    refuse_probabilities("flex_attention", output_attentions)
+    if torch.is_grad_enabled() and any(t.device.type == "cpu" and t.requires_grad for t in (query, key, value)):
+        raise ValueError("flex_attention has no backward pass on CPU in this torch version; prepare the attention "
+                         "inputs with attention_implementation(), which runs sdpa where gradients are needed")
+    if dropout and is_training(module, training):
+        raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
+    query, key, value = autocast_inputs(query, key, value)
+    triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
+    output = flex_attention_call(*grouped(parts), attention_inputs.block_mask, bias_module, query.shape[1], scale)
+    return merge_triangles(output.split(query.shape[1], dim=1), routing), None
+
+
+__all__ = ["FLEX_BLOCK", "flex_attention_call", "flex_attention_forward", "padded_length"]
