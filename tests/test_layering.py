@@ -21,6 +21,19 @@ LAYERS = (
 )
 """Top-level parts of encoderlab, lowest first: a module may import its own layer and the ones below it."""
 
+MODELING_LAYERS = (
+    ("", "documents", "layers", "positions"),  # "": the package's __init__, a docstring
+    ("kernels",),
+    ("attention", "base", "pairs"),
+    ("heads",),
+    ("dta", "dstg", "homa"),
+    ("convert",),
+)
+"""The modules of encoderlab.modeling, lowest first, by the same rule: the kernels (one module per backend) read plain
+tensors and import nothing of the attention inputs, the task heads or the families; `attention` prepares what they
+read and dispatches to them; each family module holds its own nn.Modules."""
+FAMILIES = ("dta", "dstg", "homa")
+
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
     parts = path.relative_to(root.parent).with_suffix("").parts
@@ -89,18 +102,25 @@ def cycles(graph: dict) -> list[set]:
     return found
 
 
-def layer_of(module: str) -> int:
-    part = module.split(".")[1] if "." in module else ""
-    for level, parts in enumerate(LAYERS):
+def layer_of(module: str, layers=LAYERS, package="encoderlab") -> int:
+    """The level in ``layers`` of ``module``'s part of ``package`` (its first name below the package)."""
+    part = module[len(package) + 1:].split(".")[0] if module.startswith(package + ".") else ""
+    for level, parts in enumerate(layers):
         if part in parts:
             return level
-    raise AssertionError(f"{module}: encoderlab/{part} has no layer in LAYERS; add it where it belongs")
+    raise AssertionError(f"{module}: {package.replace('.', '/')}/{part} has no layer; add it where it belongs")
 
 
-def upward_imports(graph: dict) -> list[str]:
-    return [f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
-            for module, targets in sorted(graph.items()) for target in sorted(targets)
-            if layer_of(target) > layer_of(module)]
+def upward_imports(graph: dict, layers=LAYERS, package="encoderlab") -> list[str]:
+    def within(module):
+        return module == package or module.startswith(package + ".")
+
+    inside = {module: {target for target in targets if within(target)}
+              for module, targets in graph.items() if within(module)}
+    return [f"{module} (layer {layer_of(module, layers, package)}) imports {target} "
+            f"(layer {layer_of(target, layers, package)})"
+            for module, targets in sorted(inside.items()) for target in sorted(targets)
+            if layer_of(target, layers, package) > layer_of(module, layers, package)]
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +156,18 @@ def test_no_import_goes_up_the_layers(graph):
     planted = {"encoderlab.results.rows": {"encoderlab.experiments.sweeps"}, "encoderlab.experiments.sweeps": set()}
     assert upward_imports(planted) == [
         "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 6)"]
+
+
+def test_no_modeling_import_goes_up_its_layers(graph):
+    assert not upward_imports(graph, MODELING_LAYERS, "encoderlab.modeling")
+    planted = {"encoderlab.modeling.kernels.sdpa": {"encoderlab.modeling.attention"}}
+    assert upward_imports(planted, MODELING_LAYERS, "encoderlab.modeling") == [
+        "encoderlab.modeling.kernels.sdpa (layer 1) imports encoderlab.modeling.attention (layer 2)"]
+
+
+def test_no_family_imports_another(graph):
+    families = {f"encoderlab.modeling.{family}" for family in FAMILIES}
+    assert all(not (graph[family] & families) for family in families)
 
 
 def test_results_stand_alone(graph):
