@@ -150,7 +150,7 @@ def test_output_attentions_needs_eager():
 
 
 def test_float64_flex_attention_with_compile_on_cpu_falls_back_with_a_warning(monkeypatch):
-    # Inductor's compiled flex_attention has no float64 CPU kernel (a raw InductorError); issue 32, item 13.
+    # Inductor's compiled flex_attention has no float64 CPU kernel (a raw InductorError).
     import encoderlab.modeling.kernels.common as common
     import encoderlab.modeling.kernels.flex as flex
 

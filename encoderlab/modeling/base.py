@@ -294,7 +294,7 @@ def non_reentrant(checkpoint_kwargs):
     if checkpoint_kwargs.get("use_reentrant"):
         logger.warning_once(
             "use_reentrant=True is not supported by encoderlab models (it would drop gradients of tensors a "
-            "layer reads from its context); checkpointing with use_reentrant=False instead"
+            "layer takes as keywords or in a tuple state); checkpointing with use_reentrant=False instead"
         )
     checkpoint_kwargs["use_reentrant"] = False
     return checkpoint_kwargs
