@@ -1,4 +1,4 @@
-"""Property-based tests over the config fields of every family (issue 15).
+"""Property-based tests over the config fields of every family.
 
 Each draw overrides a few fields of a tiny valid config with values that are often wrong (zero, negatives, bools
 for ints, floats for ints, NaN, inf, huge numbers, unknown strings, wrong containers, fields of other presets).

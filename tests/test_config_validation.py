@@ -1,4 +1,4 @@
-"""Config validation: the bad values named in issue 15 as regression cases, and the same checks on every path a
+"""Config validation: bad values users met, as regression cases, and the same checks on every path a
 config takes (construction, ``validate()`` after an edit, ``from_pretrained`` of a hand-edited config.json,
 ``AutoConfig``, ``from_dict`` overrides, ``save_pretrained``)."""
 

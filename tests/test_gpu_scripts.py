@@ -1,4 +1,4 @@
-"""The GPU scripts of bench/gpu (issues 29-31) on CPU with ``--device cpu --quick``: they run end to end, their
+"""The GPU scripts of bench/gpu on CPU with ``--device cpu --quick``: they run end to end, their
 checks really compare (a planted kernel bug turns rows to FAIL), and they write only the files that come back from
 the device machine. Their GPU numbers are not tested here: they do not exist until a GPU run."""
 

@@ -1,5 +1,5 @@
 """Every hidden state a model returns is a tensor on the autograd path of its outputs: ``retain_grad`` on it gets the
-gradient of a loss, for every family layout (issue 32, item 12: DSTG's joined ``[AP | semantic]`` states were copies
+gradient of a loss, for every family layout (DSTG's joined ``[AP | semantic]`` states were copies
 made after the forward, so their gradient stayed None)."""
 
 import pytest

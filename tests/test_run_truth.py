@@ -1,4 +1,4 @@
-"""What a fine-tuning or pretraining run writes is true (issue 32, items 1, 2, 3, 6 and 14).
+"""What a fine-tuning or pretraining run writes is true.
 
 - The model-index names a Hub dataset only for a split that came whole from that dataset and split; local files,
   GLUE / TAPE folders and capped splits are named in the card text (file names, article slices, example counts).

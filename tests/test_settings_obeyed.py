@@ -1,4 +1,4 @@
-"""What a user asks is done (issue 32): train.epochs next to a default step budget, a trained head never relabelled
+"""What a user asks is done: train.epochs next to a default step budget, a trained head never relabelled
 in silence, the run folder option, the grid's saved models, make's thread count, a typo'd local --model path,
 DSTG defaults that fit any vocabulary, help text for every option."""
 

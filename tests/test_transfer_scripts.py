@@ -1,4 +1,4 @@
-"""The transfer experiment's scripts (issue 34): the pretraining corpus holds GLUE training text only, the probe's
+"""The transfer experiment's scripts: the pretraining corpus holds GLUE training text only, the probe's
 features do not depend on padding, and the report reads what the runs wrote."""
 
 import csv

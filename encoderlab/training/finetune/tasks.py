@@ -241,7 +241,8 @@ GLUE_HUB = "nyu-mll/glue"
 # The evaluation cap keeps the first examples of a split. It stays above the dev sets of CoLA, SST-2, MRPC, STS-B, RTE
 # and WNLI (at most 1,500), which are scored whole: STS-B's dev file is ordered by genre, and its first 1,000 pairs
 # (captions and forums) are a biased sample, where the gold scores' correlation with pair length is -0.17 against
-# +0.17 in training and +0.03 on the whole split (bench/EXPERIMENTS.md, issue 34). MNLI, QNLI and QQP stay capped.
+# +0.17 in training and +0.03 on the whole split (docs/experiments-transfer.md, "STS-B: the dev file and pair length").
+# MNLI, QNLI and QQP stay capped.
 GLUE_CPU_DEFAULTS = {"train.max_steps": 300, "train.batch_size": 32, "train.lr": 1e-4,
                      "data.max_length": 128, "data.eval_limit": 2000}  # fmt: skip
 TRAIN_DEV = {"train": "train.tsv", "validation": "dev.tsv"}
