@@ -3,7 +3,7 @@
 On a machine without a GPU, Triton's interpreter runs the kernels on CPU tensors (conftest.py sets
 ``TRITON_INTERPRET=1`` there before encoderlab is imported); with a GPU they run compiled, on CUDA tensors. The
 blocks come from real block grids: right and left padding, packed documents, odd lengths, blocks shorter than the
-window, every odd window up to 9, float32 and bfloat16.
+window, blocks of the paper's 30 rows (two row tiles of a program), every odd window up to 9, float32 and bfloat16.
 
 The reference shares nothing with either kernel: it writes out every window row of every query (zero rows outside
 the block), scores all (j, k) pairs with one einsum, normalises over the valid pairs and lets autograd give the
@@ -80,6 +80,7 @@ CASES = {
     "odd block and length, w=9": (lambda: padded_layout([9, 8], 9, "right", 9, 5), 6, 9),
     "block shorter than the window, w=7": (lambda: padded_layout([5, 3], 5, "left", 5, 3), 4, 7),
     "window of one": (lambda: padded_layout([10, 7], 10, "right", 6, 4), 8, 1),
+    "blocks of two row tiles, w=7": (lambda: packed_layout([[40], [12, 25]], 40, 30, 15), 8, 7),
 }
 
 
@@ -135,3 +136,53 @@ def test_empty_input_gives_empty_outputs():
     empty = torch.empty(0, 6, 4)
     out, probs = triadic_triton.triadic_forward(empty, empty, empty, empty, torch.empty(0, 6, dtype=torch.bool), 3)
     assert out.shape == (0, 6, 4) and probs.shape == (0, 6, 3, 3)
+
+
+COMPILE_FOR_H100 = """
+import json, os, subprocess, sys, tempfile
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from encoderlab.modeling.kernels import triadic_triton as fused
+
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+report = []
+for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+    for window in (3, 7):
+        _, options = fused._launch(torch.empty(1, 30, 64, dtype=dtype), window)
+        num_warps = options.pop("num_warps")
+        for kernel in (fused._forward_kernel, fused._backward_rows_kernel, fused._backward_gather_kernel):
+            signature = {arg: "constexpr" if arg in options else "i32" if arg in ("n", "head_dim") else
+                         "fp32" if arg == "scale" else "*i1" if arg == "key_mask" else
+                         "*fp32" if arg == "grad_scores" else "*" + name for arg in kernel.arg_names}
+            compiled = triton.compile(ASTSource(kernel, signature, options), target=GPUTarget("cuda", 90, 32),
+                                      options={"num_warps": num_warps})
+            with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as ptx:
+                ptx.write(compiled.asm["ptx"])
+            log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
+                                 capture_output=True, text=True, check=True).stderr
+            report.append([kernel.fn.__name__, name, window, log])
+print(json.dumps(report))
+"""
+
+
+def test_kernels_compile_for_an_h100_within_registers(tmp_path):
+    # Triton compiles for a GPU it does not have: the kernels must build for an H100 (sm_90) and fit their
+    # registers, since local-memory spills would cost far more than the kernels' arithmetic. Run in a process of its
+    # own, without the interpreter (which replaces the kernels by Python functions).
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert len(report) == 12
+    for kernel, dtype, window, log in report:
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
+        assert spills and max(spills) <= 16, (kernel, dtype, window, log)

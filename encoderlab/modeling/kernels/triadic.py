@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from .blocks import view_blocks
 from .triadic_triton import AVAILABLE as TRITON_AVAILABLE
+from .triadic_triton import SUPPORTED_DTYPES as FUSED_DTYPES
 from .triadic_triton import triadic_backward as fused_triadic_backward
 from .triadic_triton import triadic_forward as fused_triadic_forward
 
@@ -223,7 +224,7 @@ def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, va
 
 @_triadic_forward.register_kernel("cuda")
 def _(query, key, u, value, key_mask, window):
-    if FUSED_ON_CUDA:
+    if FUSED_ON_CUDA and query.dtype in FUSED_DTYPES:
         return fused_triadic_forward(query, key, u, value, key_mask, window)
     return _tiled_forward(query, key, u, value, key_mask, window)
 
@@ -243,7 +244,7 @@ def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
 
 @_triadic_backward.register_kernel("cuda")
 def _(grad_out, query, key, u, value, probs):
-    if FUSED_ON_CUDA:
+    if FUSED_ON_CUDA and query.dtype in FUSED_DTYPES:
         return fused_triadic_backward(grad_out, query, key, u, value, probs)
     return _tiled_backward(grad_out, query, key, u, value, probs)
 

@@ -1,25 +1,27 @@
 """The windowed triadic attention of `triadic` as fused Triton kernels: the CUDA implementation of its operator.
 
-Each program owns one block of ``n`` rows (padded to a power of two) and keeps everything a row needs in registers:
-for every ordered pair ``(j, k)`` of its window it forms the score ``s_ajk = <Q_a * K_{a+j}, U_{a+k}> / sqrt(Dh)``
-from rows it loads at the pair's offsets, so the ``(n, n)`` products, band views and tiles of the torch kernel are
-never built and one launch covers every block of a layer (the torch kernel on a GPU was bound by thousands of
-small launches per step).
+A program owns a tile of 16 query rows of one block (one block and head of a layer) and the key rows their
+windows reach. For each window offset ``j`` one matrix product gives every score of the tile at that offset,
+``S_j = (Q * K_{+j}) U^T`` over the tile's key rows, of which the band of ``w`` diagonals holds the pairs
+``(j, k)``: ``s_ajk = <Q_a * K_{a+j}, U_{a+k}> / sqrt(Dh)``. The read-out is a product too: with ``A_j`` the band
+of probabilities at offset ``j``, ``out = sum_j V_{+j} * (A_j V)``. Only products of the tile's size live in
+registers and shared memory; the ``(n, w, w)`` probabilities are the one thing written besides the output, because
+the backward reads them (as the torch kernel keeps them). One launch covers every block of a layer, where the torch
+kernel on a GPU spends thousands of small launches per step.
 
-* Forward: a first sweep over the ``w * w`` pairs finds each row's softmax maximum and normaliser (an online
-  softmax, vectors of ``n`` only); a second sweep recomputes the scores, writes the probabilities (the one
-  ``(n, w, w)`` tensor the backward needs, as in the torch kernel) and accumulates
-  ``out_a = sum_j V_{a+j} * sum_k A_ajk V_{a+k}``.
-* Backward, two launches. The first is row-local: ``dA_ajk = <G_a * V_{a+j}, V_{a+k}>``, the softmax's
+* Forward: a first loop over the offsets finds each row's softmax maximum and normaliser over its w * w pairs
+  (an online softmax); a second loop recomputes the scores, writes the probabilities and accumulates the output.
+* Backward, two launches. The first is row-local: ``dA_j = (G * V_{+j}) V^T`` on the band, the softmax's
   ``delta_a = sum A * dA``, the score gradients ``dS = A (dA - delta) / sqrt(Dh)`` (written out) and
-  ``dQ_a = sum_jk dS_ajk K_{a+j} * U_{a+k}``. The second gathers, for each row ``b``, the terms of every query
-  whose window holds ``b``: at offset ``j`` (``a = b - j``) K gets ``Q_a * sum_k dS_ajk U_{a+k}`` and V
-  ``G_a * sum_k A_ajk V_{a+k}``; at offset ``k`` U and V get the mirrored terms. Each program writes only its own
-  rows: no atomics, and the gradients are deterministic.
+  ``dQ = sum_j K_{+j} * (dS_j U)``. The second gathers, for a tile of rows ``b``, the terms of every query whose
+  window holds ``b``: at offset ``j`` (query ``a = b - j + w//2``) K gets ``Q_a * (dS_j U)_a`` and V
+  ``G_a * (A_j V)_a``; at offset ``k`` U and V get the mirrored terms. Each program writes only its own rows: no
+  atomics, and the gradients are deterministic.
 
 A pair is valid when both of its window rows lie inside the block and are real tokens. Invalid pairs get
-probability 0 (so score gradient 0), and a row with no valid pair gets zeros, as in the torch kernel. Everything is
-computed in float32 whatever the inputs' dtype; outputs and gradients are written in the inputs' dtype.
+probability 0 (so score gradient 0), and a row with no valid pair gets zeros, as in the torch kernel. Elementwise
+work is float32 whatever the inputs' dtype; the products run in IEEE float32 for float32 inputs and in TF32 for
+half-precision ones; outputs and gradients are written in the inputs' dtype.
 
 Triton is optional: without it (or without a GPU) the torch kernel runs. With ``TRITON_INTERPRET=1`` set before
 this module is imported, Triton's interpreter runs these kernels on CPU tensors, which is how the tests check them.
@@ -44,170 +46,174 @@ def _jit(function):
 # ----------------------------------------------------------------------------------------------------------------
 # Kernels
 #
-# Shapes inside a program: R = BLOCK_ROWS rows of the block (n of them real), C = BLOCK_DIM channels (Dh real),
-# P = BLOCK_WINDOW window offsets (w real). A "window" tensor (R, P, C) holds, at [a, i], row a + i - w//2.
+# Shapes inside a program: Q = TILE query rows, R = KEYS rows their windows reach (TILE + w - 1 rounded up to a power
+# of two), C = CHANNELS >= Dh. Each is a power of two of at least 16, as tl.dot needs. A (Q, R) matrix holds, at
+# [a, b], the pair of query row a with key row b, which is window position b - a + w//2 of a.
 
 
 @_jit
-def _load_rows(base, key_mask, rows, n, head_dim, columns, CHECK_MASK: tl.constexpr):
-    """Rows ``rows`` (any shape S) of one (n, Dh) block: (S..., C) float32, zero outside the block, and (S...) True
-    where the row lies inside the block (and, with ``CHECK_MASK``, is a real token)."""
+def _load_rows(base, rows, n, head_dim, columns):
+    """Rows ``rows`` of one (n, Dh) block: (len(rows), C) float32, zero outside the block."""
     inside = (rows >= 0) & (rows < n)
-    pointers = base + tl.expand_dims(rows, -1) * head_dim + columns
-    values = tl.load(pointers, mask=tl.expand_dims(inside, -1) & (columns < head_dim), other=0.0).to(tl.float32)
-    if CHECK_MASK:
-        inside = inside & (tl.load(key_mask + rows, mask=inside, other=0) != 0)
-    return values, inside
+    return tl.load(base + rows[:, None] * head_dim + columns[None, :],
+                   mask=inside[:, None] & (columns[None, :] < head_dim), other=0.0).to(tl.float32)
 
 
 @_jit
-def _window_positions(rows, offsets, WINDOW: tl.constexpr):
-    """(R, P) block row of window offset i for query row a, -1 (outside every block) for padded offsets i >= w."""
-    return tl.where(offsets[None, :] < WINDOW, rows[:, None] + offsets[None, :] - WINDOW // 2, -1)
+def _real_rows(key_mask, rows, n):
+    """Which of ``rows`` lie inside the block and hold real tokens."""
+    inside = (rows >= 0) & (rows < n)
+    return inside & (tl.load(key_mask + rows, mask=inside, other=0) != 0)
 
 
 @_jit
-def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, scale,
-                    WINDOW: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_WINDOW: tl.constexpr,
-                    BLOCK_DIM: tl.constexpr):
+def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, scale, WINDOW: tl.constexpr,
+                    TILE: tl.constexpr, KEYS: tl.constexpr, CHANNELS: tl.constexpr, PRECISION: tl.constexpr):
     block = tl.program_id(0).to(tl.int64)
-    rows = tl.arange(0, BLOCK_ROWS)
-    offsets = tl.arange(0, BLOCK_WINDOW)
-    columns = tl.arange(0, BLOCK_DIM)
+    first = tl.program_id(1) * TILE
+    rows = first + tl.arange(0, TILE)  # (Q,) query rows
+    keys = first - WINDOW // 2 + tl.arange(0, KEYS)  # (R,) the rows their windows reach
+    columns = tl.arange(0, CHANNELS)
     offset = block * n * head_dim
     query, key, u, value, out = query + offset, key + offset, u + offset, value + offset, out + offset
     key_mask += block * n
-    probs += block * n * WINDOW * WINDOW
-    q, _ = _load_rows(query, key_mask, rows, n, head_dim, columns, False)
-    # The rows every offset k of a query's window reads, loaded once: (R, P, C), and which are valid.
-    window = _window_positions(rows, offsets, WINDOW)
-    u_window, valid_k = _load_rows(u, key_mask, window, n, head_dim, columns, True)
-    value_window, _ = _load_rows(value, key_mask, window, n, head_dim, columns, False)
+    position = keys[None, :] - rows[:, None] + WINDOW // 2  # (Q, R): window position k of the pair
+    in_window = (position >= 0) & (position < WINDOW)
+    pairs = probs + block * n * WINDOW * WINDOW + rows[:, None] * WINDOW * WINDOW + position  # + j * WINDOW
+    stored = in_window & (rows[:, None] < n)
+    q = _load_rows(query, rows, n, head_dim, columns)
+    u_keys = _load_rows(u, keys, n, head_dim, columns)
+    v_keys = _load_rows(value, keys, n, head_dim, columns)
+    valid_k = in_window & _real_rows(key_mask, keys, n)[None, :]
 
-    # Sweep 1: each row's maximum score and softmax normaliser over its valid pairs, one offset j at a time.
-    row_max = tl.full((BLOCK_ROWS,), float("-inf"), tl.float32)
-    normaliser = tl.zeros((BLOCK_ROWS,), tl.float32)
-    for j in tl.static_range(WINDOW):
-        k_j, valid_j = _load_rows(key, key_mask, rows + j - WINDOW // 2, n, head_dim, columns, True)
-        scores = tl.sum((q * k_j)[:, None, :] * u_window, 2) * scale  # (R, P): s_ajk for every k
-        scores = tl.where(valid_j[:, None] & valid_k, scores, float("-inf"))
+    # Loop 1: each row's maximum score and softmax normaliser over its valid pairs, one offset j at a time.
+    row_max = tl.full((TILE,), float("-inf"), tl.float32)
+    normaliser = tl.zeros((TILE,), tl.float32)
+    for j in tl.range(WINDOW):
+        k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
+        valid_j = _real_rows(key_mask, rows + j - WINDOW // 2, n)
+        scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale  # (Q, R)
+        scores = tl.where(valid_k & valid_j[:, None], scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, 1))
         finite_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # no valid pair yet: every exp is 0
         normaliser = normaliser * tl.exp(row_max - finite_max) + tl.sum(tl.exp(scores - finite_max[:, None]), 1)
         row_max = new_max
 
-    # Sweep 2: the probabilities, written out, and the read-out sum_j V_{a+j} * sum_k A_ajk V_{a+k}.
+    # Loop 2: the probabilities, written out, and the read-out sum_j V_{a+j} * sum_k A_ajk V_{a+k}.
     row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
     inverse = tl.where(normaliser > 0, 1.0 / tl.where(normaliser > 0, normaliser, 1.0), 0.0)
-    pair_rows = rows[:, None] * WINDOW * WINDOW + offsets[None, :]
-    pair_inside = (rows[:, None] < n) & (offsets[None, :] < WINDOW)
-    acc = tl.zeros((BLOCK_ROWS, BLOCK_DIM), tl.float32)
-    for j in tl.static_range(WINDOW):
-        k_j, valid_j = _load_rows(key, key_mask, rows + j - WINDOW // 2, n, head_dim, columns, True)
-        v_j, _ = _load_rows(value, key_mask, rows + j - WINDOW // 2, n, head_dim, columns, False)
-        scores = tl.sum((q * k_j)[:, None, :] * u_window, 2) * scale
-        valid = valid_j[:, None] & valid_k
+    acc = tl.zeros((TILE, CHANNELS), tl.float32)
+    for j in tl.range(WINDOW):
+        k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
+        v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
+        scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale
+        valid = valid_k & _real_rows(key_mask, rows + j - WINDOW // 2, n)[:, None]
         p = tl.where(valid, tl.exp(tl.where(valid, scores, 0.0) - row_max[:, None]) * inverse[:, None], 0.0)
-        tl.store(probs + pair_rows + j * WINDOW, p, mask=pair_inside)
-        acc += v_j * tl.sum(p[:, :, None] * value_window, 1)
+        tl.store(pairs + j * WINDOW, p, mask=stored)
+        acc += v_j * tl.dot(p, v_keys, input_precision=PRECISION)
     tl.store(out + rows[:, None] * head_dim + columns[None, :], acc,
              mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
 
 
 @_jit
 def _backward_rows_kernel(grad_out, query, key, u, value, probs, grad_scores, grad_query, n, head_dim, scale,
-                          WINDOW: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_WINDOW: tl.constexpr,
-                          BLOCK_DIM: tl.constexpr):
+                          WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr, CHANNELS: tl.constexpr,
+                          PRECISION: tl.constexpr):
     """Row-local part of the backward: the score gradients (written to ``grad_scores``) and dQ."""
     block = tl.program_id(0).to(tl.int64)
-    rows = tl.arange(0, BLOCK_ROWS)
-    offsets = tl.arange(0, BLOCK_WINDOW)
-    columns = tl.arange(0, BLOCK_DIM)
+    first = tl.program_id(1) * TILE
+    rows = first + tl.arange(0, TILE)
+    keys = first - WINDOW // 2 + tl.arange(0, KEYS)
+    columns = tl.arange(0, CHANNELS)
     offset = block * n * head_dim
     grad_out, query, key, u, value = grad_out + offset, query + offset, key + offset, u + offset, value + offset
     grad_query += offset
-    pair_offset = block * n * WINDOW * WINDOW
-    probs, grad_scores = probs + pair_offset, grad_scores + pair_offset
-    pair_rows = rows[:, None] * WINDOW * WINDOW + offsets[None, :]
-    pair_inside = (rows[:, None] < n) & (offsets[None, :] < WINDOW)
-    window = _window_positions(rows, offsets, WINDOW)
-    g, _ = _load_rows(grad_out, probs, rows, n, head_dim, columns, False)
-    value_window, _ = _load_rows(value, probs, window, n, head_dim, columns, False)
-    u_window, _ = _load_rows(u, probs, window, n, head_dim, columns, False)
+    position = keys[None, :] - rows[:, None] + WINDOW // 2
+    pairs = block * n * WINDOW * WINDOW + rows[:, None] * WINDOW * WINDOW + position
+    stored = (position >= 0) & (position < WINDOW) & (rows[:, None] < n)
+    g = _load_rows(grad_out, rows, n, head_dim, columns)
+    u_keys = _load_rows(u, keys, n, head_dim, columns)
+    v_keys = _load_rows(value, keys, n, head_dim, columns)
 
     # delta_a = sum_jk A_ajk dA_ajk, the softmax's correction, is needed before any score gradient.
-    delta = tl.zeros((BLOCK_ROWS,), tl.float32)
-    for j in tl.static_range(WINDOW):
-        v_j, _ = _load_rows(value, probs, rows + j - WINDOW // 2, n, head_dim, columns, False)
-        grad_probs = tl.sum((g * v_j)[:, None, :] * value_window, 2)
-        p = tl.load(probs + pair_rows + j * WINDOW, mask=pair_inside, other=0.0).to(tl.float32)
+    delta = tl.zeros((TILE,), tl.float32)
+    for j in tl.range(WINDOW):
+        v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
+        grad_probs = tl.dot(g * v_j, tl.trans(v_keys), input_precision=PRECISION)  # (Q, R)
+        p = tl.load(probs + pairs + j * WINDOW, mask=stored, other=0.0).to(tl.float32)
         delta += tl.sum(p * grad_probs, 1)
 
-    dq = tl.zeros((BLOCK_ROWS, BLOCK_DIM), tl.float32)
-    for j in tl.static_range(WINDOW):
-        v_j, _ = _load_rows(value, probs, rows + j - WINDOW // 2, n, head_dim, columns, False)
-        k_j, _ = _load_rows(key, probs, rows + j - WINDOW // 2, n, head_dim, columns, False)
-        grad_probs = tl.sum((g * v_j)[:, None, :] * value_window, 2)
-        p = tl.load(probs + pair_rows + j * WINDOW, mask=pair_inside, other=0.0).to(tl.float32)
+    dq = tl.zeros((TILE, CHANNELS), tl.float32)
+    for j in tl.range(WINDOW):
+        v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
+        k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
+        grad_probs = tl.dot(g * v_j, tl.trans(v_keys), input_precision=PRECISION)
+        p = tl.load(probs + pairs + j * WINDOW, mask=stored, other=0.0).to(tl.float32)
         ds = p * (grad_probs - delta[:, None]) * scale
-        tl.store(grad_scores + pair_rows + j * WINDOW, ds, mask=pair_inside)
-        dq += k_j * tl.sum(ds[:, :, None] * u_window, 1)
+        tl.store(grad_scores + pairs + j * WINDOW, ds, mask=stored)
+        dq += k_j * tl.dot(ds, u_keys, input_precision=PRECISION)
     tl.store(grad_query + rows[:, None] * head_dim + columns[None, :], dq,
              mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
 
 
 @_jit
-def _gather_window_terms(query, grad_out, partner, value, probs, grad_scores, rows, offsets, shift, n, head_dim,
-                         columns, WINDOW: tl.constexpr, SHIFT_IS_J: tl.constexpr):
-    """The terms row ``b`` receives from the query ``a = b - shift + w//2`` that sees it at window offset ``shift``
-    (as j when ``SHIFT_IS_J``, else as k): ``(Q_a * sum_i dS R_{a+i}, G_a * sum_i A V_{a+i})``, i running over the
-    other offset, and R, the ``partner`` rows, U (b is a j row) or K (b is a k row)."""
-    a = rows - shift + WINDOW // 2
-    a_in = (a >= 0) & (a < n)
+def _gather_terms(query, grad_out, partner, value, probs, grad_scores, first, shift, n, head_dim, columns,
+                  WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr, PRECISION: tl.constexpr,
+                  SHIFT_IS_J: tl.constexpr):
+    """The terms the tile's rows ``b`` receive from the queries ``a = b - shift + w//2`` that see them at window
+    offset ``shift`` (as j when ``SHIFT_IS_J``, else as k): ``(Q_a * sum_i dS R_{a+i}, G_a * sum_i A V_{a+i})``, i
+    running over the other offset, and R, the ``partner`` rows, U (b is a j row) or K (b is a k row). Row
+    ``a + i - w//2`` is ``first - shift + l`` with ``l = i + (b - first)``, so one set of rows serves the tile."""
+    a = first + tl.arange(0, TILE) - shift + WINDOW // 2  # (Q,)
+    others = first - shift + tl.arange(0, KEYS)  # (R,)
+    other_offset = tl.arange(0, KEYS)[None, :] - tl.arange(0, TILE)[:, None]  # (Q, R): i
+    inside = (other_offset >= 0) & (other_offset < WINDOW) & ((a >= 0) & (a < n))[:, None]
     if SHIFT_IS_J:
-        pairs = a[:, None] * WINDOW * WINDOW + shift * WINDOW + offsets[None, :]
+        pairs = a[:, None] * WINDOW * WINDOW + shift * WINDOW + other_offset
     else:
-        pairs = a[:, None] * WINDOW * WINDOW + offsets[None, :] * WINDOW + shift
-    pair_inside = a_in[:, None] & (offsets[None, :] < WINDOW)
-    ds = tl.load(grad_scores + pairs, mask=pair_inside, other=0.0)
-    p = tl.load(probs + pairs, mask=pair_inside, other=0.0).to(tl.float32)
-    window = _window_positions(a, offsets, WINDOW)
-    partner_window, _ = _load_rows(partner, probs, window, n, head_dim, columns, False)
-    value_window, _ = _load_rows(value, probs, window, n, head_dim, columns, False)
-    q_a, _ = _load_rows(query, probs, a, n, head_dim, columns, False)
-    g_a, _ = _load_rows(grad_out, probs, a, n, head_dim, columns, False)
-    return q_a * tl.sum(ds[:, :, None] * partner_window, 1), g_a * tl.sum(p[:, :, None] * value_window, 1)
+        pairs = a[:, None] * WINDOW * WINDOW + other_offset * WINDOW + shift
+    ds = tl.load(grad_scores + pairs, mask=inside, other=0.0)
+    p = tl.load(probs + pairs, mask=inside, other=0.0).to(tl.float32)
+    partner_rows = _load_rows(partner, others, n, head_dim, columns)
+    value_rows = _load_rows(value, others, n, head_dim, columns)
+    q_a = _load_rows(query, a, n, head_dim, columns)
+    g_a = _load_rows(grad_out, a, n, head_dim, columns)
+    return (q_a * tl.dot(ds, partner_rows, input_precision=PRECISION),
+            g_a * tl.dot(p, value_rows, input_precision=PRECISION))
 
 
 @_jit
 def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, grad_key, grad_u, grad_value,
-                            n, head_dim, WINDOW: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                            BLOCK_WINDOW: tl.constexpr, BLOCK_DIM: tl.constexpr):
-    """dK, dU and dV of each row from the score gradients and probabilities of the queries whose window holds it."""
+                            n, head_dim, WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr,
+                            CHANNELS: tl.constexpr, PRECISION: tl.constexpr):
+    """dK, dU and dV of a tile of rows from the score gradients and probabilities of the queries whose window holds
+    them."""
     block = tl.program_id(0).to(tl.int64)
-    rows = tl.arange(0, BLOCK_ROWS)
-    offsets = tl.arange(0, BLOCK_WINDOW)
-    columns = tl.arange(0, BLOCK_DIM)
+    first = tl.program_id(1) * TILE
+    rows = first + tl.arange(0, TILE)
+    columns = tl.arange(0, CHANNELS)
     offset = block * n * head_dim
     grad_out, query, key, u, value = grad_out + offset, query + offset, key + offset, u + offset, value + offset
     pair_offset = block * n * WINDOW * WINDOW
     probs, grad_scores = probs + pair_offset, grad_scores + pair_offset
 
-    dk = tl.zeros((BLOCK_ROWS, BLOCK_DIM), tl.float32)
-    du = tl.zeros((BLOCK_ROWS, BLOCK_DIM), tl.float32)
-    dv = tl.zeros((BLOCK_ROWS, BLOCK_DIM), tl.float32)
-    for shift in tl.static_range(WINDOW):
-        key_term, value_term = _gather_window_terms(query, grad_out, u, value, probs, grad_scores, rows, offsets,
-                                                    shift, n, head_dim, columns, WINDOW, True)
-        dk += key_term
-        dv += value_term
-        u_term, value_term = _gather_window_terms(query, grad_out, key, value, probs, grad_scores, rows, offsets,
-                                                  shift, n, head_dim, columns, WINDOW, False)
-        du += u_term
-        dv += value_term
     targets = rows[:, None] * head_dim + columns[None, :]
     inside = (rows[:, None] < n) & (columns[None, :] < head_dim)
+    # Two loops, so that only two accumulators are live at a time: K's terms (b a j row), then U's (b a k row).
+    dk = tl.zeros((TILE, CHANNELS), tl.float32)
+    dv = tl.zeros((TILE, CHANNELS), tl.float32)
+    for shift in tl.range(WINDOW):
+        key_term, value_term = _gather_terms(query, grad_out, u, value, probs, grad_scores, first, shift, n,
+                                             head_dim, columns, WINDOW, TILE, KEYS, PRECISION, True)
+        dk += key_term
+        dv += value_term
     tl.store(grad_key + offset + targets, dk, mask=inside)
+    du = tl.zeros((TILE, CHANNELS), tl.float32)
+    for shift in tl.range(WINDOW):
+        u_term, value_term = _gather_terms(query, grad_out, key, value, probs, grad_scores, first, shift, n,
+                                           head_dim, columns, WINDOW, TILE, KEYS, PRECISION, False)
+        du += u_term
+        dv += value_term
     tl.store(grad_u + offset + targets, du, mask=inside)
     tl.store(grad_value + offset + targets, dv, mask=inside)
 
@@ -215,14 +221,23 @@ def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, 
 # ----------------------------------------------------------------------------------------------------------------
 # Launchers
 
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Input dtypes of the fused kernels; the operator runs the torch kernel for any other (float64)."""
+MAX_TILE = 16
+"""Query rows per program. Compiled for an H100 (sm_90), 16-row tiles (a block of the paper's 30 rows is two) keep
+every kernel within the registers, where 32-row tiles spill to local memory (ptxas -v); `_launch`'s warps likewise:
+8 for float32, whose IEEE products take more registers, 4 for half precision."""
 
-def _launch_options(query, window):
-    """The compile-time shapes and warps of the kernels for (N, n, Dh) blocks and window w."""
-    n, head_dim = query.shape[1:]
-    shapes = dict(WINDOW=window, BLOCK_ROWS=triton.next_power_of_2(n), BLOCK_WINDOW=triton.next_power_of_2(window),
-                  BLOCK_DIM=triton.next_power_of_2(head_dim))
-    window_elements = shapes["BLOCK_ROWS"] * shapes["BLOCK_WINDOW"] * shapes["BLOCK_DIM"]
-    return dict(shapes, num_warps=4 if window_elements <= 8192 else 8)
+
+def _launch(query, window):
+    """(grid, compile-time options) of the kernels for (N, n, Dh) blocks and window w."""
+    num_blocks, n, head_dim = query.shape
+    tile = min(MAX_TILE, max(16, triton.next_power_of_2(n)))
+    full_precision = query.dtype == torch.float32
+    options = dict(WINDOW=window, TILE=tile, KEYS=max(16, triton.next_power_of_2(tile + window - 1)),
+                   CHANNELS=max(16, triton.next_power_of_2(head_dim)),
+                   PRECISION="ieee" if full_precision else "tf32", num_warps=8 if full_precision else 4)
+    return (num_blocks, triton.cdiv(n, tile)), options
 
 
 def triadic_forward(query, key, u, value, key_mask, window):
@@ -233,9 +248,10 @@ def triadic_forward(query, key, u, value, key_mask, window):
     probs = query.new_empty(*query.shape[:2], window, window)
     if query.numel() == 0:
         return out, probs.zero_()
+    grid, options = _launch(query, window)
     n, head_dim = query.shape[1:]
-    _forward_kernel[(query.shape[0],)](query, key, u, value, key_mask.contiguous(), out, probs, n, head_dim,
-                                       head_dim ** -0.5, **_launch_options(query, window))
+    _forward_kernel[grid](query, key, u, value, key_mask.contiguous(), out, probs, n, head_dim, head_dim ** -0.5,
+                          **options)
     return out, probs
 
 
@@ -245,8 +261,8 @@ def triadic_backward(grad_out, query, key, u, value, probs):
     grads = tuple(torch.empty_like(t) for t in (query, key, u, value))
     if query.numel() == 0:
         return tuple(g.zero_() for g in grads)
+    grid, options = _launch(query, probs.shape[-1])
     n, head_dim = query.shape[1:]
-    grid, options = (query.shape[0],), _launch_options(query, probs.shape[-1])
     grad_scores = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
     _backward_rows_kernel[grid](grad_out, query, key, u, value, probs, grad_scores, grads[0], n, head_dim,
                                 head_dim ** -0.5, **options)
