@@ -11,7 +11,7 @@ import pytest
 
 from encoderlab import cli
 from encoderlab.training.run_config import PretrainRunConfig, bundled_config_names
-from encoderlab.training.run_folder import MARKER_FILE
+from encoderlab.run_files import MARKER_FILE
 
 
 def leaf_commands(tree, prefix=()):

@@ -20,7 +20,8 @@ from encoderlab.training.finetune.model_setup import check_length
 from encoderlab.training.lengths import position_limits
 from encoderlab.training.pretrain import interrupted, pretrain
 from encoderlab.training.run_config import bundled_config_names
-from encoderlab.training.run_folder import MARKER_FILE, RUN_CONFIG_FILE, last_checkpoint, start_run_folder
+from encoderlab.run_files import MARKER_FILE, RUN_CONFIG_FILE
+from encoderlab.training.run_folder import last_checkpoint, start_run_folder
 from test_finetune import QUICK, own_rows, tiny_dta, write_own_csv  # noqa: F401 (a fixture)
 from test_pretrain import ENV, TINY, tiny_run
 

@@ -14,7 +14,7 @@ from encoderlab.cli import main
 from encoderlab.hub_cards.card import build_model_card, validate_model_card
 from encoderlab.hub_cards.publish import public_run_config, stage_run
 from encoderlab.training.pretrain import pretrain
-from encoderlab.training.run_folder import LOAD_TIME_KEYS, MARKER_FILE, read_run_config
+from encoderlab.run_files import LOAD_TIME_KEYS, MARKER_FILE, read_run_config, read_run_record
 
 from test_pretrain import ENV, tiny_run
 
@@ -42,18 +42,18 @@ def test_saved_card_validates_and_has_the_sections(run_dir):
 
 
 def test_card_with_malformed_metadata_is_rejected(run_dir, tmp_path):
-    card = build_model_card(run_dir)
+    card = build_model_card(read_run_record(run_dir))
     card.data.pipeline_tag = None
     path = tmp_path / "README.md"
     card.save(path)
     with pytest.raises(ValueError, match="metadata lacks \\['pipeline_tag'\\]"):
         validate_model_card(path)
-    card = build_model_card(run_dir)
+    card = build_model_card(read_run_record(run_dir))
     path.write_text(str(card).replace("---\n\n", "model-index:\n- name: x\n  results: []\n---\n\n", 1))
     with pytest.raises(ValueError, match="model-index must hold numeric evaluation results"):
         validate_model_card(path)
     with pytest.raises(FileNotFoundError, match="not a finished pretraining run"):
-        build_model_card(tmp_path)
+        read_run_record(tmp_path)
 
 
 def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
@@ -106,7 +106,8 @@ def test_publish_stages_the_run_folders_own_top_level_files_never_a_checkpoints(
     assert json.loads((out / "tokenizer_config.json").read_text()) == {
         key: value for key, value in tokenizer_config.items() if key not in LOAD_TIME_KEYS}
     assert yaml.safe_load((out / "run_config.yaml").read_text()) == public_run_config(read_run_config(run), None)
-    assert ModelCard.load(out / "README.md").text == build_model_card(run, repo_id="acme/tiny-dta").text
+    card = build_model_card(read_run_record(run), repo_id="acme/tiny-dta")
+    assert ModelCard.load(out / "README.md").text == card.text
 
 
 LOAD = """

@@ -14,6 +14,7 @@ from encoderlab.experiments.mlm.summary import summary_markdown
 from encoderlab.experiments.mlm.training import migrate_csv
 from encoderlab.hub_cards.card import build_model_card
 from encoderlab.results.rows import append_rows, read_results
+from encoderlab.run_files import read_run_record
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.collator import IGNORE_INDEX, MLMCollator
 from encoderlab.training.metrics import copy_or_unigram_floor, evaluation_floor, unigram_baseline_accuracy
@@ -257,16 +258,20 @@ def test_sweep_summary_shows_the_mean_floor_or_missing(tmp_path):
     assert "missing (1x)" in summary_markdown(rows, [])
 
 
+def card_lines(run_dir):
+    return build_model_card(read_run_record(run_dir)).text.splitlines()
+
+
 def test_card_shows_the_floor_or_missing(tmp_path):
     run_dir = tmp_path / "run"
     pretrain(tiny_run(run_dir))
     results = json.loads((run_dir / "results.json").read_text())
     floor = results["copy_or_unigram_floor"]
-    row = next(line for line in build_model_card(run_dir).text.splitlines() if line.startswith("| test | 128 |"))
+    row = next(line for line in card_lines(run_dir) if line.startswith("| test | 128 |"))
     assert row.rstrip(" |").endswith(f"{floor['long']:.4f}")
     del results["copy_or_unigram_floor"]  # a run from before the floor
     (run_dir / "results.json").write_text(json.dumps(results))
-    row = next(line for line in build_model_card(run_dir).text.splitlines() if line.startswith("| test | 128 |"))
+    row = next(line for line in card_lines(run_dir) if line.startswith("| test | 128 |"))
     assert row.rstrip(" |").endswith("missing")
 
 

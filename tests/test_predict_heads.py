@@ -9,7 +9,7 @@ import torch
 
 from encoderlab.cli import main
 from encoderlab.training.finetune.run import finetune, load_finetune_config
-from encoderlab.training.run_folder import MARKER_FILE
+from encoderlab.run_files import MARKER_FILE
 from tiny_checkpoints import save_tiny_dta_mlm
 
 

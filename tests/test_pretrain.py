@@ -24,8 +24,8 @@ from encoderlab.training.metrics import (
 )
 from encoderlab.training.pretrain import RunConfig, build_model_config, load_run_config, pretrain
 from encoderlab.training.run_config import apply_overrides
+from encoderlab.run_files import MARKER_FILE
 from encoderlab.training.run_folder import (
-    MARKER_FILE,
     RunFinished,
     check_checkpoint_schedule,
     start_run_folder,

@@ -26,7 +26,8 @@ from encoderlab.hub_cards.publish import stage_run
 from encoderlab.training.finetune import data as finetune_data
 from encoderlab.training.finetune.run import FinetuneDataSection, finetune, format_results, load_finetune_config
 from encoderlab.training.finetune.tasks import get_task
-from encoderlab.training.run_folder import PUBLISHED_FILE, base_model_record
+from encoderlab.run_files import PUBLISHED_FILE
+from encoderlab.training.run_folder import base_model_record
 
 SQUAD_FILE = ("squad", "dev-v2.0-first5.json")
 TEXT_SUFFIXES = (".json", ".yaml", ".md", ".csv", ".py", ".txt")

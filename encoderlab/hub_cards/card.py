@@ -1,7 +1,7 @@
 """Model cards (`huggingface_hub.ModelCard`) for pretraining and fine-tuning runs.
 
-`build_model_card(run_dir)` reads what `encoderlab pretrain` saved (``config.json``, ``results.json``,
-``run_config.yaml``, the tokenizer) and writes a card with Hub metadata (pipeline tag ``fill-mask``) and a body:
+`build_model_card(record)` takes what `encoderlab pretrain` saved (``config.json``, ``results.json``,
+``run_config.yaml``), read by `encoderlab.run_files.read_run_record`, and writes a card with Hub metadata (pipeline tag ``fill-mask``) and a body:
 how to load the model with and without encoderlab, the architecture, training data, tokenizer, token budget,
 results at 1x and 4x the training length, limitations and the citation of the family's paper. A fine-tuning run
 (``encoderlab finetune``: its results.json names a ``task``) gets the card of `build_finetune_card`: the task's
@@ -20,7 +20,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..training.run_folder import is_local_path, public_name, read_run_config
+from ..configuration.choices import pair_encoding
+from ..run_files import RunRecord, is_local_path, public_name
 
 
 PAPERS = {
@@ -62,18 +63,6 @@ NOT_METRICS = ("loss", "runtime", "samples_per_second", "steps_per_second", "epo
 HUB_METRIC_NAMES = {"exact": "exact_match", "pearson": "pearsonr"}
 """Our metric key -> the Hub's metric id where they differ (SQuAD v2's ``exact`` is ``exact_match``, GLUE STS-B's
 ``pearson`` is ``pearsonr``); ``f1``, ``accuracy``, ``matthews_correlation``, ``spearmanr`` are the same."""
-
-
-def _read_run(run_dir: Path) -> tuple[dict, dict, dict]:
-    missing = [name for name in ("config.json", "results.json", "run_config.yaml") if not (run_dir / name).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"{str(run_dir)!r} is not a finished pretraining run (nor fine-tuning run): missing {missing}"
-        )
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    run = read_run_config(run_dir)
-    return config, results, run
 
 
 def _dataset_name(run: dict) -> str:
@@ -213,13 +202,13 @@ frequent token at the mask tokens; a model at or below it does no better than th
 """
 
 
-def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
-    """The model card of the finished run in `run_dir` (`repo_id` is used in the loading snippets)."""
-    run_dir = Path(run_dir)
-    config, results, run = _read_run(run_dir)
+def build_model_card(record: RunRecord, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
+    """The model card of a finished run, from its `record` (`encoderlab.run_files.read_run_record`); `repo_id` is
+    used in the loading snippets."""
+    config, results, run = record.config, record.results, record.run
     if "task" in results:
-        return build_finetune_card(run_dir, repo_id, license)
-    model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
+        return build_finetune_card(record, repo_id, license)
+    model_name = repo_id.split("/")[-1] if repo_id else record.name
     source = run["data"]["source"]
     data = ModelCardData(
         model_name=model_name,
@@ -229,7 +218,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: s
         tags=["encoderlab", config["model_type"], "masked-lm", "fill-mask"],
         datasets=[source] if source != "embedded" and not is_local_path(source) else None,
     )
-    body = _body(model_name, config, results, run, repo_id or str(run_dir))
+    body = _body(model_name, config, results, run, repo_id or record.folder)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)
 
 
@@ -362,7 +351,7 @@ def _layer_decay_text(train: dict) -> str:
 
 
 def _pair_text(config: dict) -> str:
-    if config.get("classifier_pair_encoding") != "separate":
+    if pair_encoding(config) != "separate":
         return ""
     return ("\n- Pairs encoded separately (`classifier_pair_encoding: separate`, a bi-encoder): each text alone, "
             "mean-pooled into u and v, the head on [u, v, |u - v|, u * v]; the tokenizer writes a pair as each text "
@@ -492,11 +481,10 @@ Every grid point (validation `{results['main_metric']}`):
 """
 
 
-def build_finetune_card(run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
-    """The model card of a finished ``encoderlab finetune`` run."""
-    run_dir = Path(run_dir)
-    config, results, run = _read_run(run_dir)
-    model_name = repo_id.split("/")[-1] if repo_id else run_dir.resolve().name
+def build_finetune_card(record: RunRecord, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
+    """The model card of a finished ``encoderlab finetune`` run, from its `record`."""
+    config, results, run = record.config, record.results, record.run
+    model_name = repo_id.split("/")[-1] if repo_id else record.name
     tags = ["encoderlab", config["model_type"], results["task"]] + (["lora", "peft"] if results.get("lora") else [])
     data = ModelCardData(
         model_name=model_name,
@@ -509,5 +497,5 @@ def build_finetune_card(run_dir: str | Path, repo_id: str | None = None, license
                          if source["origin"] == "hub"}) or None,
         eval_results=_finetune_eval_results(results) or None,  # an empty list would write an empty model-index
     )
-    body = _finetune_body(model_name, config, results, run, repo_id or str(run_dir))
+    body = _finetune_body(model_name, config, results, run, repo_id or record.folder)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)

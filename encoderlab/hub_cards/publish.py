@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from ..training.run_folder import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name, read_run_config,
-                                   record_publication)
+from ..run_files import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name, read_run_config, read_run_record,
+                         record_publication)
 
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     for folder in UPLOAD_FOLDERS:
         if (run_dir / folder).is_dir():
             shutil.copytree(run_dir / folder, out_dir / folder)
-    card = build_model_card(run_dir, repo_id=repo_id)
+    card = build_model_card(read_run_record(run_dir), repo_id=repo_id)
     card.save(out_dir / "README.md")
     validate_model_card(out_dir / "README.md")
     _make_public(out_dir, run_dir)

@@ -8,7 +8,7 @@ example and the results table, with the unigram baseline and the copy-or-unigram
 A first result comes early: at each checkpoint during training (one per evaluation, the first at a quarter of the
 run) the demo prints the model's masked accuracy so far and its fill-mask answer (`StageReport`); Ctrl-C after any
 of them keeps that checkpoint, which loads like the finished model. The demo starts from scratch each time: it
-replaces an earlier demo run (recognised by the run marker `run_folder.MARKER_FILE` naming ``demo``) once the new
+replaces an earlier demo run (recognised by the run marker `run_files.MARKER_FILE` naming ``demo``) once the new
 run has passed its checks, replaces another encoderlab run only with ``--overwrite``, and refuses any other folder
 that is not empty.
 """

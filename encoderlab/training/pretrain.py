@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..run_files import read_run_record
 from .lengths import check_lengths_fit
 from .run_config import PretrainRunConfig, bundled_config_names, load_run_config
 from .run_folder import (
@@ -433,7 +434,7 @@ def _save_run(run: RunConfig, trainer, results: dict, weights: dict | None = Non
     save_run_config(run_dir, run)
     write_results(run_dir, results)
     save_training_log(run_dir, trainer.state.log_history, title=f"{run.model.family}: {run_dir.name}")
-    build_model_card(run_dir).save(run_dir / "README.md")
+    build_model_card(read_run_record(run_dir)).save(run_dir / "README.md")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,7 +501,8 @@ INTERRUPTED_EXIT_CODE = 130
 
 def interrupted(run: RunConfig, resume_command: str) -> str:
     """The one line a run stopped by Ctrl-C prints: where it stopped and how to continue it."""
-    from .run_folder import RUN_CONFIG_FILE, changed_keys, read_run_config
+    from ..run_files import RUN_CONFIG_FILE, read_run_config
+    from .run_folder import changed_keys
 
     run_dir = Path(run.output_dir)
     if not (run_dir / RUN_CONFIG_FILE).is_file() or changed_keys(read_run_config(run_dir), run.to_dict()):

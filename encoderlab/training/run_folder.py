@@ -11,32 +11,24 @@ A job checks the folder (`check_run_folder`) with everything else it can check, 
 which is also when ``--overwrite`` removes the old run) only once the run can start: a run that fails on its config
 or its data leaves no folder behind.
 
-`encoderlab publish` records where a run went in `PUBLISHED_FILE`, so that a run fine-tuned from this folder names
-it as its ``base_model`` (`base_model_record`). `public_name` is what a path may become in a published file.
+The files themselves, and how to read them back, are `encoderlab.run_files`'s. `encoderlab publish` records where a
+run went in `PUBLISHED_FILE`, so that a run fine-tuned from this folder names it as its ``base_model``
+(`base_model_record`).
 """
 
 import json
 import logging
-import re
 import shutil
 from pathlib import Path
 
 import yaml
 
+from ..run_files import (LOAD_TIME_KEYS, MARKER_FILE, METRICS_FILE, PLOT_FILE, PUBLISHED_FILE, RESULTS_FILE,
+                         RUN_CONFIG_FILE, read_run_config)
+
 
 logger = logging.getLogger(__name__)
 
-MARKER_FILE = "encoderlab_run.json"
-RESULTS_FILE = "results.json"
-METRICS_FILE = "metrics.csv"
-PLOT_FILE = "training_curves.png"
-RUN_CONFIG_FILE = "run_config.yaml"
-PUBLISHED_FILE = "published.json"
-"""Written by ``encoderlab publish`` after an upload: the repo id (and revision) the run folder went to."""
-LOAD_TIME_KEYS = ("local_files_only", "is_local")
-"""Keys transformers puts into a tokenizer's init kwargs about how this process loaded it (``local_files_only``
-is true under HF_HUB_OFFLINE=1); they describe the machine, not the tokenizer, and are never saved."""
-HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 RESUMABLE_KEYS = (
     "output_dir", "train.logging_steps", "train.num_workers", "train.eval_batch_size", "train.save_steps",
     "train.save_total_limit", "train.precision", "train.attn_implementation", "train.torch_compile",
@@ -122,9 +114,6 @@ def run_owner(run_dir: Path) -> str | None:
         return None
 
 
-def read_run_config(run_dir: Path) -> dict:
-    """The run config a run folder saved (``run_config.yaml``), as a mapping."""
-    return yaml.safe_load((Path(run_dir) / RUN_CONFIG_FILE).read_text(encoding="utf-8")) or {}
 
 
 def load_saved_run_config(run_dir: Path) -> dict:
@@ -206,25 +195,10 @@ def without_load_time_keys(tokenizer):
     return tokenizer
 
 
-def is_local_path(value: str) -> bool:
-    """Whether `value` names something on this machine rather than a Hub id: it exists here, looks like a path
-    (``./``, ``/``, ``~``, characters a Hub id has not), or its first component is a local folder."""
-    first = value.split("/")[0]
-    return (value.startswith((".", "/", "~")) or not HUB_ID.match(value) or Path(value).exists()
-            or ("/" in value and Path(first).is_dir()))
 
 
-def public_name(value: str) -> str:
-    """`value` as a published file may hold it: a Hub id as it is, a local path as its last component
-    (``runs/demo`` -> ``demo``, ``/data/dev-v2.0.json[3:5]`` -> ``dev-v2.0.json[3:5]``)."""
-    return Path(value).name if is_local_path(value) else value
 
 
-def record_publication(run_dir: Path, repo_id: str, revision: str | None, commit_url: str) -> Path:
-    path = Path(run_dir) / PUBLISHED_FILE
-    path.write_text(json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit_url}, indent=2) + "\n",
-                    encoding="utf-8")
-    return path
 
 
 def base_model_record(path: str) -> dict:

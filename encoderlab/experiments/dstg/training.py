@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ...results.rows import read_results, write_rows
 from ...training.pretrain import RunConfig, pretrain
-from ...training.run_folder import RESULTS_FILE, RunFinished
+from ...run_files import RESULTS_FILE
+from ...training.run_folder import RunFinished
 from ..sweeps import quiet_worker, run_jobs
 from .analysis import analyse_arm, collect
 from .arms import Arm, arm_config, base_config, grid

@@ -54,7 +54,8 @@ def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, co
     """Fine-tune one (model, task, seed) through the job (resuming its interrupted run) and return its CSV row."""
     from ...training.finetune.run import finetune, load_finetune_config
     from ...training.finetune.tasks import get_task
-    from ...training.run_folder import MARKER_FILE, RESULTS_FILE, RunFinished
+    from ...run_files import MARKER_FILE, RESULTS_FILE
+    from ...training.run_folder import RunFinished
 
     run_dir = Path(run_dir)
     run = load_finetune_config(task_name, str(checkpoint), config,

@@ -10,7 +10,8 @@ from pathlib import Path
 from ...results.rows import append_rows, read_results, write_rows
 from ...training.metrics import METRIC_NAMES
 from ...training.pretrain import RunConfig, load_run_config, pretrain
-from ...training.run_folder import METRICS_FILE, RESULTS_FILE, RunFinished
+from ...run_files import METRICS_FILE, RESULTS_FILE
+from ...training.run_folder import RunFinished
 from ..sweeps import quiet_worker, run_jobs
 from .arms import (
     ARM_FIELDS,

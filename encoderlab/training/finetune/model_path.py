@@ -7,19 +7,9 @@ named as a missing folder. Anything else is a Hub id; when it cannot be loaded, 
 """
 
 import json
-import re
 from pathlib import Path
 
-# A Hub model id: ``name`` or ``org/name`` of letters, digits, ``-``, ``_`` and ``.``.
-HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
-
-
-def looks_local(path: str) -> bool:
-    """True when `path` can only mean a local folder: not a Hub id's shape, or under an existing local folder."""
-    if path.startswith((".", "/", "~")) or not HUB_ID.match(path):
-        return True
-    first = path.split("/")[0]
-    return "/" in path and Path(first).is_dir()
+from ...run_files import RESULTS_FILE, is_local_path
 
 
 def check_model_path(path: str, key: str = "model.path") -> None:
@@ -32,7 +22,7 @@ def check_model_path(path: str, key: str = "model.path") -> None:
         return
     if folder.exists():
         raise ValueError(f"{key}={path!r} is a file; give a checkpoint folder or a Hub model id")
-    if looks_local(path):
+    if is_local_path(path):  # not a Hub id's shape, or under an existing local folder
         parent = next((p for p in folder.parents if p.is_dir()), Path("."))
         near = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))[:8]
         raise ValueError(f"{key}={path!r} is not a checkpoint folder: the local folder {str(folder)!r} does not "
@@ -57,7 +47,7 @@ HEADS = {
 def saved_task(path: str) -> str | None:
     """What a local run folder was trained for, in words: a fine-tuning task (results.json) or the command of a
     pretraining run (its marker file); None for any other checkpoint."""
-    from ..run_folder import RESULTS_FILE, run_owner
+    from ..run_folder import run_owner
 
     folder = Path(path).expanduser()
     results = folder / RESULTS_FILE
@@ -72,8 +62,7 @@ def saved_task(path: str) -> str | None:
     return None if owner is None else f"it is an `encoderlab {owner}` run (masked-language modelling)"
 
 
-def check_model_head(path: str, auto_class: str, command: str, trust_remote_code: bool = False,
-                     key: str = "--model") -> None:
+def check_model_head(path: str, auto_class: str, command: str, key: str = "--model") -> None:
     """Refuses, before any weight is loaded, a checkpoint whose ``config.architectures`` has no model with the head
     that `auto_class` loads (``AutoModelForSequenceClassification``): loading it would draw that head at random and
     predict noise. The error names the head it lacks, the head it has and what the run was trained for. A config
@@ -81,7 +70,7 @@ def check_model_head(path: str, auto_class: str, command: str, trust_remote_code
     from transformers import PretrainedConfig
 
     try:
-        config, _ = PretrainedConfig.get_config_dict(path, trust_remote_code=trust_remote_code)
+        config, _ = PretrainedConfig.get_config_dict(path)  # config.json as read, no model code runs
     except OSError as error:
         if Path(path).expanduser().is_dir():
             raise

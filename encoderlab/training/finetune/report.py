@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from ...results.plots import pyplot
+from ...run_files import read_run_record
 from ..run_folder import base_model_record, write_results
 from .config import FinetuneRunConfig
 from .point import ADAPTER_DIR, point_name
@@ -80,7 +81,7 @@ def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: 
     plot_dev_curve(best["log_history"], prepared.task.main_metric, run_dir / DEV_CURVE,
                    title=f"{prepared.task.name}: {point_name(best['point'])}")
     write_grid(results["grid"], prepared.task.main_metric, run_dir)
-    build_model_card(run_dir).save(run_dir / "README.md")
+    build_model_card(read_run_record(run_dir)).save(run_dir / "README.md")
     if not run.search.keep_all_models:  # last: the run folder now holds the best point's model, the others are gone
         drop_point_model(run_dir, best)
 
