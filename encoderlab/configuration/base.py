@@ -16,13 +16,12 @@ import math
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
-from .choices import ROPE_SCALING_TYPES, check_choice
+from .choices import PAIR_ENCODINGS, ROPE_SCALING_TYPES, check_choice
 
 POSITION_EMBEDDING_TYPES = ("none", "absolute", "sinusoidal", "rope", "alibi")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("swiglu", "gelu")
 CLASSIFIER_POOLING = ("cls", "mean")
-PAIR_ENCODINGS = ("joint", "separate")
 # transformers keeps one id2label entry per label (in memory and in config.json).
 MAX_NUM_LABELS = 100_000
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")

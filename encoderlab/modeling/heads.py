@@ -19,6 +19,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import TransformersKwargs, can_return_tuple
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11; setup.cfg allows 3.10
 
+from ..configuration.choices import pair_encoding
 from .base import IGNORE_INDEX, check_labels, masked_mean
 from .documents import flat_documents, is_tracing, packed_document_ids
 from .pairs import count_real_runs, pair_features, pair_segments
@@ -90,7 +91,7 @@ class SequenceClassificationHead(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        pooled_size = config.hidden_size * (4 if separate_pairs(config) else 1)
+        pooled_size = config.hidden_size * (4 if pair_encoding(config) == "separate" else 1)
         self.dense = nn.Linear(pooled_size, config.hidden_size)
         self.activation = ACT2FN[getattr(config, "classifier_activation", "gelu")]
         self.dropout = nn.Dropout(classifier_dropout(config))
@@ -98,10 +99,6 @@ class SequenceClassificationHead(nn.Module):
 
     def forward(self, pooled):
         return self.out_proj(self.dropout(self.activation(self.dense(pooled))))
-
-
-def separate_pairs(config):
-    return getattr(config, "classifier_pair_encoding", "joint") == "separate"
 
 
 # Checkpoint keys of the sequence head before it moved under `classifier`; from_pretrained renames them.
@@ -195,7 +192,7 @@ class EncoderForSequenceClassification(EncoderTaskModel):
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                 **kwargs: Unpack[TransformersKwargs]):
-        if separate_pairs(self.config):
+        if pair_encoding(self.config) == "separate":
             outputs, pooled = self.encode_pairs_separately(input_ids, attention_mask, position_ids, inputs_embeds,
                                                            kwargs)
         else:

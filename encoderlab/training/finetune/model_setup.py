@@ -6,6 +6,7 @@ import copy
 import logging
 from pathlib import Path
 
+from ...configuration.choices import pair_encoding
 from .config import FinetuneRunConfig, LoraSection
 from .tasks import Task, TaskKind
 
@@ -95,16 +96,11 @@ def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -
     return changes
 
 
-def pair_encoding(config, changes: dict) -> str:
-    """How the run's model reads a pair: ``model.config``'s ``classifier_pair_encoding``, else the checkpoint's."""
-    return changes.get("classifier_pair_encoding", getattr(config, "classifier_pair_encoding", "joint"))
-
-
 def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) -> bool:
     """True when ``model.config`` switches the pair encoding of a checkpoint whose sequence head is trained: the head
     reads joint pairs (hidden_size wide) or separate ones (4x), so it is initialised fresh, and only with
     ``model.new_head=true``."""
-    before, after = pair_encoding(config, {}), pair_encoding(config, changes)
+    before, after = pair_encoding(config), pair_encoding(config, changes)
     trained = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
     if before == after or not trained:
         return False

@@ -5,12 +5,13 @@ validated ``task_options`` (`KindSettings`), the tokenizer, the raw splits and t
 import dataclasses
 from dataclasses import dataclass
 
+from ...configuration.choices import pair_encoding
 from ..run_config import _build_section
 from ..run_folder import without_load_time_keys
 from .config import FinetuneRunConfig
 from .data import SplitSource
 from .model_setup import (check_head, check_length, config_changes, load_model_config, needs_new_head,
-                          pair_encoding, pair_encoding_changes_head)
+                          pair_encoding_changes_head)
 from .tasks import KindSettings, Task, TaskKind, get_task
 
 
