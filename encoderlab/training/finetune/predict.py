@@ -37,7 +37,7 @@ def load_classifier(path: str, task: str = "classify", trust_remote_code: bool =
     if task not in AUTO_CLASSES:
         raise ValueError(f"task={task!r}; allowed: {sorted(AUTO_CLASSES)}")
     check_model_path(path, key="--model")
-    check_model_head(path, AUTO_CLASSES[task], COMMANDS[task], trust_remote_code)
+    check_model_head(path, AUTO_CLASSES[task], COMMANDS[task])
     try:
         model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(path, trust_remote_code=trust_remote_code)
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
