@@ -67,6 +67,22 @@ def _real_rows(key_mask, rows, n):
 
 
 @_jit
+def _store_rows(base, rows, values, n, head_dim, columns):
+    """Writes (len(rows), C) `values` into the rows ``rows`` of one (n, Dh) block, skipping rows past its end."""
+    tl.store(base + rows[:, None] * head_dim + columns[None, :], values,
+             mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
+
+
+@_jit
+def _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale, WINDOW: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    """(Q, R) scores of the tile's queries at window offset j against the key rows, and which pairs are valid."""
+    k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
+    scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale
+    return scores, valid_k & _real_rows(key_mask, rows + j - WINDOW // 2, n)[:, None]
+
+
+@_jit
 def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, scale, WINDOW: tl.constexpr,
                     TILE: tl.constexpr, KEYS: tl.constexpr, CHANNELS: tl.constexpr, PRECISION: tl.constexpr):
     block = tl.program_id(0).to(tl.int64)
@@ -90,10 +106,9 @@ def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, sca
     row_max = tl.full((TILE,), float("-inf"), tl.float32)
     normaliser = tl.zeros((TILE,), tl.float32)
     for j in tl.range(WINDOW):
-        k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
-        valid_j = _real_rows(key_mask, rows + j - WINDOW // 2, n)
-        scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale  # (Q, R)
-        scores = tl.where(valid_k & valid_j[:, None], scores, float("-inf"))
+        scores, valid = _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale,
+                                       WINDOW, PRECISION)
+        scores = tl.where(valid, scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, 1))
         finite_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # no valid pair yet: every exp is 0
         normaliser = normaliser * tl.exp(row_max - finite_max) + tl.sum(tl.exp(scores - finite_max[:, None]), 1)
@@ -104,15 +119,23 @@ def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, sca
     inverse = tl.where(normaliser > 0, 1.0 / tl.where(normaliser > 0, normaliser, 1.0), 0.0)
     acc = tl.zeros((TILE, CHANNELS), tl.float32)
     for j in tl.range(WINDOW):
-        k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
+        scores, valid = _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale,
+                                       WINDOW, PRECISION)
         v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
-        scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale
-        valid = valid_k & _real_rows(key_mask, rows + j - WINDOW // 2, n)[:, None]
         p = tl.where(valid, tl.exp(tl.where(valid, scores, 0.0) - row_max[:, None]) * inverse[:, None], 0.0)
         tl.store(pairs + j * WINDOW, p, mask=stored)
         acc += v_j * tl.dot(p, v_keys, input_precision=PRECISION)
-    tl.store(out + rows[:, None] * head_dim + columns[None, :], acc,
-             mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
+    _store_rows(out, rows, acc, n, head_dim, columns)
+
+
+@_jit
+def _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns, WINDOW: tl.constexpr,
+                       PRECISION: tl.constexpr):
+    """At window offset j, (Q, R): the gradient of each pair's probability, dA_ajk = <G_a * V_{a+j}, V_{a+k}>, and
+    the probabilities themselves (0 outside the window)."""
+    v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
+    grad_probs = tl.dot(g * v_j, tl.trans(v_keys), input_precision=PRECISION)
+    return grad_probs, tl.load(probs + pairs + j * WINDOW, mask=stored, other=0.0).to(tl.float32)
 
 
 @_jit
@@ -138,22 +161,19 @@ def _backward_rows_kernel(grad_out, query, key, u, value, probs, grad_scores, gr
     # delta_a = sum_jk A_ajk dA_ajk, the softmax's correction, is needed before any score gradient.
     delta = tl.zeros((TILE,), tl.float32)
     for j in tl.range(WINDOW):
-        v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
-        grad_probs = tl.dot(g * v_j, tl.trans(v_keys), input_precision=PRECISION)  # (Q, R)
-        p = tl.load(probs + pairs + j * WINDOW, mask=stored, other=0.0).to(tl.float32)
+        grad_probs, p = _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns,
+                                           WINDOW, PRECISION)
         delta += tl.sum(p * grad_probs, 1)
 
     dq = tl.zeros((TILE, CHANNELS), tl.float32)
     for j in tl.range(WINDOW):
-        v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
+        grad_probs, p = _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns,
+                                           WINDOW, PRECISION)
         k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
-        grad_probs = tl.dot(g * v_j, tl.trans(v_keys), input_precision=PRECISION)
-        p = tl.load(probs + pairs + j * WINDOW, mask=stored, other=0.0).to(tl.float32)
         ds = p * (grad_probs - delta[:, None]) * scale
         tl.store(grad_scores + pairs + j * WINDOW, ds, mask=stored)
         dq += k_j * tl.dot(ds, u_keys, input_precision=PRECISION)
-    tl.store(grad_query + rows[:, None] * head_dim + columns[None, :], dq,
-             mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
+    _store_rows(grad_query, rows, dq, n, head_dim, columns)
 
 
 @_jit
@@ -197,8 +217,6 @@ def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, 
     pair_offset = block * n * WINDOW * WINDOW
     probs, grad_scores = probs + pair_offset, grad_scores + pair_offset
 
-    targets = rows[:, None] * head_dim + columns[None, :]
-    inside = (rows[:, None] < n) & (columns[None, :] < head_dim)
     # Two loops, so that only two accumulators are live at a time: K's terms (b a j row), then U's (b a k row).
     dk = tl.zeros((TILE, CHANNELS), tl.float32)
     dv = tl.zeros((TILE, CHANNELS), tl.float32)
@@ -207,15 +225,15 @@ def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, 
                                              head_dim, columns, WINDOW, TILE, KEYS, PRECISION, True)
         dk += key_term
         dv += value_term
-    tl.store(grad_key + offset + targets, dk, mask=inside)
+    _store_rows(grad_key + offset, rows, dk, n, head_dim, columns)
     du = tl.zeros((TILE, CHANNELS), tl.float32)
     for shift in tl.range(WINDOW):
         u_term, value_term = _gather_terms(query, grad_out, key, value, probs, grad_scores, first, shift, n,
                                            head_dim, columns, WINDOW, TILE, KEYS, PRECISION, False)
         du += u_term
         dv += value_term
-    tl.store(grad_u + offset + targets, du, mask=inside)
-    tl.store(grad_value + offset + targets, dv, mask=inside)
+    _store_rows(grad_u + offset, rows, du, n, head_dim, columns)
+    _store_rows(grad_value + offset, rows, dv, n, head_dim, columns)
 
 
 # ----------------------------------------------------------------------------------------------------------------
