@@ -215,6 +215,11 @@ _OPS = re.sub(r"\W", "_", __name__)
 FUSED_ON_CUDA = TRITON_AVAILABLE
 
 
+def _fused(query):
+    """Whether the CUDA implementation runs the fused kernels on these blocks (else the torch kernel)."""
+    return FUSED_ON_CUDA and query.dtype in FUSED_DTYPES
+
+
 @torch.library.custom_op(f"{_OPS}::triadic_forward", mutates_args=())
 def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor,
                      key_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +229,7 @@ def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, va
 
 @_triadic_forward.register_kernel("cuda")
 def _(query, key, u, value, key_mask, window):
-    if FUSED_ON_CUDA and query.dtype in FUSED_DTYPES:
+    if _fused(query):
         return fused_triadic_forward(query, key, u, value, key_mask, window)
     return _tiled_forward(query, key, u, value, key_mask, window)
 
@@ -244,7 +249,7 @@ def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
 
 @_triadic_backward.register_kernel("cuda")
 def _(grad_out, query, key, u, value, probs):
-    if FUSED_ON_CUDA and query.dtype in FUSED_DTYPES:
+    if _fused(query):
         return fused_triadic_backward(grad_out, query, key, u, value, probs)
     return _tiled_backward(grad_out, query, key, u, value, probs)
 
