@@ -75,10 +75,6 @@ def limit_key(split: str) -> str:
     return "train_limit" if split == "train" else "test_limit" if is_test_split(split) else "eval_limit"
 
 
-def split_limit(data, split: str) -> int | None:
-    return getattr(data, limit_key(split), None)
-
-
 @dataclass
 class SplitSource:
     """Where one split's examples came from and how many were kept, as results.json and the card report it.
