@@ -278,6 +278,8 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     # Every step trains on real tokens only: the count is exact, and near the budget.
     assert abs(results["tokens_seen"] - plan["token_budget"]) < plan["mean_example_tokens"] * plan["examples_per_step"]
     assert results["drope_step"] == drope_step(0.7, plan["max_steps"])
+    assert results["attention"]["implementation"] == "sdpa"  # unset: chosen, and said
+    assert "cpu" in results["attention"]["reason"]
     for split in ("validation", "test"):
         for length in ("short", "long"):
             assert set(results[split][length]) == {"mlm_loss", "accuracy", "micro_f1", "mcc"}

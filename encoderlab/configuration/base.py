@@ -281,6 +281,16 @@ class EncoderConfig(PreTrainedConfig):
         return self.position_embedding_type != "none"
 
     @property
+    def varlen_blocker(self):
+        """Why ``attn_implementation="varlen"`` cannot run this model, or None: FlashAttention takes neither an
+        additive bias on the scores nor attention dropout. Families add their own reasons."""
+        if self.position_embedding_type == "alibi":
+            return "position_embedding_type='alibi' adds a bias to the attention scores"
+        if self.attention_dropout:
+            return f"attention_dropout={self.attention_dropout} drops attention probabilities"
+        return None
+
+    @property
     def head_dim(self):
         return self.hidden_size // self.num_attention_heads
 

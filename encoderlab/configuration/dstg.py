@@ -176,6 +176,12 @@ class DSTGNeoBERTConfig(EncoderConfig):
         return super().has_position_signal or self.uses_relative_bias
 
     @property
+    def varlen_blocker(self):
+        if self.uses_relative_bias:
+            return f"preset={self.preset!r} adds its relative-position bias to the attention scores"
+        return super().varlen_blocker
+
+    @property
     def semantic_size(self):
         """Width of the semantic stream (the whole residual stream for the baselines)."""
         return self.hidden_size - (self.ap_size or 0)

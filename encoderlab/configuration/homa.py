@@ -115,6 +115,12 @@ class HOMAConfig(EncoderConfig):
     def uses_blocks(self):
         return self.attention_type in BLOCK_ATTENTION_TYPES
 
+    @property
+    def varlen_blocker(self):
+        if self.attention_type != "pairwise":
+            return f"attention_type={self.attention_type!r} runs HOMA's own kernels, whatever attn_implementation says"
+        return super().varlen_blocker
+
     def validate_fields(self):
         super().validate_fields()
         check_choice("attention_type", self.attention_type, ATTENTION_TYPES)

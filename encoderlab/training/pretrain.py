@@ -328,6 +328,7 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     from transformers import set_seed
 
     from . import fsdp
+    from .attention_choice import choose_attention
     from .sources import check_local_source
     from .trainer import cpu_only, plan_steps
 
@@ -357,14 +358,17 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
-    if run.train.attn_implementation is not None:
-        model.set_attn_implementation(run.train.attn_implementation)
+    attention = choose_attention(run, model.config, state.device.type)
+    model.set_attn_implementation(attention.implementation)
+    if state.is_main_process:
+        logger.info(attention.line())
     if fsdp.fsdp_requested():
         fsdp.reshape_scalar_parameters(model)  # before the optimizer sees the parameters
     trainer = build_trainer(run, model, tokenizer, data, plan, callbacks)
     fsdp.configure_trainer(trainer)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     results = _final_results(run, trainer, data, plan, tokenizer)
+    results["attention"] = {"implementation": attention.implementation, "reason": attention.reason}
     weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     if trainer.is_world_process_zero():
         _save_run(run, trainer, results, weights)
