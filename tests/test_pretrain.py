@@ -142,6 +142,12 @@ def test_every_token_id_of_the_family_config_comes_from_the_tokenizer():
         build_model_config(run, FakeTokenizer(300, pad_token_id=0, cls_token_id=400, sep_token_id=3))
 
 
+def test_pretraining_predicts_sparsely_unless_the_run_config_says_otherwise(tmp_path):
+    assert build_model_config(tiny_run(tmp_path)).sparse_prediction is True
+    dense = tiny_run(tmp_path, model={"config": {**TINY["model"]["config"], "sparse_prediction": False}})
+    assert build_model_config(dense).sparse_prediction is False
+
+
 def test_output_dir_that_holds_no_run_is_never_touched(tmp_path):
     user_dir = tmp_path / "project"
     user_dir.mkdir()
