@@ -181,6 +181,9 @@ def test_throughput_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     models = read_rows(out / "throughput_models.csv")
     assert {row["model"] for row in models} == {"DTA-BERT", "ModernBERT", "BERT"}
     assert all(float(row["useful_tokens_per_s"]) > 0 for row in models)
+    # every DTA-BERT row says how long its attention inputs took to build; packed rows on the real-length workloads
+    assert all(float(row["mask_ms"]) > 0 for row in models if row["model"] == "DTA-BERT")
+    assert {row["batching"] for row in models if row["model"] == "DTA-BERT" and "at" in row["workload"]} == {"packed"}
     assert all(float(row["x ModernBERT"]) == 1 for row in models if row["model"] == "ModernBERT")
     attention = read_rows(out / "throughput_attention.csv")
     assert {row["attention"] for row in attention} == {"dual_triangle", "bidirectional", "causal"}
@@ -195,6 +198,31 @@ def test_throughput_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     assert any("SST-2" in t for t in targets) and any("UniProt" in t for t in targets)
     assert "Name" in (out / "throughput_profile.txt").read_text()  # the operator table
     assert len(list(out.iterdir())) <= gpu_scripts["common"].MAX_OUT_FILES
+
+
+def test_model_targets_read_the_fastest_kernel_of_each_workload(gpu_scripts):
+    """Packed rows: the fastest DTA-BERT kernel against sdpa on the same rows and against ModernBERT; fixed 1024:
+    the fastest compiled kernel against the tokens/s goal; a workload without compiled rows gives no such target."""
+    common, report = gpu_scripts["common"], gpu_scripts["throughput_report"]
+    rows = common.Table("models", ["workload", "model", "batching", "implementation", "useful_tokens_per_s",
+                                   "x ModernBERT"])
+    for implementation, rate in (("sdpa", 3.0e5), ("flex_attention + compile", 2.0e5), ("varlen", 3.9e5)):
+        rows.add(workload="UniProt at 1024", model="DTA-BERT", batching="packed", implementation=implementation,
+                 useful_tokens_per_s=rate, **{"x ModernBERT": rate / 1.5e5})
+    for implementation, rate in (("sdpa", 4.0e5), ("sdpa + compile", 6.6e5), ("flex_attention + compile", 5.0e5)):
+        rows.add(workload="fixed L=1024", model="DTA-BERT", batching="fixed", implementation=implementation,
+                 useful_tokens_per_s=rate, **{"x ModernBERT": rate / 3.0e5})
+    rows.add(workload="fixed L=512", model="DTA-BERT", batching="fixed", implementation="sdpa",
+             useful_tokens_per_s=4.0e5, **{"x ModernBERT": 0.9})
+    targets = common.Table("targets", ["target", "measured", "goal", "status"])
+    report.model_targets(targets, rows.rows)
+    found = {row["target"]: (row["measured"], row["status"]) for row in targets.rows}
+    assert found == {
+        "DTA-BERT (varlen) / ModernBERT useful tokens/s, UniProt at 1024": ("2.60", "met"),
+        "DTA-BERT packed rows, fastest kernel (varlen) / sdpa, UniProt at 1024": ("1.30", "met"),
+        "compiled DTA-BERT (sdpa + compile) useful tokens/s, fixed L=1024": ("660,000", "met"),
+        "DTA-BERT (sdpa) / ModernBERT useful tokens/s, fixed L=512": ("0.90", "missed by 10%"),
+    }
 
 
 @pytest.mark.slow

@@ -12,9 +12,13 @@ Sections (``--sections``, in this order, each skipped and reported so when the t
   step, and peak memory. On a GPU with Triton, HOMA runs its fused triadic kernel, and at w = 3 and 7 also the
   torch kernel, for the ratio between them.
 * ``models``: the whole-model MLM training step (bf16 autocast, AdamW), tokens per second at 12 x 768: DTA-BERT
-  (flex_attention + torch.compile) against transformers' ModernBertForMaskedLM and BertForMaskedLM (sdpa), at
-  L = 512 / 1024 / 4096 fixed, and on real length distributions (UniProt at 1024, SST-2 at 128): padded batches for
-  the baselines, packed rows for DTA-BERT where packing has landed (else padded too); useful tokens per second.
+  through each of its GPU kernels (`dta_arms`: sdpa, sdpa + torch.compile, flex_attention + compile; varlen on
+  packed rows) against transformers' ModernBertForMaskedLM and BertForMaskedLM (sdpa), at L = 512 / 1024 / 4096
+  fixed, and on real length distributions (UniProt at 1024, SST-2 at 128): padded batches for the baselines, packed
+  rows for DTA-BERT; useful tokens per second. DTA-BERT and ModernBERT run the MLM head on the masked positions only
+  (``sparse_prediction``, what `encoderlab pretrain` trains with; BERT has no such option). Each DTA-BERT row also
+  says how long the forward's attention inputs take to build (masks, BlockMask, varlen layout) and how many graphs
+  torch.compile made for the workload's batches (one per shape; more is recompilation).
 * ``memory``: peak memory of one step and the largest batch that fits at L = 4096, DTA-BERT against ModernBERT
   (uncompiled, so that each batch size costs no compilation).
 * ``profile``: torch.profiler over DTA-BERT training steps at L = 4096: device kernel time against wall time
@@ -133,11 +137,12 @@ def build_models(context, max_len: int, names=("DTA-BERT", "ModernBERT", "BERT")
     dta = DTABertForMaskedLM(DTABertConfig(
         vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads // 2,
         intermediate_size=8 * hidden // 3,  # SwiGLU at 8/3 d: BERT's MLP parameter count
-        max_position_embeddings=max_len, attention_type="dual_triangle", position_embedding_type="none"))
+        max_position_embeddings=max_len, attention_type="dual_triangle", position_embedding_type="none",
+        sparse_prediction=True))
     modern = ModernBertForMaskedLM(ModernBertConfig(
         vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         intermediate_size=int(1.5 * hidden), max_position_embeddings=max_len, pad_token_id=0, cls_token_id=1,
-        sep_token_id=2, bos_token_id=1, eos_token_id=2))  # ModernBERT-base's MLP (GLU of 1152)
+        sep_token_id=2, bos_token_id=1, eos_token_id=2, sparse_prediction=True))  # ModernBERT-base's MLP (GLU 1152)
     bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                       num_attention_heads=heads, intermediate_size=4 * hidden,
                                       max_position_embeddings=max_len))
@@ -149,11 +154,44 @@ def build_models(context, max_len: int, names=("DTA-BERT", "ModernBERT", "BERT")
     return models
 
 
-def dta_implementation(context, packed: bool) -> str:
-    implementations = common.attention_implementations()
+def dta_arms(context, packed: bool) -> list:
+    """(kernel, compiled) pairs DTA-BERT runs a workload with: on a GPU sdpa plain and compiled, flex_attention
+    compiled, and on packed rows varlen (one fused call per triangle already; compiled around, it would recompile for
+    every batch's number of documents); on a CPU sdpa (the only kernel with a CPU backward everywhere)."""
     if not context.on_gpu:
-        return "sdpa"
-    return "varlen" if packed and "varlen" in implementations else "flex_attention"
+        return [("sdpa", False)]
+    arms = [("sdpa", False)]
+    if context.compile:
+        arms += [("sdpa", True), ("flex_attention", True)]
+    else:
+        arms += [("flex_attention", False)]
+    if packed and "varlen" in common.attention_implementations():
+        arms.append(("varlen", False))
+    return arms
+
+
+def mask_build_ms(model, batch: dict, device: str) -> float:
+    """Milliseconds one forward spends building its attention inputs for `batch` (the BlockMask, the sdpa masks and
+    spans, the varlen layout): what the kernels' own time does not show."""
+    from encoderlab.modeling.attention import prepare_attention_inputs
+
+    inner, input_ids, attention_mask = model.model, batch["input_ids"], batch["attention_mask"]
+    position_ids = batch.get("position_ids")
+    hidden_states = inner.embeddings(input_ids, None, position_ids)  # (B, L, hidden), as the forward has it
+
+    def build():  # the forward's steps: the documents read from the positions, then the kernel's inputs
+        _, document_ids = inner.read_inputs(input_ids, None, attention_mask, position_ids, None)
+        prepare_attention_inputs(inner, attention_mask, document_ids, hidden_states,
+                                 attention_type=model.config.attention_type)
+
+    return common.median_ms(build, device, warmup=2, repeat=5)
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has made so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def fixed_batch(batch: int, seq_len: int, vocab: int, device: str, generator) -> dict:
@@ -278,34 +316,45 @@ def bench_models(context, table, budget_end: float) -> None:
                 batches = packed_batches(lengths, rows, seq_len, vocab, context.device, generator)
             else:
                 batches = padded_batches(lengths, rows, vocab, context.device, generator)
-            runner = model
-            if name == "DTA-BERT":
-                model.set_attn_implementation(dta_implementation(context, packed))
-                # varlen is one fused FlashAttention call already; compiling around it would recompile for every
-                # batch's number of documents.
-                if context.on_gpu and context.compile and model.config._attn_implementation != "varlen":
-                    # dynamic=False: each length its own graph. Dynamo would otherwise turn the length symbolic at
-                    # the second workload, and Inductor 2.11 cannot split flex's block-rounded symbolic length.
-                    runner = torch.compile(model, dynamic=False)
-            common.reset_peak_memory(context.device)
-            try:
-                seconds = time_batches(runner, batches, context.device, warmup=1 if context.quick else 3)
-            except torch.OutOfMemoryError:
-                table.add(workload=workload, model=name, note="out of memory")
-                continue
-            except Exception as error:  # a model that fails here is a row of the table, not the end of the run
-                table.add(workload=workload, model=name, note=common.error_note(error))
-                continue
-            useful = sum(int(b["attention_mask"].sum()) for b in batches)
-            rate = useful / seconds
-            base_rate = rate if name == "ModernBERT" else base_rate
-            table.add(workload=workload, model=name, params_m=parameters[name] / 1e6,
-                      batching="packed" if packed else ("fixed" if lengths is None else "padded"),
-                      implementation=model.config._attn_implementation + (" + compile" if runner is not model else ""),
-                      useful_tokens_per_s=rate, peak_gib=common.peak_memory_gib(context.device))
+            arms = dta_arms(context, packed) if name == "DTA-BERT" else [("sdpa", False)]
+            for implementation, compiled in arms:
+                if time.monotonic() > budget_end:
+                    table.add(workload=workload, model=name, implementation=implementation,
+                              note="skipped: time budget spent")
+                    continue
+                row = time_arm(context, model, implementation, compiled, batches)
+                base_rate = row.get("useful_tokens_per_s") if name == "ModernBERT" else base_rate
+                table.add(workload=workload, model=name, params_m=parameters[name] / 1e6,
+                          batching="packed" if packed else ("fixed" if lengths is None else "padded"), **row)
         for row in table.rows:
             if row["workload"] == workload and base_rate and row.get("useful_tokens_per_s") not in ("", None):
                 row["x ModernBERT"] = row["useful_tokens_per_s"] / base_rate
+
+
+def time_arm(context, model, implementation: str, compiled: bool, batches: list) -> dict:
+    """The table cells of one model x kernel over `batches`: its rate, peak memory, and for DTA-BERT the attention
+    inputs' build time and the graphs compiling made; or a note where it failed."""
+    import torch
+
+    model.set_attn_implementation(implementation)
+    # dynamic=False: each length its own graph. Dynamo would otherwise turn the length symbolic at the second
+    # workload, and Inductor 2.11 cannot split flex's block-rounded symbolic length.
+    runner = torch.compile(model, dynamic=False) if compiled else model
+    label = implementation + (" + compile" if compiled else "")
+    graphs_before = compiled_graphs()
+    common.reset_peak_memory(context.device)
+    try:
+        seconds = time_batches(runner, batches, context.device, warmup=1 if context.quick else 3)
+    except torch.OutOfMemoryError:
+        return dict(implementation=label, note="out of memory")
+    except Exception as error:  # a model that fails here is a row of the table, not the end of the run
+        return dict(implementation=label, note=common.error_note(error))
+    row = dict(implementation=label, useful_tokens_per_s=sum(int(b["attention_mask"].sum()) for b in batches) / seconds,
+               peak_gib=common.peak_memory_gib(context.device))
+    if hasattr(model.config, "attention_type"):  # encoderlab's own
+        row["mask_ms"] = mask_build_ms(model, batches[0], context.device)
+        row["graphs"] = compiled_graphs() - graphs_before if compiled else ""
+    return row
 
 
 def homa_arms(context, windows) -> list:
@@ -428,7 +477,8 @@ def main(argv=None) -> int:
                                                               "token_positions_per_s", "peak_gib", "x Blockwise-2D",
                                                               "x paper A100", "memory / paper", "note"]),
         "models": common.Table("MLM train step", ["workload", "model", "params_m", "batching", "implementation",
-                                                  "useful_tokens_per_s", "x ModernBERT", "peak_gib", "note"]),
+                                                  "useful_tokens_per_s", "x ModernBERT", "peak_gib", "mask_ms",
+                                                  "graphs", "note"]),
         "memory": common.Table("largest batch", ["model", "L", "largest_batch", "peak_gib_at_largest", "note"]),
     }
     ceiling = float("nan")

@@ -1,4 +1,4 @@
-"""The closing part of throughput.py: the issue's targets read off the measured tables, and a profile of one
+"""The closing part of throughput.py: the speed targets read off the measured tables, and a profile of one
 DTA-BERT training step (kernel time against wall time: what is left is launch gaps and host work such as mask
 building)."""
 
@@ -9,6 +9,8 @@ import common
 ATTENTION_TARGET = 0.55  # dual triangle time / bidirectional time on the same kernel, L >= 4k (the limit is 0.5)
 MODEL_TARGETS = {"fixed L=4096": 1.2, "fixed L=512": 1.0, "UniProt": 1.5, "SST-2": 1.5}
 """Workload (name prefix) -> DTA-BERT's useful tokens/s over ModernBERT's that we aim for."""
+PACKED_OVER_SDPA = 1.2  # the fastest DTA-BERT kernel on packed UniProt rows over sdpa on the same rows
+COMPILED_WORKLOAD, COMPILED_TOKENS_PER_S = "fixed L=1024", 650_000  # compiled DTA-BERT, 32 rows of 1024, 12 x 768
 HOMA_TARGETS = {"HOMA w=7": 1.0e5, "HOMA w=3": 1.2e5}
 """HOMA arm -> token-positions per second of a training step with the fused kernel, each at <= HOMA_MEMORY_GB peak."""
 HOMA_MEMORY_GB = 9.7  # a quarter of the paper's A100 memory at w = 7
@@ -30,12 +32,7 @@ def targets(tables: dict, long_from: int) -> common.Table:
             table.add(target=f"dual triangle / bidirectional, {row['implementation']}, L={row['L']}",
                       measured=f"{ratio:.3f}", goal=f"<= {ATTENTION_TARGET}",
                       status=verdict(ratio, ATTENTION_TARGET, at_least=False))
-    for row in tables["models"].rows:
-        goal = next((g for prefix, g in MODEL_TARGETS.items() if row["workload"].startswith(prefix)), None)
-        if row.get("model") == "DTA-BERT" and goal is not None and isinstance(row.get("x ModernBERT"), float):
-            table.add(target=f"DTA-BERT / ModernBERT useful tokens/s, {row['workload']}",
-                      measured=f"{row['x ModernBERT']:.2f}", goal=f">= {goal}",
-                      status=verdict(row["x ModernBERT"], goal, at_least=True))
+    model_targets(table, tables["models"].rows)
     for row in tables["homa"].rows:
         if row.get("kernel") != "fused Triton" or row["arm"] not in HOMA_TARGETS:
             continue
@@ -49,6 +46,32 @@ def targets(tables: dict, long_from: int) -> common.Table:
                       goal=f"<= {1 / HOMA_BLOCKWISE_SHARE:.0f}x",
                       status=verdict(row["x Blockwise-2D"], HOMA_BLOCKWISE_SHARE, at_least=True))
     return table
+
+
+def model_targets(table, rows: list) -> None:
+    """Per workload, DTA-BERT's fastest kernel against ModernBERT; on packed rows that kernel against sdpa; and the
+    compiled rate at 1024 x 32."""
+    measured = [row for row in rows if row.get("model") == "DTA-BERT"
+                and isinstance(row.get("useful_tokens_per_s"), float)]
+    for workload in dict.fromkeys(row["workload"] for row in measured):
+        arms = {row["implementation"]: row for row in measured if row["workload"] == workload}
+        best = max(arms.values(), key=lambda row: row["useful_tokens_per_s"])
+        goal = next((g for prefix, g in MODEL_TARGETS.items() if workload.startswith(prefix)), None)
+        if goal is not None and isinstance(best.get("x ModernBERT"), float):
+            table.add(target=f"DTA-BERT ({best['implementation']}) / ModernBERT useful tokens/s, {workload}",
+                      measured=f"{best['x ModernBERT']:.2f}", goal=f">= {goal}",
+                      status=verdict(best["x ModernBERT"], goal, at_least=True))
+        if best["batching"] == "packed" and "sdpa" in arms and len(arms) > 1:
+            ratio = best["useful_tokens_per_s"] / arms["sdpa"]["useful_tokens_per_s"]
+            table.add(target=f"DTA-BERT packed rows, fastest kernel ({best['implementation']}) / sdpa, {workload}",
+                      measured=f"{ratio:.2f}", goal=f">= {PACKED_OVER_SDPA}",
+                      status=verdict(ratio, PACKED_OVER_SDPA, at_least=True))
+        compiled = [row for row in arms.values() if row["implementation"].endswith("+ compile")]
+        if workload == COMPILED_WORKLOAD and compiled:
+            fastest = max(compiled, key=lambda row: row["useful_tokens_per_s"])
+            table.add(target=f"compiled DTA-BERT ({fastest['implementation']}) useful tokens/s, {workload}",
+                      measured=f"{fastest['useful_tokens_per_s']:,.0f}", goal=f">= {COMPILED_TOKENS_PER_S:,}",
+                      status=verdict(fastest["useful_tokens_per_s"], COMPILED_TOKENS_PER_S, at_least=True))
 
 
 def profile_step(context, model, batch: dict, steps: int = 3) -> tuple[str, dict]:
