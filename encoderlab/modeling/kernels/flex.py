@@ -28,6 +28,25 @@ _compiled_flex_attention = None
 # Dtypes torch's compiled (Inductor) flex_attention kernel takes on CPU; others raise a raw InductorError there.
 _FLEX_CPU_COMPILED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+WIDE_QK_BACKWARD_OPTIONS = {"bwd_BLOCK_M1": 64, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 64,
+                            "bwd_num_stages": 2, "bwd_num_warps": 4}
+"""flex_attention's backward blocks where q/k are wider than 64 channels and there is a score_mod, in half precision
+on CUDA (`flex_kernel_options`). ``bwd_`` keys leave the forward kernel as torch tunes it.
+
+For q/k of 64 to 128 channels torch's H100 heuristic takes backward blocks (M1, N1, M2, N2) = (64, 128, 128, 64),
+3 pipeline stages, 8 warps. Shared memory grows with the tiles (rows x channels) and with the stages that prefetch
+the next tiles; a score_mod that reads a learned table (DSTG's RP bias) adds its gradient's scatter inside the
+kernel. For DSTG's ``dstg`` preset (q/k 128, values padded to 128) that is 295,936 bytes, over the H100's 232,448:
+it did not compile in bf16 (the H100 run reported 294,912). 64-row tiles everywhere and 2 stages (torch's own H100
+choice for q/k wider than 128) need 148,480 bytes. Measured without a GPU: Triton 3.6 (the H100's version)
+compiling Inductor's backward kernel (torch 2.13) for sm_90 at the check's shapes. Other points: torch's blocks with
+values left at 64 channels 254,976; these blocks with 1 stage 81,920, with values at 64 channels 123,904 (2 stages).
+Not yet run on a GPU; bench/gpu/check.py's kernel table tries it (``--flex-kernel-options``)."""
+
+PAD_VALUE_TO_QUERY_WIDTH = True
+"""Whether CUDA runs pad values narrower than q/k to the q/k width (`_pads_value_to_query_dim`); check.py's
+kernel table tries both."""
+
 
 def _flex_attention_fn(query):
     """flex_attention, compiled unless tests switched that off or the compiled CPU kernel lacks ``query``'s dtype
@@ -69,17 +88,30 @@ def flex_attention_call(query, key, value, block_mask, bias_module, logical_head
     value_dim = value.shape[-1]
     if _pads_value_to_query_dim(query, value):
         value = F.pad(value, (0, query.shape[-1] - value_dim))  # zero channels: their outputs are 0, sliced off
-    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    options = flex_kernel_options(query.device, query.dtype, query.shape[-1], score_mod is not None)
+    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                       kernel_options=options)
     return output[:, :, :seq_len, :value_dim]
+
+
+def flex_kernel_options(device, dtype, query_width, has_score_mod):
+    """The ``kernel_options`` of a flex_attention call: `WIDE_QK_BACKWARD_OPTIONS` for q/k wider than 64 channels
+    with a score_mod in half precision on CUDA, where torch's default backward blocks overflow the shared memory;
+    None (torch's choice) elsewhere: the options tune the Triton backward kernel, which the CPU does not run. A fresh
+    dict per call: torch.compile guards on its contents, so equal options reuse one compiled kernel."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16) or query_width <= 64 or not has_score_mod:
+        return None
+    return None if WIDE_QK_BACKWARD_OPTIONS is None else dict(WIDE_QK_BACKWARD_OPTIONS)
 
 
 def _pads_value_to_query_dim(query, value):
     """On CUDA, values narrower than q/k (DSTG: q/k join two streams of head_dim each, values do not) are padded to
-    the q/k width. Exact: the extra value channels are zero. Added as a guess at DSTG's flex backward failing to
-    compile on an H100; the second H100 run showed the guess wrong (the score_mod's form was the cause, fixed in
-    `SpecialTokenRelativeBias.score_mod`). Kept because fp32 passed there with it; whether dropping it lets the bf16
-    backward fit the shared memory it overflows (bench/RESULTS.md) is for the next GPU run."""
-    return query.device.type == "cuda" and value.shape[-1] < query.shape[-1]
+    the q/k width while `PAD_VALUE_TO_QUERY_WIDTH` holds. Exact: the extra value channels are zero. Added as a guess at
+    DSTG's flex backward failing to compile on an H100; the second H100 run showed the guess wrong (the score_mod's
+    form was the cause, fixed in `SpecialTokenRelativeBias.score_mod`). Kept because fp32 passed there with it;
+    dropping it alone does not fit the bf16 backward in shared memory (`WIDE_QK_BACKWARD_OPTIONS`), and whether
+    flex compiles unpadded values on the GPU is for the next GPU run."""
+    return PAD_VALUE_TO_QUERY_WIDTH and query.device.type == "cuda" and value.shape[-1] < query.shape[-1]
 
 
 def flex_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
