@@ -259,7 +259,7 @@ def check_fsdp2_folder(summary, run_dir: Path) -> None:
                 criterion="loads, finite", status="PASS" if ok else "FAIL")
 
 
-def kernel_section(context, summary, only) -> None:
+def kernel_section(context, summary, only, flex_trials=()) -> None:
     import family_checks as kernels
 
     implementations = implementations_on(context.device)
@@ -267,11 +267,13 @@ def kernel_section(context, summary, only) -> None:
     table = common.Table("kernels", kernels.COLUMNS)
     seconds = 0.5 * context.seconds_left()
     skipped = kernels.run_kernel_checks(context, table, implementations, paddings, seconds, only,
-                                        after_case=lambda: table.write_csv(context.out / "kernels.csv"))
+                                        after_case=lambda: table.write_csv(context.out / "kernels.csv"),
+                                        flex_trials=flex_trials)
     table.write_csv(context.out / "kernels.csv")
     print(kernel_digest(table))
+    checked = [row for row in table.rows if not kernels.is_trial(row)]
     for status in ("PASS", "FAIL", "ERROR", "REFUSED"):
-        rows = [row for row in table.rows if row["status"] == status]
+        rows = [row for row in checked if row["status"] == status]
         summary.add(section="kernels", check=f"rows {status}", measured=str(len(rows)),
                     criterion=f"tolerance fp32 {kernels.TOLERANCE['fp32']}, bf16 {kernels.TOLERANCE['bf16']}"
                     if status != "REFUSED" else "documented refusals (see kernels.csv notes)",
@@ -282,6 +284,35 @@ def kernel_section(context, summary, only) -> None:
     if skipped:  # not a failure: the rest of the table, for a second call with --sections kernels --cases ...
         summary.add(section="kernels", check="cases not reached in the time budget", measured=" ".join(skipped),
                     criterion="none (rerun: --sections kernels --cases NAMES)", status="SKIP")
+    flex_trial_summary(summary, [row for row in table.rows if kernels.is_trial(row)], kernels.TOLERANCE["bf16"])
+
+
+def flex_trial_summary(summary, rows, tolerance) -> None:
+    """One summary row per flex_attention trial (kernel options x value arm) and case: PASS where every padding is
+    within tolerance, else TRIED with the first failing row's status and note. A trial that does not pass is a
+    finding, not a failed check (torch's own options are tried as the known failure)."""
+    trials = {}
+    for row in rows:
+        trials.setdefault((row["case"], row["implementation"]), []).append(row)
+    for (case, implementation), trial in trials.items():
+        failing = [row for row in trial if row["status"] != "PASS"]
+        passed = f"{len(trial) - len(failing)}/{len(trial)} paddings pass"
+        if failing:
+            first = failing[0]
+            measured = f"{passed}; {first['padding']}: {first['status']} {first['note']}"[:300]
+        else:
+            errors = [row[c] for row in trial for c in ("logits_vs_fp64", "grads_vs_fp64") if isinstance(row[c], float)]
+            measured = f"{passed}, worst vs fp64 {max(errors):.3g}"
+        summary.add(section="kernels", check=f"{case} {implementation} bf16", measured=measured,
+                    criterion=f"every padding <= {tolerance}", status="TRIED" if failing else "PASS")
+
+
+def flex_trial(word: str) -> tuple:
+    """``--flex-kernel-options`` word -> (label, kernel options); imported here so that parsing loads torch only
+    when the option is given."""
+    import family_checks
+
+    return family_checks.flex_trial(word)
 
 
 def implementations_on(device: str) -> tuple:
@@ -332,6 +363,10 @@ def main(argv=None) -> int:
     arguments.add_argument("--cases", nargs="+", default=None,
                            help="kernel cases whose name contains one of these words ('all': every case); "
                                 f"default: all on a GPU, {' '.join(QUICK_CASES)} with --quick")
+    arguments.add_argument("--flex-kernel-options", nargs="+", type=flex_trial, default=[], metavar="TRIAL",
+                           help="kernels section: after each case's rows, flex_attention in bf16 once per TRIAL and "
+                           "value arm (values padded to the q/k width or not), each its own rows: default, "
+                           "one-stage, torch (family_checks.TRIAL_NAMES) or a JSON object of kernel options")
     args = arguments.parse_args(argv)
     context = common.start(args)
     only = None if args.cases == ["all"] else (args.cases or (QUICK_CASES if args.quick else None))
@@ -345,7 +380,7 @@ def main(argv=None) -> int:
         begin, rows_before = time.monotonic(), len(summary.rows)
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
         if section == "kernels":
-            kernel_section(context, summary, only)
+            kernel_section(context, summary, only, args.flex_kernel_options)
         elif section == "triadic":
             triadic_section(context, summary)
         elif section == "pretrain":

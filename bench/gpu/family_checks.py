@@ -9,7 +9,10 @@ as ``||x - ref|| / ||ref||``. Paddings: left, right, and packed (documents in on
 at 0, transformers' convention), whose reference is each document run alone. Non-finite output fails.
 """
 
+import argparse
+import contextlib
 import copy
+import json
 import math
 import time
 
@@ -163,9 +166,11 @@ def reference_runs(model, size, seed):
     return runs
 
 
-def check_case(name, model_class, config, implementations, paddings, device, dtypes, table, size, seed=0):
+def check_case(name, model_class, config, implementations, paddings, device, dtypes, table, size, seed=0,
+               flex_trials=()):
     """Adds the rows of one case to `table`: every implementation in every dtype against the CPU float64 reference
-    and against eager fp32 on `device` (which `dtypes` must list first)."""
+    and against eager fp32 on `device` (which `dtypes` must list first); then, in bf16, flex_attention once per
+    trial of `flex_trials` ((label, kernel options) pairs, `flex_trial`) and value arm (`VALUE_ARMS`)."""
     reference = randomised(model_class, config)
     runs = reference_runs(reference, size, seed)
     eager_fp32 = {}  # padding -> (logits, grads) of eager attention in fp32 on the device
@@ -173,27 +178,115 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
         device_model = copy.deepcopy(reference).float().to(device)
         for implementation in ("eager", *[i for i in implementations if i != "eager"]):
             for padding in paddings:
-                batches, projections, ref_logits, ref_grads = runs[padding]
-                row = dict(case=name, implementation=implementation, padding=padding, dtype=dtype,
-                           tolerance=TOLERANCE[dtype])
-                backward = not (device == "cpu" and implementation == "flex_attention")
-                try:
-                    device_model.set_attn_implementation(implementation)
-                    if backward:
-                        logits, grads = logits_and_grads(device_model, batches, projections, device, dtype)
-                    else:  # no flex backward on CPU: forward only
-                        with torch.no_grad():
-                            logits = forward_only(device_model, batches, device, dtype)
-                        grads = None
-                except Exception as error:  # a kernel that fails on this input is a row of the table, not a crash
-                    table.add(**row, status=error_status(error), note=common.error_note(error))
-                    continue
-                if implementation == "eager" and dtype == "fp32":
-                    eager_fp32[padding] = (logits, grads)
-                errors = compare(logits, grads, (ref_logits, ref_grads), eager_fp32.get(padding))
-                status = "PASS" if max(errors.values()) <= TOLERANCE[dtype] else "FAIL"
-                note = "" if backward else "forward only (no flex backward on CPU)"
-                table.add(**row, **errors, status=status, note=note)
+                add_row(table, dict(case=name, implementation=implementation, padding=padding, dtype=dtype),
+                        device_model, runs[padding], device, eager_fp32)
+    if not flex_trials:
+        return
+    device_model = copy.deepcopy(reference).float().to(device)
+    for label, options in flex_trials:
+        for arm, pad_values in VALUE_ARMS.items():
+            note = f"kernel_options {json.dumps(options)}, values {arm}"
+            if device == "cpu":
+                note += " (both apply on CUDA only)"
+            with flex_settings(options, pad_values):
+                for padding in paddings:
+                    row = dict(case=name, implementation=f"{TRIAL_PREFIX}{label}, values {arm}]", padding=padding,
+                               dtype="bf16")
+                    add_row(table, row, device_model, runs[padding], device, eager_fp32, note=note)
+
+
+def add_row(table, row, device_model, run, device, eager_fp32, note=""):
+    """Runs `device_model` with ``row``'s implementation and dtype on one padding's batches and adds the row; an
+    exception is a row of the table (ERROR or REFUSED, with its first lines), not a crash."""
+    batches, projections, ref_logits, ref_grads = run
+    implementation, dtype = row["implementation"].split(" [")[0], row["dtype"]
+    row = dict(row, tolerance=TOLERANCE[dtype])
+    backward = not (device == "cpu" and implementation == "flex_attention")
+    try:
+        device_model.set_attn_implementation(implementation)
+        if backward:
+            logits, grads = logits_and_grads(device_model, batches, projections, device, dtype)
+        else:  # no flex backward on CPU: forward only
+            with torch.no_grad():
+                logits = forward_only(device_model, batches, device, dtype)
+            grads = None
+    except Exception as error:  # a kernel that fails on this input is a row of the table, not a crash
+        table.add(**row, status=error_status(error), note=common.error_note(error))
+        return
+    if row["implementation"] == "eager" and dtype == "fp32":
+        eager_fp32[row["padding"]] = (logits, grads)
+    errors = compare(logits, grads, (ref_logits, ref_grads), eager_fp32.get(row["padding"]))
+    status = "PASS" if max(errors.values()) <= TOLERANCE[dtype] else "FAIL"
+    notes = [note] + ([] if backward else ["forward only (no flex backward on CPU)"])
+    table.add(**row, **errors, status=status, note="; ".join(n for n in notes if n))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# flex_attention trials: kernel options and value padding (check.py --flex-kernel-options)
+
+TRIAL_PREFIX = "flex_attention ["
+"""Trial rows name their implementation ``flex_attention [LABEL, values ARM]``."""
+VALUE_ARMS = {"padded": True, "own width": False}
+"""Values narrower than q/k: padded to the q/k width on CUDA, or left at their own width
+(``flex.PAD_VALUE_TO_QUERY_WIDTH``)."""
+TRIAL_NAMES = ("default", "one-stage", "torch")
+
+
+def named_trials() -> dict:
+    """The named kernel options of a trial: encoderlab's (``flex.WIDE_QK_BACKWARD_OPTIONS``); the same blocks with one
+    pipeline stage (less shared memory, no prefetching); torch's own choice (None), the one that overflowed the H100's
+    shared memory for DSTG in bf16."""
+    from encoderlab.modeling.kernels import flex
+
+    default = dict(flex.WIDE_QK_BACKWARD_OPTIONS)
+    return dict(zip(TRIAL_NAMES, (default, {**default, "bwd_num_stages": 1}, None)))
+
+
+def flex_trial(word: str) -> tuple:
+    """``--flex-kernel-options`` word -> (label, kernel options or None): a name of `TRIAL_NAMES` or a JSON object
+    of flex_attention kernel options (keys of torch's FlexKernelOptions, optionally ``fwd_`` / ``bwd_`` prefixed;
+    int or bool values), e.g. ``'{"bwd_num_stages": 1}'``. Raises argparse.ArgumentTypeError naming the word and
+    what is allowed."""
+    if word in TRIAL_NAMES:
+        return word, named_trials()[word]
+    allowed = f"allowed: {', '.join(TRIAL_NAMES)}, or a JSON object such as '{{\"bwd_num_stages\": 1}}'"
+    try:
+        options = json.loads(word)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{word!r} is neither a named trial nor JSON; {allowed}") from None
+    if not isinstance(options, dict) or not options:
+        raise argparse.ArgumentTypeError(f"{word!r} is not a non-empty JSON object; {allowed}")
+    known = kernel_option_keys()
+    for key, value in options.items():
+        if key.removeprefix("fwd_").removeprefix("bwd_") not in known:
+            raise argparse.ArgumentTypeError(f"{word!r}: {key!r} is not a flex_attention kernel option; allowed keys "
+                                             f"(optionally fwd_/bwd_ prefixed): {', '.join(sorted(known))}")
+        if not isinstance(value, (int, bool)):
+            raise argparse.ArgumentTypeError(f"{word!r}: {key}={value!r} must be an integer or a boolean")
+    return json.dumps(options, separators=(",", ":")), options
+
+
+def kernel_option_keys() -> set:
+    from torch.nn.attention.flex_attention import FlexKernelOptions
+
+    return set(FlexKernelOptions.__annotations__)
+
+
+def is_trial(row) -> bool:
+    return row["implementation"].startswith(TRIAL_PREFIX)
+
+
+@contextlib.contextmanager
+def flex_settings(options, pad_values: bool):
+    """flex_attention's wide-q/k kernel options and value padding set for one trial, restored after it."""
+    from encoderlab.modeling.kernels import flex
+
+    saved = flex.WIDE_QK_BACKWARD_OPTIONS, flex.PAD_VALUE_TO_QUERY_WIDTH
+    flex.WIDE_QK_BACKWARD_OPTIONS, flex.PAD_VALUE_TO_QUERY_WIDTH = options, pad_values
+    try:
+        yield
+    finally:
+        flex.WIDE_QK_BACKWARD_OPTIONS, flex.PAD_VALUE_TO_QUERY_WIDTH = saved
 
 
 def compare(logits, grads, fp64, eager) -> dict:
@@ -225,10 +318,11 @@ def forward_only(model, batches, device, dtype):
     return torch.cat(outputs)
 
 
-def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None, after_case=None) -> list:
+def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None, after_case=None,
+                      flex_trials=()) -> list:
     """Fills `table` case by case until `seconds` have passed, calling `after_case()` after each (check.py writes
     kernels.csv there, so a call stopped at its limit keeps the finished cases); returns the names of the cases
-    skipped for time. With `only`, the cases run in the order of its words."""
+    skipped for time. With `only`, the cases run in the order of its words; `flex_trials` as `check_case`."""
     from encoderlab.modeling.kernels import flex
 
     if context.device == "cpu":
@@ -243,7 +337,7 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
             continue
         begin = time.monotonic()
         check_case(name, model_class, config, implementations, paddings, context.device, dtypes, table,
-                   sizes(context.quick))
+                   sizes(context.quick), flex_trials=flex_trials)
         print(f"  kernels {name}: {time.monotonic() - begin:.1f} s", flush=True)
         if after_case is not None:
             after_case()
