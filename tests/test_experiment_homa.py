@@ -252,6 +252,31 @@ def test_summary_numbers_equal_scipy_on_the_csv(tape_dir, tmp_path):
     assert f"{float(cell['mean']):.4f} ± {float(cell['sd']):.4f} (3)" in summary
 
 
+def test_the_paper_numbers_stand_beside_the_table2_arms_only(tape_dir, tmp_path):
+    from encoderlab.experiments.homa.paper import PAPER_TABLE2
+
+    settings = tiny_settings(tape_dir, tasks=["ss3", "stability"], attentions=list(experiment.ATTENTIONS),
+                             windows=[3, 5, 7], ablation_windows=[5], fusions=["mlp", "gated"],
+                             initializers=["normal", "reference"])
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    experiment.append_rows(out_dir / experiment.RUNS_CSV, fake_rows(settings))
+    experiment.write_outputs(settings, out_dir)
+    cells = experiment.read_results(out_dir / "homa_table.csv")
+    for cell in cells:
+        expected = PAPER_TABLE2.get(cell["label"], {}).get(cell["column"])  # an ablation's label is not the paper's
+        assert cell["paper"] == ("" if expected is None else str(expected)), cell
+    assert sum(cell["paper"] != "" for cell in cells) == 6 * 3  # CB513 F1, CB513 Acc, stability rho
+    assert any(cell["label"] == "HOMA (w = 5), fusion gated" and cell["paper"] == "" for cell in cells)
+    lines = (out_dir / "homa_summary.md").read_text().splitlines()
+    header = [name.strip() for name in next(line for line in lines if line.startswith("| model |")).split("|")[1:-1]]
+    assert header == ["model", "CB513 F1", "paper", "CB513 Acc", "paper", "NEW364 F1", "NEW364 Acc", "Stability ρ",
+                      "paper"]
+    blockwise = [name.strip() for name in next(line for line in lines if line.startswith("| Blockwise-2D |"))
+                 .split("|")[1:-1]]
+    assert [blockwise[i] for i in (2, 4, 8)] == ["0.6202", "0.6308", "0.6509"]
+
+
 # ---------------------------------------------------------------------------------------- the initializer
 
 def linear_weights(model):

@@ -22,10 +22,10 @@ Each run happens in a fresh process (so its peak memory can be read) and appends
 arm, seed, every split's metrics, the validation-loss curve, parameters, non-padding training tokens/s (training
 time without the periodic validation passes) and peak memory (CUDA: ``max_memory_allocated``; CPU: the process's
 peak resident set minus its size before training). A rerun skips finished rows and refuses rows made with other
-settings. From the CSV (``--plots-only`` redraws): ``homa_summary.md`` (Table 2 as mean ± sd over seeds, Welch's
-t-tests of each HOMA window against Blockwise-2D, the ablations against their reference arm, efficiency),
-``homa_table.csv``, ``homa_stats.csv``, ``homa_table2.png``, ``homa_ablations.png``, ``homa_val_loss.png`` and
-``homa_efficiency.png``.
+settings. From the CSV (``--plots-only`` redraws): ``homa_summary.md`` (Table 2 as mean ± sd over seeds beside the
+paper's numbers, Welch's t-tests of each HOMA window against Blockwise-2D, the ablations against their reference
+arm, efficiency), ``homa_table.csv`` (with the paper's number of each Table-2 cell), ``homa_stats.csv``,
+``homa_table2.png``, ``homa_ablations.png``, ``homa_val_loss.png`` and ``homa_efficiency.png``.
 
 Usage::
 
@@ -37,8 +37,8 @@ Usage::
 The sweep is plan -> run -> report, one role per module: `options` (the command line); the plan, `arms` (settings,
 arms, their grid, each arm's overrides); the run, `training` (one (arm, seed) through the finetune job, the resumable
 sweep, the command's `run`); the report, `report` (the CSV -> summary, tables and figures), with `summary`
-(statistics and Markdown) and `figures`. The names below are the sweep's public face (the command imports
-``add_arguments`` and ``run`` from here; nothing here imports torch).
+(statistics and Markdown), `figures` and `paper` (the paper's Table 2). The names below are the sweep's public face
+(the command imports ``add_arguments`` and ``run`` from here; nothing here imports torch).
 """
 
 from ...results.rows import append_rows, read_results  # noqa: F401  (the sweep's CSV, read and grown)

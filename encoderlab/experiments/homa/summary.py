@@ -7,6 +7,7 @@ import json
 from ...results.stats import mean_sd, mean_sd_cell, welch_entry, welch_interval
 from ...results.tables import markdown_lines
 from .arms import COLUMNS, Arm, HomaSweepConfig, arm_label, expand_grid, reference_arm
+from .paper import paper_value
 
 def row_arm(row) -> Arm:
     def optional(value, kind):
@@ -48,8 +49,11 @@ def summary_tables(settings: HomaSweepConfig, rows) -> dict:
                 values = column_values(rows, arm, split, metric)
                 if values:
                     mean, sd = mean_sd(values.values())
-                    cells.append({"task": task, "arm": arm.name, "label": arm_label(settings, arm), "column": header,
-                                  "split": split, "metric": metric, "n": len(values), "mean": mean, "sd": sd})
+                    label = arm_label(settings, arm)  # an ablation's label names its change: not the paper's
+                    paper = paper_value(label, header)
+                    cells.append({"task": task, "arm": arm.name, "label": label, "column": header, "split": split,
+                                  "metric": metric, "n": len(values), "mean": mean, "sd": sd,
+                                  "paper": "" if paper is None else paper})
             blockwise = Arm(task, "blockwise", settings.length(task), settings.initializers[0])
             for arm in (arm for arm in grid if arm.task == task):
                 is_main = arm in main
@@ -73,18 +77,30 @@ def cell_text(cells, arm_name, column, digits=4) -> str:
     return "" if cell is None else f"{cell['mean']:.{digits}f} ± {cell['sd']:.{digits}f} ({cell['n']})"
 
 
+def paper_text(label, column) -> str:
+    value = paper_value(label, column)
+    return "" if value is None else f"{value:.4f}"
+
+
 def summary_markdown(settings: HomaSweepConfig, tables: dict) -> str:
     rows, cells, stats, main, grid = (tables[key] for key in ("rows", "cells", "stats", "main", "grid"))
     seeds = sorted({int(row["seed"]) for row in rows})
     headers = list(dict.fromkeys(cell["column"] for cell in cells))
+    # (header, whether the column holds the paper's number): each of ours, then the paper's where it has one
+    columns = [(header, paper) for header in headers for paper in (False, True)
+               if not paper or any(c["paper"] != "" for c in cells if c["column"] == header)]
     lines = [f"# HOMA paper tables: {len(rows)} runs, seeds {seeds}", "",
              "Test-split metrics, mean ± sd over seeds (n). Every arm is the same backbone trained from fresh "
-             "weights with the same finetune budget; only the attention differs.", "", "## Table 2", ""]
+             "weights with the same finetune budget; only the attention differs.", "", "## Table 2", "",
+             "Each column is followed by the paper's number where it has one (its Table 2: one run per arm, trained "
+             "to early stopping; no NEW364 column).", ""]
     body = []
     for label in dict.fromkeys(arm_label(settings, arm) for arm in main):  # a row spans the tasks' arms
         arms = [arm for arm in main if arm_label(settings, arm) == label]
-        body.append([label, *("".join(cell_text(cells, arm.name, header) for arm in arms) for header in headers)])
-    lines += markdown_lines(["model", *headers], body)
+        body.append([label, *(paper_text(label, header) if paper else
+                              "".join(cell_text(cells, arm.name, header) for arm in arms)
+                              for header, paper in columns)])
+    lines += markdown_lines(["model", *("paper" if paper else header for header, paper in columns)], body)
     table2 = [entry for entry in stats if entry["kind"] == "table2"]
     if table2:
         lines += ["", "Welch's two-sided t-test of each HOMA window against Blockwise-2D (* p<0.05, ** p<0.01, "
@@ -105,9 +121,10 @@ def summary_markdown(settings: HomaSweepConfig, tables: dict) -> str:
         speed = [float(row["tokens_per_second"]) for row in arm_rows]
         memory = [float(row["peak_memory_mb"]) for row in arm_rows]
         seconds = [float(row["seconds"]) for row in arm_rows]
-        body.append([arm.task, arm_label(settings, arm), f"{int(arm_rows[0]['parameters']):,}",
+        steps = "/".join(dict.fromkeys(row["steps"] for row in arm_rows))  # one number unless seeds differ
+        body.append([arm.task, arm_label(settings, arm), f"{int(arm_rows[0]['parameters']):,}", steps,
                      mean_sd_cell(speed, 0), mean_sd_cell(memory, 0), f"{mean_sd(seconds)[0]:.0f}"])
-    lines += markdown_lines(["task", "model", "parameters", "tokens/s", "peak memory MB", "s/run"], body)
+    lines += markdown_lines(["task", "model", "parameters", "steps", "tokens/s", "peak memory MB", "s/run"], body)
     return "\n".join(lines) + "\n"
 
 
