@@ -31,18 +31,23 @@ rm -rf .whl .gpu_data
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl $WHEELS
 
-mkdir -p .gpu_data/proteins .gpu_data/text .gpu_data/glue .gpu_data/tape/secondary_structure
+mkdir -p .gpu_data/proteins .gpu_data/text .gpu_data/glue .gpu_data/tape
 cp "$SHARED/proteins/uniprot_sample_20k.fasta.gz" .gpu_data/proteins/
 cp "$SHARED/text/wikitext2_test.txt" .gpu_data/text/
 for task in CoLA SST-2 MRPC STS-B RTE; do
     mkdir -p ".gpu_data/glue/$task"
     cp "$SHARED/glue/$task/train.tsv" "$SHARED/glue/$task/dev.tsv" ".gpu_data/glue/$task/"
 done
-# Secondary structure: the check fine-tunes 100 steps of 16 chains, so 2,000 training chains are plenty.
-ss=.gpu_data/tape/secondary_structure
-head -n 2001 "$SHARED/tape/secondary_structure/train.csv" > "$ss/train.csv"
-head -n 301 "$SHARED/tape/secondary_structure/valid.csv" > "$ss/valid.csv"
-cp "$SHARED/tape/secondary_structure/test_cb513.csv" "$ss/"
+# TAPE, every split whole: experiments.py's HOMA parts train Table 2 on them (check.py's fine-tuning reads the first
+# 2,000 secondary-structure chains). Secondary structure as plain CSV (9 MB, read in place); fluorescence and
+# stability (17 MB) gzipped to 2.5 MB, unpacked by experiments.py into its scratch folder.
+cp -r "$SHARED/tape/secondary_structure" .gpu_data/tape/
+for task in fluorescence stability; do
+    mkdir -p ".gpu_data/tape/$task"
+    for split in train valid test; do
+        gzip -9 -c "$SHARED/tape/$task/$split.csv" > ".gpu_data/tape/$task/$split.csv.gz"
+    done
+done
 chmod -R u+w .gpu_data
 
 # What travels: tracked and untracked-not-ignored files, plus the two carried folders.
