@@ -4,6 +4,7 @@ features do not depend on padding, and the report reads what the runs wrote."""
 import csv
 import importlib.util
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -359,29 +360,75 @@ def test_gpu_pretrain_rate_leaves_out_the_first_steps(tmp_path):
     assert gpu_pretrain.measured(tmp_path / "missing") is None
 
 
-def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path):
-    """The device script end to end (--device cpu --quick, the 1x size): calibration, a budget past it, and the
-    finished runs packed in parts that reassemble, each trained on every window of its documents."""
-    import tarfile
+def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path, monkeypatch):
+    """The device script end to end (--device cpu --quick, the campaign's sizes 1x and 9x at their real widths):
+    calibration, one budget per size past it, and the finished runs returned in parts under the device tool's
+    limits that reassemble into fp32 run folders of each size's body, each trained on every window of its documents."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM
 
-    gpu_pretrain = load_script("gpu_pretrain")
+    gpu_pretrain, returned_runs = load_script("gpu_pretrain"), load_script("returned_runs")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the script's scratch folder, to read the originals
     out = tmp_path / "out"
     assert gpu_pretrain.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                              "--sizes", "1x", "--minutes", "1.6"]) == 0
+                              "--minutes", "2.5"]) == 0  # the default sizes: the device command's
     summary = json.loads((out / "gpu_pretrain_summary.json").read_text())
-    budget = summary["budgets"]["1x"]
-    assert budget > summary["calibration_tokens"] and set(summary["runs"]) == {f"dta_{budget}", f"bidir_{budget}"}
-    archive = tmp_path / "runs.tgz"
-    archive.write_bytes(b"".join((out / part).read_bytes() for part in summary["parts"]))
-    with tarfile.open(archive) as tar:
-        names = tar.getnames()
-        tar.extractall(tmp_path / "runs", filter="data")
-    assert f"dta_{budget}/model.safetensors" in names and not any("checkpoint-" in name for name in names)
-    for arm in ("dta", "bidir"):
-        results = json.loads((tmp_path / "runs" / f"{arm}_{budget}" / "results.json").read_text())
-        assert results["tokens_seen"] == summary["runs"][f"{arm}_{budget}"]["tokens"] >= 0.9 * budget
+    budgets = summary["budgets"]
+    assert list(budgets) == ["1x", "9x"] and budgets["1x"] > budgets["9x"] > 0  # the same minutes: 1x runs faster
+    # one budget per size: both attentions of a size train on the same tokens
+    assert set(summary["runs"]) == {f"{arm}_{budgets[size]}" for size in budgets for arm in gpu_pretrain.SIZES[size]}
+    for size, budget in budgets.items():
+        dta, bidir = (summary["runs"][f"{arm}_{budget}"]["tokens"] for arm in gpu_pretrain.SIZES[size])
+        assert dta == bidir
+    # what comes back: at most 8 files of under 16 MiB, 64 MiB together (the summary and the parts)
+    sent = list(out.iterdir())
+    assert len(sent) <= 8 and all(path.stat().st_size < 16 * 2**20 for path in sent)
+    assert sum(path.stat().st_size for path in sent) < 64 * 2**20 - 2**20  # a MiB left for the device's log
+    runs = returned_runs.unpack(out, tmp_path / "runs")
+    assert sorted(folder.name for folder in runs) == sorted(summary["runs"])
+    assert not list((tmp_path / "runs").rglob("checkpoint-*"))
+    (scratch,) = tmp_path.glob("encoderlab_gpu_*")
+    body = {}
+    for folder in runs:
+        results = json.loads((folder / "results.json").read_text())
+        budget = int(folder.name.split("_")[-1])
+        assert results["tokens_seen"] == summary["runs"][folder.name]["tokens"] >= 0.9 * budget
         # the quick corpus (60 documents) in windows of 32: far more rows than documents
         assert results["plan"]["train_examples"] > 3 * results["documents"]["train"]
+        # the weights came back through bf16 and are fp32 again: the original's bf16 rounding, exactly
+        original = load_file(scratch / "transfer" / folder.name / "model.safetensors")
+        unpacked = load_file(folder / "model.safetensors")
+        assert unpacked.keys() == original.keys()
+        for name, tensor in unpacked.items():
+            assert tensor.dtype == torch.float32
+            torch.testing.assert_close(tensor, original[name].to(torch.bfloat16).float(), rtol=0, atol=0)
+        model = AutoModelForMaskedLM.from_pretrained(folder)
+        words = model.get_input_embeddings().weight.numel()
+        body[folder.name.split("_")[0]] = sum(p.numel() for p in model.parameters()) - words
+    assert body["dta"] == body["bidir"] and body["dta9x"] == body["bidir9x"]
+    assert 8.5 < body["dta9x"] / body["dta"] < 9.5  # the 9x body: 4 layers of 384 against the demo's 4 of 128
+
+
+def test_returned_runs_refuse_sizes_that_would_not_come_back(tmp_path):
+    """A run comes back as bf16 weights without checkpoints; sizes whose runs exceed the return limit are refused
+    with each size's share, and an unpack never writes over run folders already there."""
+    from safetensors.torch import load_file, save_file
+
+    returned_runs = load_script("returned_runs")
+    run = tmp_path / "dta_1000"
+    (run / "checkpoint-5").mkdir(parents=True)
+    (run / "checkpoint-5" / "optimizer.pt").write_bytes(b"0" * 1000)
+    weights = 2**20  # 4 MiB in fp32
+    save_file({"w": torch.ones(weights), "step": torch.tensor([3])}, run / "model.safetensors",
+              metadata={"format": "pt"})
+    copy = returned_runs.returned_copy(run, tmp_path / "returned" / "dta")
+    assert not (copy / "checkpoint-5").exists()
+    tensors = load_file(copy / "model.safetensors")
+    assert tensors["w"].dtype == torch.bfloat16 and tensors["step"].dtype == torch.int64
+    assert 2 * weights < returned_runs.folder_bytes(copy) < 2 * weights + 2**12
+    assert returned_runs.check_returnable({"1x": [copy]}) == {"1x": 2.0}
+    with pytest.raises(SystemExit, match=r"--sizes 1x 4x: .* \(1x 2.0 MiB, 4x 60.0 MiB"):
+        returned_runs.check_returnable({"1x": [copy], "4x": [copy] * 30})
 
 
 def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
@@ -483,3 +530,33 @@ def test_stsb_cosine_plot_draws_each_arm_against_tokens(tmp_path):
                    for budget in (500000, 2000000)]
     script.plot(rows, pretraining, tmp_path / "cosine.png")
     assert_png_drawn(tmp_path / "cosine.png")
+
+
+def test_biencoder_glue_reads_pairs_separately_and_single_sentences_jointly(shared_data, tiny_checkpoint, tmp_path):
+    """The CPU follow-up of the GPU arms: each checkpoint and its untrained copy, the pair tasks as bi-encoders (mean
+    pooling) and the single-sentence tasks as before, at the protocol's rate; a later --set wins (here: 2 steps)."""
+    import shutil
+
+    import yaml
+
+    from encoderlab.results.rows import read_results
+
+    script = load_script("biencoder_glue")
+    run = tmp_path / "tiny9x_1000"
+    shutil.copytree(tiny_checkpoint, run)
+    out = tmp_path / "sep"
+    assert script.main([str(run), "--out-dir", str(out), "--glue", str(shared_data / "glue"), "--tasks", "sst2", "rte",
+                        "--seeds", "0", "--workers", "1", "--set", "train.max_steps=2", "--set", "train.eval_steps=2",
+                        "--set", "data.train_limit=64", "--set", "data.eval_limit=16"]) == 0
+    rows = read_results(out / "finetune_runs.csv")
+    assert sorted((row["model"], row["task"]) for row in rows) == [
+        ("tiny9x_1000", "rte"), ("tiny9x_1000", "sst2"), ("tiny9x_untrained", "rte"), ("tiny9x_untrained", "sst2")]
+    for model in ("tiny9x_1000", "tiny9x_untrained"):
+        for task, encoding, pooling in (("rte", "separate", "mean"), ("sst2", "joint", "cls")):
+            run_dir = out / "runs" / model / f"{task}-s0"
+            config = json.loads((run_dir / "config.json").read_text())
+            assert (config.get("classifier_pair_encoding", "joint"), config.get("classifier_pooling", "cls")) == \
+                (encoding, pooling), (model, task)
+            train = yaml.safe_load((run_dir / "run_config.yaml").read_text())["train"]
+            assert (train["lr"], train["max_steps"], train["seed"]) == (1e-3, 2, 0)
+    assert "tiny9x_untrained" in (out / "finetune_summary.md").read_text()

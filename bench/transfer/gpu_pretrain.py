@@ -7,43 +7,49 @@ an order of magnitude in minutes. The arms run side by side, as on the CPU (all 
 
 1. calibration: every arm on ``--calibration-tokens``, to measure each one's tokens per second with all of them
    sharing the GPU, and the fixed cost of a run (start-up, packing, evaluations, saving);
-2. the real runs: each size (1x: ``dta bidir``; 4x: ``dta4x bidir4x``) on the largest budget, in whole millions
-   of tokens, that its slower arm finishes in the time left, so that the two attentions of a size see the same
-   tokens.
+2. the real runs: each size (1x: ``dta bidir``; 4x: ``dta4x bidir4x``; 9x: ``dta9x bidir9x``) on the largest
+   budget, in whole millions of tokens, that its slower arm finishes in the time left. Every size gets the same
+   minutes of the device (they run side by side, to the same deadline); within a size the two attentions see the
+   same tokens, so that they are compared on the same data and not on their speed (the faster one finishes early).
 
-The finished run folders (model, tokenizer, config, metrics, logs; no Trainer checkpoints) go into
-``transfer_runs.tgz`` in --out, cut into parts under the device tool's 16 MiB a file; ``gpu_pretrain_summary.json``
-holds the rates and budgets. Fine-tuning and the probe run afterwards on the CPU, exactly as for the CPU arms.
+What comes back is bounded by the device tool (bench/transfer/returned_runs.py): each finished run folder without
+Trainer checkpoints and with its weights in bf16, all in ``transfer_runs.tgz`` cut into parts under 16 MiB, at most
+60 MiB together. Right after the calibration the script measures what its sizes' runs would return and stops, before
+the real runs, if that is over (1x and 9x: about 50 MiB; a 16x body, 4 layers of 512, is 36.5 MiB a run in bf16, so
+its two arms alone would not come back). ``gpu_pretrain_summary.json`` holds the rates, budgets and parts.
+Fine-tuning and the probes run afterwards on the CPU, as for the CPU arms (docs/experiments-transfer.md,
+"Reproduce").
 
-    # here: bash bench/gpu/prepare.sh, then the CPU arms' tokenizer into the carried folder
-    mkdir -p .gpu_data/transfer_tokenizer && cp runs/transfer/dta_15000000/tokenizer*.json .gpu_data/transfer_tokenizer/
-    # on the device (carry .whl and .gpu_data), about 7 minutes:
-    . bench/gpu/device_setup.sh && python3 bench/transfer/gpu_pretrain.py --tokenizer .gpu_data/transfer_tokenizer \
-        --minutes 6.3 2>&1 | tee $OUT/gpu_pretrain_log.txt
-    # here, afterwards:
-    mkdir -p runs/transfer_gpu && cat /work/.device/N/transfer_runs.tgz.part* | tar xz -C runs/transfer_gpu
+    # here: bash bench/gpu/prepare.sh
+    # on the device (carry .whl and .gpu_data; timeout_s 540), about 8 minutes:
+    set -o pipefail; . bench/gpu/device_setup.sh && python3 bench/transfer/gpu_pretrain.py --sizes 1x 9x \
+        --minutes 7 2>&1 | tee $OUT/gpu_pretrain_log.txt
+    # here, afterwards (FILES_AT: the reply's files_at):
+    PYTHONPATH=. python bench/transfer/returned_runs.py FILES_AT --into runs/transfer_gpu
 
-The test runs it with ``--device cpu --quick --sizes 1x``.
+Without ``--tokenizer`` (a saved one) the runs build the BPE from the corpus's training documents, as the CPU arms
+did. The test runs the script with ``--device cpu --quick --sizes 1x 9x``.
 """
 
 import json
-import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench" / "gpu"))
+sys.path[:0] = [str(REPO / "bench" / "gpu"), str(REPO / "bench" / "transfer")]
 
 import common  # noqa: E402
+import returned_runs  # noqa: E402
 
-SIZES = {"1x": ("dta", "bidir"), "4x": ("dta4x", "bidir4x")}
-PART_BYTES = 15 * 2**20  # under the device tool's 16 MiB a file
+SIZES = {"1x": ("dta", "bidir"), "4x": ("dta4x", "bidir4x"), "9x": ("dta9x", "bidir9x")}  # body parameters
+# the widest body in heads of 64 whose two runs come back beside the control's, the demo size trained in the same
+# minutes
+CAMPAIGN_SIZES = ["1x", "9x"]
 SAFETY = 0.85  # of the measured rate: the real runs must finish inside the call
 
 
@@ -120,19 +126,15 @@ def plan_budgets(sizes: dict, calibration: dict, wall: float, seconds: float, qu
     return budgets
 
 
-def pack(runs: Path, names: list, out: Path) -> list:
-    """The finished run folders and their logs, without Trainer checkpoints, as one .tgz cut into parts."""
-    archive = runs / "transfer_runs.tgz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for name in names:
-            tar.add(runs / f"{name}.log", arcname=f"{name}.log")
-            tar.add(runs / name, arcname=name, filter=lambda info: None if "/checkpoint-" in info.name else info)
-    data, parts = archive.read_bytes(), []
-    for index in range(math.ceil(len(data) / PART_BYTES)):
-        part = out / f"transfer_runs.tgz.part{index}"
-        part.write_bytes(data[index * PART_BYTES:(index + 1) * PART_BYTES])
-        parts.append(part.name)
-    return parts
+def returned_size(calibration: Path, sizes: dict, tokens: int) -> dict:
+    """{size: MiB} its runs will come back as, measured on the calibration runs' returned copies (the same model
+    shapes); exits before the real runs when the sizes together would not come back."""
+    copies = {size: [returned_runs.returned_copy(calibration / f"{arm}_{tokens}", calibration / "returned" / arm)
+                     for arm in arms] for size, arms in sizes.items()}
+    try:
+        return returned_runs.check_returnable(copies)
+    finally:
+        shutil.rmtree(calibration / "returned")
 
 
 def main(argv=None) -> int:
@@ -141,8 +143,9 @@ def main(argv=None) -> int:
                            help="the CPU arms' saved tokenizer (default: each run trains the same BPE again)")
     arguments.add_argument("--batch-size", type=int, default=64)
     arguments.add_argument("--calibration-tokens", type=int, default=2_000_000)
-    arguments.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=sorted(SIZES),
-                           help="which sizes to pretrain (each is its two attentions)")
+    arguments.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=CAMPAIGN_SIZES,
+                           help="which sizes to pretrain (each is its two attentions); their runs must come back "
+                                "under 60 MiB")
     args = arguments.parse_args(argv)
     if args.batch_size < 1 or args.calibration_tokens < 1:
         raise SystemExit(f"--batch-size={args.batch_size} and --calibration-tokens={args.calibration_tokens} "
@@ -161,9 +164,13 @@ def main(argv=None) -> int:
                    for arms in sizes.values() for arm in arms}
     if None in calibration.values():
         raise SystemExit(f"a calibration run failed: {calibration} (logs in {runs / 'calibration'})")
+    returned_mib = returned_size(runs / "calibration", sizes, calibration_tokens)
     seconds = context.seconds_left() - 30  # packing and copying the results
     budgets = plan_budgets(sizes, calibration, wall, seconds, args.quick)
     print(f"calibration {wall:.0f} s: {calibration}; budgets {budgets} for {seconds:.0f} s", flush=True)
+    if 0 in budgets.values():
+        raise SystemExit(f"no time left for the real runs of {[size for size, b in budgets.items() if not b]}: "
+                         f"{seconds:.0f} s after the calibration ({wall:.0f} s); give more --minutes")
     final_wall = run_sizes(runs, budgets, extra, seconds)
     finished = {f"{arm}_{budget}": measured(runs / f"{arm}_{budget}")
                 for size, budget in budgets.items() for arm in SIZES[size]}
@@ -171,8 +178,9 @@ def main(argv=None) -> int:
     summary = dict(environment=common.environment_line(context.device), command=" ".join(sys.argv),
                    overrides=extra, calibration_tokens=calibration_tokens, calibration_wall_seconds=wall,
                    calibration=calibration, budgets=budgets, wall_seconds=final_wall, runs=finished,
-                   parts=pack(runs, done, context.out) if done else [])
-    common.write_json(context.out / "gpu_pretrain_summary.json", summary)
+                   returned_weights="bfloat16", returned_mib_measured_at_calibration=returned_mib,
+                   parts=returned_runs.pack(runs, done, context.out) if done else [])
+    common.write_json(context.out / returned_runs.SUMMARY, summary)
     print(json.dumps(summary, indent=1))
     return 0 if len(done) == len(finished) else 1
 

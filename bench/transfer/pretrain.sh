@@ -2,9 +2,9 @@
 # Pretraining arms of the transfer experiment (docs/experiments-transfer.md): DTA-BERT (the demo config: dual
 # triangle, no positions) and bidirectional + RoPE at the same size (with ARMS=bidirwd, the latter with weight
 # decay 0.1; with ARMS="dta4x bidir4x", both at 4x the body's parameters: 4 layers of 256, 4 heads of 64,
-# feed-forward 1024), each at every token budget of BUDGETS, as separate runs (each its own warm-up / constant /
-# cool-down schedule), on the in-domain corpus of bench/transfer/corpus.py. The two arms run
-# side by side, one thread each.
+# feed-forward 1024; with ARMS="dta9x bidir9x", at 9x: 4 layers of 384, 6 heads of 64, feed-forward 1536), each at
+# every token budget of BUDGETS, as separate runs (each its own warm-up / constant / cool-down schedule), on the
+# in-domain corpus of bench/transfer/corpus.py. The arms run side by side, one thread each.
 #
 #   bash bench/transfer/pretrain.sh            # from the repository root; RUNS=... BUDGETS="..." ARMS="..." to change
 set -euo pipefail
@@ -36,8 +36,12 @@ bidir=(--set model.config.attention_type=bidirectional --set model.config.positi
 # bidir with AdamW's decoupled weight decay 0.1 (the others use the demo's 0): does keeping the weights small keep
 # the body easy to fine-tune? (without it, pretrained weights grow to 5-10x their initial size)
 [[ " $ARMS " == *" bidirwd "* ]] && lane bidirwd "${bidir[@]}" --set optimizer.weight_decay=0.1 &
-wide=(--set model.config.hidden_size=256 --set model.config.num_attention_heads=4
-      --set model.config.intermediate_size=1024)
-[[ " $ARMS " == *" dta4x "* ]] && lane dta4x "${wide[@]}" &
-[[ " $ARMS " == *" bidir4x "* ]] && lane bidir4x "${bidir[@]}" "${wide[@]}" &
+width() {  # the body at a hidden size of $1: heads of 64, feed-forward 4x, the demo's 4 layers
+    echo --set model.config.hidden_size="$1" --set model.config.num_attention_heads=$(($1 / 64)) \
+        --set model.config.intermediate_size=$((4 * $1))
+}
+[[ " $ARMS " == *" dta4x "* ]] && lane dta4x $(width 256) &
+[[ " $ARMS " == *" bidir4x "* ]] && lane bidir4x "${bidir[@]}" $(width 256) &
+[[ " $ARMS " == *" dta9x "* ]] && lane dta9x $(width 384) &
+[[ " $ARMS " == *" bidir9x "* ]] && lane bidir9x "${bidir[@]}" $(width 384) &
 wait
