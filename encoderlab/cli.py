@@ -8,12 +8,19 @@ The installed command is `encoderlab_cli.main`: it builds the parser without run
 ``__init__``, so ``--help`` and usage errors never load torch or transformers. A subcommand module must therefore
 import them inside functions (tests/test_cli.py checks every one); a module whose body needs torch at import keeps
 its options in a light companion module (``experiments/argmax_cli.py`` for ``experiments/argmax/``).
+
+A subcommand module may also define ``check(args)``: the checks of its run config, paths and names that need
+neither torch, transformers nor datasets. `run` calls it before the package ``__init__`` and those imports, so a
+mistyped key, a missing file or an unknown task is answered in a fraction of a second instead of after the seconds
+torch takes to import (tests/test_cli_fast_errors.py). ``run(args)`` must not rely on it: the Python API and
+``python -m encoderlab.cli`` call ``run`` with the same checks on its own way.
 """
 
 import argparse
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 
 SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
@@ -92,13 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(parse_args(sys.argv[1:] if argv is None else argv))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Runs the parsed command: its module's ``run(args)``, with one-line errors unless ``--debug``."""
+def run(args: argparse.Namespace, load_package: Callable[[], None] = lambda: None) -> int:
+    """Runs the parsed command with one-line errors unless ``--debug``: its module's ``check(args)`` where it has
+    one, then `load_package` (the console script's package ``__init__``: torch, transformers, the families), then
+    its ``run(args)``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not sys.stderr.isatty():  # a pipe or a log file
-        without_progress_bars()
     try:
-        return importlib.import_module(args.module).run(args)
+        module = importlib.import_module(args.module)
+        if hasattr(module, "check"):
+            module.check(args)
+        load_package()
+        if not sys.stderr.isatty():  # a pipe or a log file
+            without_progress_bars()
+        return module.run(args)
     except Exception as error:  # a user's mistake or a failed run: one line, unless debugging
         if args.debug:
             raise

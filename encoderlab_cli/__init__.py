@@ -3,8 +3,9 @@
 Importing anything inside encoderlab runs the package's ``__init__``, which imports torch, transformers and every
 model family to register them with the transformers Auto classes: seconds, for a ``--help``. This launcher enters
 the package without running its ``__init__`` while the command line is parsed (the subcommand modules import their
-heavy dependencies inside functions), then runs the ``__init__``, so the Auto classes know the families, and then
-the command. ``import encoderlab`` itself is unchanged.
+heavy dependencies inside functions) and while the subcommand's ``check(args)`` looks for mistakes in its run
+config, paths and names, then runs the ``__init__``, so the Auto classes know the families, and then the command.
+``import encoderlab`` itself is unchanged.
 """
 
 import importlib.util
@@ -28,5 +29,4 @@ def main(argv=None):
     from encoderlab import cli
 
     args = cli.parse_args(sys.argv[1:] if argv is None else argv)  # --help and usage errors exit here
-    run_package_init()
-    return cli.run(args)
+    return cli.run(args, load_package=run_package_init)  # after the subcommand's own check(args)
