@@ -94,7 +94,7 @@ def test_position_limits_are_the_models_own():
 
 def test_a_corpus_that_cannot_be_read_leaves_no_run_folder_and_the_fixed_rerun_starts(tmp_path):
     run_dir = tmp_path / "run"
-    with pytest.raises(FileNotFoundError, match=r"Document file '.*missing.txt' does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"data.source='.*missing.txt' does not exist"):
         pretrain(tiny_run(run_dir, data={"source": str(tmp_path / "missing.txt")}))
     assert not run_dir.exists()
     (tmp_path / "empty.txt").write_text("")

@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from .pretrain import INTERRUPTED_EXIT_CODE, format_results, load_run_config, pretrain
-from .run_folder import last_checkpoint, run_owner
+from .pretrain import INTERRUPTED_EXIT_CODE, check_without_torch, format_results, load_run_config, pretrain
+from .run_config import PretrainRunConfig
+from .run_folder import check_run_folder, last_checkpoint, run_owner
 
 
 logger = logging.getLogger(__name__)
@@ -88,13 +89,31 @@ def stage_report_callback():
     return StageReport()
 
 
+def demo_config(args: argparse.Namespace) -> PretrainRunConfig:
+    """The bundled ``demo`` run config with ``--set`` and ``--output-dir``."""
+    return load_run_config("demo", [*args.overrides, f"output_dir={args.output_dir}"])
+
+
+def replaces_run(args: argparse.Namespace, run_dir: Path) -> bool:
+    """Whether the demo may replace the run in `run_dir`: an earlier demo, or any encoderlab run with --overwrite."""
+    return args.overwrite or run_owner(run_dir) == "demo"
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the ``--set`` overrides and the output folder."""
+    config = demo_config(args)
+    check_without_torch(config)
+    run_dir = Path(config.output_dir)
+    check_run_folder(run_dir, "demo", False, config, replaces_run(args, run_dir))
+
+
 def run(args: argparse.Namespace) -> int:
-    config = load_run_config("demo", [*args.overrides, f"output_dir={args.output_dir}"])
+    config = demo_config(args)
     run_dir = Path(config.output_dir)
     start = time.perf_counter()
     try:
         # An earlier demo run is replaced, but only once the new run has passed its checks and read its data.
-        result = pretrain(config, command="demo", overwrite=args.overwrite or run_owner(run_dir) == "demo",
+        result = pretrain(config, command="demo", overwrite=replaces_run(args, run_dir),
                           callbacks=[stage_report_callback()])
     except KeyboardInterrupt:
         print(f"\n{interrupted_demo(run_dir)}", file=sys.stderr)

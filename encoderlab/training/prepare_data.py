@@ -9,20 +9,24 @@ pretraining run then finds both in the cache and starts training at once.
 import argparse
 import json
 
+from .pretrain import add_config_arguments, check_without_torch, run_tokenizer, validate_run
+from .run_config import load_run_config
+from .sources import check_local_source
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .pretrain import add_config_arguments
-
     add_config_arguments(parser)
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the run config (`pretrain.check_without_torch`)."""
+    check_without_torch(load_run_config(args.config, args.overrides))
 
 
 def run(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
-    from .pretrain import run_tokenizer, validate_run
-    from .run_config import load_run_config
-    from .shards import describe, load_or_build_shards
-    from .sources import check_local_source
+    from .shards import describe, load_or_build_shards  # datasets: imported after `check`
 
     config = load_run_config(args.config, args.overrides)
     validate_run(config)

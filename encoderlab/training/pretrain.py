@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..run_files import read_run_record
+from ..run_files import is_local_path, read_run_record
 from .lengths import check_lengths_fit
-from .run_config import PretrainRunConfig, bundled_config_names, load_run_config
+from .run_config import BUILTIN_FAMILIES, PretrainRunConfig, bundled_config_names, load_run_config
 from .run_folder import (
     RunFinished,
     check_checkpoint_schedule,
@@ -44,6 +44,7 @@ from .run_folder import (
     without_load_time_keys,
     write_results,
 )
+from .sources import check_source_exists
 
 
 logger = logging.getLogger(__name__)
@@ -62,12 +63,16 @@ def family_classes(family: str) -> tuple[type, type]:
     from encoderlab.registry import FAMILIES
 
     by_name = {config_class.model_type: config_class for config_class in FAMILIES}
-    if family not in by_name:
-        raise ValueError(f"model.family={family!r} is not a registered family; allowed: {sorted(by_name)}")
+    check_family_name(family, by_name)
     config_class = by_name[family]
     if "AutoModelForMaskedLM" not in FAMILIES[config_class]:
         raise ValueError(f"model.family={family!r} registers no AutoModelForMaskedLM class to pretrain")
     return config_class, FAMILIES[config_class]["AutoModelForMaskedLM"]
+
+
+def check_family_name(family: str, registered) -> None:
+    if family not in registered:
+        raise ValueError(f"model.family={family!r} is not a registered family; allowed: {sorted(registered)}")
 
 
 def _config_fields(config_class: type) -> set[str]:
@@ -147,14 +152,11 @@ def _check_ids_in_vocabulary(run: RunConfig, config, allowed: set[str]) -> None:
 
 
 def validate_run(run: RunConfig) -> None:
-    """What the sections cannot check alone: the tokenizer name, the family and its config (a dry run), and the
-    lengths the run will feed the model against its position limits (`lengths.check_lengths_fit`)."""
-    from encoderlab.tokenization import TOKENIZER_BUILDERS
-
+    """What the sections cannot check alone: the family and its config (a dry run), the attention kernel, the
+    lengths the run will feed the model against its position limits (`lengths.check_lengths_fit`), then the local
+    paths."""
     from ..configuration.choices import check_choice
 
-    if run.tokenizer.path is None:
-        check_choice("tokenizer.name", run.tokenizer.name, sorted(TOKENIZER_BUILDERS))
     if run.train.attn_implementation is not None:
         from encoderlab.modeling.attention import ATTENTION_IMPLEMENTATIONS
 
@@ -162,6 +164,17 @@ def validate_run(run: RunConfig) -> None:
     check_lengths_fit(build_model_config(run), fed_lengths(run), limit_prefix="model.config.",
                       remedy="lower data.long_factor or train.seq_len, or raise model.config.max_position_embeddings "
                       "(unset, it is the long evaluation length)")
+    check_local_paths(run)
+
+
+def check_local_paths(run: RunConfig) -> None:
+    """A local corpus (``data.source``) and tokenizer (``tokenizer.path``) that do not exist are named; reads
+    nothing, imports nothing heavy."""
+    check_source_exists(run.data.source)
+    path = run.tokenizer.path
+    if path is not None and is_local_path(path) and not Path(path).expanduser().exists():
+        raise FileNotFoundError(f"tokenizer.path={path!r} does not exist; give a saved tokenizer's folder or a Hub "
+                                "id, or leave it unset to build tokenizer.name")
 
 
 def fed_lengths(run: RunConfig) -> dict[str, int]:
@@ -483,11 +496,35 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> int:
+def command_line_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides, then ``--output-dir`` as ``output_dir``."""
     overrides = list(args.overrides)
     if args.output_dir is not None:  # JSON-quoted: read back as a string whatever the folder's name
         overrides.append(f"output_dir={json.dumps(args.output_dir)}")
-    config = load_run_config(args.config, overrides)
+    return overrides
+
+
+def check_without_torch(run: RunConfig) -> None:
+    """The checks of a run config that the command line makes before importing torch, transformers and datasets,
+    besides those its sections made when it was built: the family's name among the built-in ones (a family
+    registered from Python is checked by `pretrain`) and the local paths. The run meets each check again."""
+    check_family_name(run.model.family, BUILTIN_FAMILIES)
+    check_local_paths(run)
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the run config (`check_without_torch`) and the run
+    folder."""
+    config = load_run_config(args.config, command_line_overrides(args))
+    check_without_torch(config)
+    try:
+        check_run_folder(Path(config.output_dir), "pretrain", args.resume, config, args.overwrite)
+    except RunFinished:
+        pass  # not a mistake: `run` reports it
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_run_config(args.config, command_line_overrides(args))
     try:
         result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     except RunFinished as finished:

@@ -23,6 +23,12 @@ from ..configuration.choices import check_choice
 CONFIG_DIR = Path(__file__).with_name("configs")
 PACKING_MODES = ("pack", "chunk", "truncate")
 PRECISIONS = ("auto", "fp32", "bf16")
+TOKENIZER_NAMES = ("bpe", "wordpiece", "esm2", "tape_iupac")
+"""The names of `encoderlab.tokenization.TOKENIZER_BUILDERS`, here without transformers so that a run config is
+checked before it loads (tests/test_cli_fast_errors.py keeps the two equal)."""
+BUILTIN_FAMILIES = ("dta_bert", "homa", "dstg_neobert")
+"""The ``model_type`` of each family the encoderlab package registers: the command line checks ``model.family``
+against them before importing the families (a family registered from Python is checked by `pretrain` itself)."""
 
 
 # Optimizer settings: plain values (no torch), so the command line can parse a run config without loading torch;
@@ -101,6 +107,8 @@ class TokenizerSection:
     """A saved tokenizer (folder or Hub id) to use instead of building one."""
 
     def __post_init__(self):
+        if self.path is None:
+            check_choice("tokenizer.name", self.name, TOKENIZER_NAMES)
         check_at_least("tokenizer.vocab_size", self.vocab_size, 1)
         check_at_least("tokenizer.min_frequency", self.min_frequency, 1)
 

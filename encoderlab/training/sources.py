@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePath
 
-import datasets
 from huggingface_hub import is_offline_mode
 
 
@@ -115,6 +114,14 @@ def check_local_source(source: str | os.PathLike, *, text_field: str | None = No
         what = "its document files hold" if Path(source).expanduser().is_dir() else "the file holds"
         raise ValueError(f"data.source={str(source)!r} holds no document: {what} only blank lines, whitespace or "
                          "empty values; point data.source at a corpus with text")
+
+
+def check_source_exists(source: str | os.PathLike, key: str = "data.source") -> None:
+    """A FileNotFoundError naming `key` when `source` names a local file or folder that does not exist; reads
+    nothing and needs no `datasets`, so the command line runs it before importing that."""
+    if _is_local(source) and not Path(source).expanduser().exists():
+        raise FileNotFoundError(f"{key}={str(source)!r} does not exist; give a local file or folder of documents, a "
+                                f"Hub dataset id or {EMBEDDED_SOURCE!r}")
 
 
 def _is_local(source: str | os.PathLike) -> bool:
@@ -252,6 +259,8 @@ def _literal_pattern(path: Path) -> str:
 
 def _file_lines(path: Path) -> Iterator[str]:
     """The lines of a text file (plain or ``.gz``) without their line breaks, streamed by `datasets`' text loader."""
+    import datasets  # here, not at the top: the command line checks a source's path without importing datasets
+
     lines = datasets.load_dataset("text", data_files=_literal_pattern(path), split="train", streaming=True)
     return (row["text"] for row in lines)
 
@@ -319,6 +328,8 @@ def _fasta_documents(lines: Iterable[str], path: Path) -> Iterator[str]:
 
 
 def _hub_documents(name: str, text_field: str | None, split: str, streaming: bool) -> Iterator[str | None]:
+    import datasets
+
     try:
         return _dataset_documents(name, text_field=text_field, split=split, streaming=streaming)
     except datasets.exceptions.DatasetNotFoundError as error:
@@ -340,6 +351,8 @@ def _dataset_documents(
 
     `description` names the source in errors (default: `path` quoted).
     """
+    import datasets
+
     dataset = datasets.load_dataset(path, split=split, streaming=streaming, **load_kwargs)
     columns = dataset.column_names
     if columns is None:  # streamed CSV/JSON: the schema is only known once a row is read
