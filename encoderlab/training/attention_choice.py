@@ -21,9 +21,11 @@ class AttentionChoice:
 
 
 def choose_attention(run, config, device_type: str) -> AttentionChoice:
-    """The kernel for `run`'s model `config` on a ``device_type`` ("cuda", "cpu", ...) device."""
+    """The kernel for `run`'s model `config` on a ``device_type`` ("cuda", "cpu", ...) device; a device name with
+    an index ("cuda:0") counts as its type."""
     if run.train.attn_implementation is not None:
         return AttentionChoice(run.train.attn_implementation, "set by train.attn_implementation")
+    device_type = str(device_type).split(":")[0]
     if device_type != "cuda":
         return AttentionChoice("sdpa", f"the training kernel on {device_type}")
     if run.data.packing != "pack":

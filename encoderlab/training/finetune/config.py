@@ -9,6 +9,8 @@ from pathlib import Path
 from ...configuration.choices import check_choice
 from ..run_config import (PRECISIONS, RunConfigSchema, apply_overrides, check_at_least, check_fraction,
                           config_from_dict, read_config_file)
+from .data import is_local
+from .squad import parse_source
 from .tasks import get_task
 
 DEFAULT_OUTPUT_ROOT = Path("runs/finetune")
@@ -196,6 +198,19 @@ def merge(base: dict, top: dict) -> dict:
         merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
             else value
     return merged
+
+
+def check_data_files(data: FinetuneDataSection) -> None:
+    """Each file that ``data.train``, ``data.validation`` and ``data.test`` name exists, and so does a local
+    ``data.path``; reads nothing, so the command line names a mistyped path before it imports torch (the task's kind
+    checks a folder's layout and the files' contents when it reads them)."""
+    files = [("data.train", data.train), ("data.validation", data.validation), *(("data.test", f) for f in data.test)]
+    for key, value in files:
+        if value and not Path(parse_source(value)[0]).expanduser().is_file():  # SQuAD: FILE.json[a:b] is FILE.json
+            raise ValueError(f"{key}={value!r} does not exist; give the path of a data file")
+    if data.path and is_local(data.path) and not Path(data.path).expanduser().exists():
+        raise ValueError(f"data.path={data.path!r} does not exist; give a local folder or file of the task's data, "
+                         "or a Hub dataset id")
 
 
 def load_finetune_config(task: str | None, model: str | None, config: str | None = None,

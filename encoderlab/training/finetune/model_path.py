@@ -62,20 +62,34 @@ def saved_task(path: str) -> str | None:
     return None if owner is None else f"it is an `encoderlab {owner}` run (masked-language modelling)"
 
 
+def saved_config(path: str, key: str = "--model") -> dict:
+    """config.json of a checkpoint as read, no model code run: from a local folder without transformers (so the
+    command line checks it before importing torch), from the Hub through transformers."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    from transformers import PretrainedConfig
+
+    try:
+        return PretrainedConfig.get_config_dict(path)[0]
+    except OSError as error:
+        raise not_found_error(path, error, key=key) from None
+
+
+def check_local_model(path: str, auto_class: str, command: str, key: str = "--model") -> None:
+    """`check_model_path` and, for a local folder, `check_model_head`: what the prediction commands check before
+    they import torch (a Hub id is checked when it loads)."""
+    check_model_path(path, key=key)
+    if Path(path).expanduser().is_dir():
+        check_model_head(path, auto_class, command, key=key)
+
+
 def check_model_head(path: str, auto_class: str, command: str, key: str = "--model") -> None:
     """Refuses, before any weight is loaded, a checkpoint whose ``config.architectures`` has no model with the head
     that `auto_class` loads (``AutoModelForSequenceClassification``): loading it would draw that head at random and
     predict noise. The error names the head it lacks, the head it has and what the run was trained for. A config
     without ``architectures`` cannot be checked and passes."""
-    from transformers import PretrainedConfig
-
-    try:
-        config, _ = PretrainedConfig.get_config_dict(path)  # config.json as read, no model code runs
-    except OSError as error:
-        if Path(path).expanduser().is_dir():
-            raise
-        raise not_found_error(path, error, key=key) from None
-    architectures = config.get("architectures") or []
+    architectures = saved_config(path, key).get("architectures") or []
     needed = auto_class.removeprefix("AutoModel")
     if not architectures or any(name.endswith(needed) for name in architectures):
         return

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model_path import check_model_head, check_model_path, not_found_error
+from .model_path import check_local_model, check_model_head, check_model_path, not_found_error
 from .tokens import as_words, encode_words
 
 AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
@@ -137,6 +137,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the model code stored with a Hub model (for encoders not in transformers; "
                              "encoderlab run folders load without it)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the inputs, and a local model's folder and head (`run`
+    meets each check again)."""
+    read_inputs(args)
+    task = "token" if args.command_1 == "tokens" else "classify"
+    check_local_model(args.model, AUTO_CLASSES[task], COMMANDS[task])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -195,12 +195,26 @@ def load_model(path: str):
         raise not_found_error(path, error, key="--model") from None
 
 
-def run(args: argparse.Namespace) -> int:
+def question_records(args: argparse.Namespace) -> list[dict]:
+    """The records of ``--input``, or the one of ``--question`` and ``--context``."""
     if args.input and (args.question or args.context):
         raise ValueError("give either --input FILE or --question and --context, not both")
     if not args.input and not (args.question and args.context):
         raise ValueError("give --question and --context (both), or --input FILE")
-    records = read_questions(args.input) if args.input else [{"question": args.question, "context": args.context}]
+    return read_questions(args.input) if args.input else [{"question": args.question, "context": args.context}]
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the inputs, and a local model's folder and head (`run`
+    meets each check again)."""
+    from .model_path import check_local_model
+
+    question_records(args)
+    check_local_model(args.model, "AutoModelForQuestionAnswering", "encoderlab predict qa")
+
+
+def run(args: argparse.Namespace) -> int:
+    records = question_records(args)
     model, tokenizer = load_model(args.model)
     answers = answer_questions(model, tokenizer, [r["question"] for r in records], [r["context"] for r in records],
                                max_length=args.max_length, doc_stride=args.doc_stride,

@@ -19,8 +19,11 @@ unfinished one resumes from its last checkpoint.
 import argparse
 import json
 import textwrap
+from pathlib import Path
 
-from .config import FinetuneDataSection, FinetuneRunConfig, load_finetune_config
+from ..run_folder import check_run_folder
+from .config import FinetuneDataSection, FinetuneRunConfig, check_data_files, load_finetune_config
+from .model_path import check_model_path
 from .model_setup import freeze_parameters, load_model
 from .pipeline import COMMAND, FinetuneResult, finetune, finetune_glue, glue_tasks_found
 from .point import POINT_RESULTS, point_name, step_limit
@@ -80,16 +83,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="print every task and exit")
 
 
+def command_line_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides, then ``--output-dir`` as ``output_dir``."""
+    if args.output_dir is None:
+        return list(args.overrides)
+    return [*args.overrides, f"output_dir={json.dumps(args.output_dir)}"]  # JSON: a string whatever the folder's name
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch, transformers and datasets: the run config (the config
+    file, every key and value, the task's name), the model's local folder, the data files and the run folder.
+    `run` meets each check again on its way. With ``--task glue``: the keys every GLUE task shares, as
+    `finetune_glue` checks them."""
+    if args.list:
+        return
+    task = "sst2" if args.task == "glue" else args.task
+    config = load_finetune_config(task, args.model, args.config, command_line_overrides(args))
+    check_model_path(config.model.path)
+    check_data_files(config.data)
+    if args.task != "glue":  # each GLUE task has a folder of its own
+        check_run_folder(Path(config.output_dir), COMMAND, args.resume, config, args.overwrite)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         print(task_list())
         return 0
-    if args.output_dir is not None:  # JSON-quoted: read back as a string whatever the folder's name
-        args.overrides = [*args.overrides, f"output_dir={json.dumps(args.output_dir)}"]
+    overrides = command_line_overrides(args)
     if args.task == "glue":
-        finetune_glue(args.model, args.config, args.overrides, args.resume, args.overwrite)
+        finetune_glue(args.model, args.config, overrides, args.resume, args.overwrite)
         return 0
-    config = load_finetune_config(args.task, args.model, args.config, args.overrides)
+    config = load_finetune_config(args.task, args.model, args.config, overrides)
     result = finetune(config, resume=args.resume, overwrite=args.overwrite)
     print(format_results(result.results))
     print(f"Saved to {result.run_dir}")
