@@ -106,13 +106,8 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     from .card import build_model_card, validate_model_card  # huggingface_hub: imported here, `--help` stays light
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if not (run_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{str(run_dir)!r} holds no saved model (config.json); is it a finished run?")
-    if "task" in _results(run_dir) and "data" not in _results(run_dir):
-        raise ValueError(f"the results.json of {str(run_dir)!r} was written by an older encoderlab: it does not say "
-                         "where each split's data came from (and may hold local paths); fine-tune again to publish")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ValueError(f"--dry-run folder {str(out_dir)!r} is not empty")
+    check_run_dir(run_dir)
+    check_dry_run_folder(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for pattern in UPLOAD_PATTERNS:
         for path in run_dir.glob(pattern):
@@ -126,6 +121,22 @@ def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     validate_model_card(out_dir / "README.md")
     _make_public(out_dir, run_dir)
     return out_dir
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """`run_dir` holds a saved model whose results.json says where its data came from."""
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{str(run_dir)!r} holds no saved model (config.json); is it a finished run?")
+    if "task" in _results(run_dir) and "data" not in _results(run_dir):
+        raise ValueError(f"the results.json of {str(run_dir)!r} was written by an older encoderlab: it does not say "
+                         "where each split's data came from (and may hold local paths); fine-tune again to publish")
+
+
+def check_dry_run_folder(out_dir: Path) -> None:
+    if out_dir.is_file():
+        raise ValueError(f"--dry-run folder {str(out_dir)!r} is a file; give a new or empty folder")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ValueError(f"--dry-run folder {str(out_dir)!r} is not empty")
 
 
 def _check_repo_id(repo_id: str) -> None:
@@ -204,6 +215,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", metavar="OUT_DIR", help="write the exact folder that would be uploaded here, validate, stop"
     )
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: the repo id, the run folder and the ``--dry-run`` folder
+    (`run` meets each check again)."""
+    _check_repo_id(args.repo_id)
+    check_run_dir(Path(args.run_dir))
+    if args.dry_run:
+        check_dry_run_folder(Path(args.dry_run))
 
 
 def run(args: argparse.Namespace) -> int:
