@@ -4,7 +4,6 @@ import configparser
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -148,14 +147,6 @@ def test_help_loads_neither_torch_nor_transformers(argv):
     assert result.returncode == 0, result.stderr
     assert "usage: encoderlab" in result.stdout
     assert result.stdout.splitlines()[-1] == "imported: []", result.stdout.splitlines()[-1]
-
-
-def test_help_answers_within_two_seconds():
-    start = time.perf_counter()
-    result = run_console_script(["--help"])
-    elapsed = time.perf_counter() - start
-    assert result.returncode == 0, result.stderr
-    assert elapsed < 2.0, f"encoderlab --help took {elapsed:.2f} s"  # ~0.2 s; importing torch alone takes more
 
 
 def test_console_script_registers_the_families_before_the_command_runs(tmp_path):
