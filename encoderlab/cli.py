@@ -54,6 +54,8 @@ SUBCOMMANDS = {
         "classify": ("encoderlab.training.finetune.predict", "labels or scores of a sequence-classification model"),
         "tokens": ("encoderlab.training.finetune.predict", "one label per word or residue of a token classifier"),
     },
+    "embed": ("encoderlab.embedding.options", "per-sequence and per-token embeddings of a FASTA, table, text or Hub "
+              "dataset"),
 }
 """Subcommand -> (module with add_arguments/run, one-line help), or a dict of nested subcommands
 (``encoderlab experiment argmax``). The modules import their heavy dependencies lazily, so building the parser

@@ -1,0 +1,153 @@
+"""The model side of embedding: loading the encoder, choosing its attention kernel, and one forward per batch reduced
+to what each piece contributes.
+
+Layers are numbered as ESM's ``repr_layers`` number them: 0 is the embedding output, 1..N the layers' outputs, and
+the last layer N is taken after the model's final norm (its ``last_hidden_state``, what a task head reads); -1 is N.
+
+Per piece and chosen layer, `reduce_batch` returns the sum, the maximum and the number of its owned content tokens,
+the vector of its first token (the ``<cls>``), and with per-token output the owned tokens' vectors: enough to pool a
+record from all of its windows without keeping its token vectors (`encoderlab.embedding.pooling`).
+"""
+
+import hashlib
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..modeling.kernels import varlen
+from ..training.attention_choice import AttentionChoice
+from ..training.finetune.model_path import check_model_path, not_found_error
+from .batching import Batch
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def load_encoder(path: str):
+    """(bare encoder in eval mode, tokenizer, revision) of a checkpoint folder or Hub id. The revision is the Hub
+    commit, or for a local folder ``sha256:`` of its weights file, so that the output names the weights it came
+    from."""
+    from transformers import AutoModel, AutoTokenizer
+
+    check_model_path(path, key="MODEL")
+    try:
+        model = AutoModel.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as error:
+        if Path(path).expanduser().is_dir():
+            raise ValueError(f"MODEL={path!r}: {error}") from None
+        raise not_found_error(path, error, key="MODEL") from None
+    return model.eval(), tokenizer, revision_of(path, model)
+
+
+def revision_of(path: str, model) -> str | None:
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return getattr(model.config, "_commit_hash", None)
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    if weights is None:
+        return None
+    digest = hashlib.sha256()
+    with open(weights, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def choose_attention(config, device_type: str, packed: bool, bf16: bool, named: str | None) -> AttentionChoice:
+    """The kernel embedding runs, by the rule `encoderlab.training.attention_choice` gives pretraining: varlen for
+    packed rows on a GPU in bf16 where the model allows it (``config.varlen_blocker``), else sdpa; a named one is
+    kept."""
+    if named is not None:
+        return AttentionChoice(named, "set by --attention")
+    if device_type != "cuda":
+        return AttentionChoice("sdpa", f"the kernel for {device_type}")
+    if not packed:
+        return AttentionChoice("sdpa", "the fastest on padded batches (--no-pack)")
+    blocker = ("this torch has no torch.nn.attention.varlen" if varlen.TORCH_VARLEN_ATTN is None
+               else None if bf16 else "--precision fp32, and FlashAttention needs bf16")
+    blocker = blocker or config.varlen_blocker
+    if blocker is not None:
+        return AttentionChoice("sdpa", f"packed rows, but varlen cannot run this model: {blocker}")
+    return AttentionChoice("varlen", "the fastest on packed rows on a GPU; --attention chooses another")
+
+
+def layer_numbers(layers, num_layers: int) -> list[int]:
+    """``["all"]`` or ints in [-N-1, N] -> sorted distinct layer numbers in [0, N]."""
+    if list(layers) == ["all"]:
+        return list(range(num_layers + 1))
+    found = set()
+    for layer in layers:
+        number = int(layer)
+        if not -num_layers - 1 <= number <= num_layers:
+            raise ValueError(f"--layers {layer}: this model has layers 0 (the embeddings) to {num_layers}; allowed: "
+                             f"{-num_layers - 1} to {num_layers}, or all")
+        found.add(number % (num_layers + 1))
+    return sorted(found)
+
+
+@dataclass
+class PieceStats:
+    """Per piece of a batch (in `Batch.pieces` order), for one layer: (P, D) sums, maxima and first-token vectors of
+    float32, (P,) owned-token counts, and with per-token output each piece's (count, D) owned vectors."""
+
+    sums: np.ndarray
+    maxima: np.ndarray
+    first: np.ndarray
+    counts: np.ndarray
+    tokens: list[np.ndarray] | None
+
+
+class Encoder:
+    """A bare encoder that runs batches on its device, under bf16 autocast where asked."""
+
+    def __init__(self, model, device: torch.device, bf16: bool, layers: list[int]):
+        self.model = model.to(device)
+        self.device = device
+        self.bf16 = bf16
+        self.layers = layers
+        self.num_layers = model.config.num_hidden_layers
+
+    def hidden_states(self, batch: Batch) -> dict[int, torch.Tensor]:
+        """Layer number -> (B, L, D) hidden states of `batch`."""
+        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        if batch.position_ids is not None:
+            inputs["position_ids"] = batch.position_ids
+        inputs = {key: value.to(self.device) for key, value in inputs.items()}
+        inner = any(layer < self.num_layers for layer in self.layers)
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        with torch.inference_mode(), autocast:
+            outputs = self.model(**inputs, output_hidden_states=inner)
+        return {layer: outputs.last_hidden_state if layer == self.num_layers else outputs.hidden_states[layer]
+                for layer in self.layers}
+
+    def run(self, batch: Batch, owned: np.ndarray, prefix: int, per_token: bool) -> dict[int, PieceStats]:
+        """Layer number -> the `PieceStats` of `batch`'s pieces; ``owned`` (P, 2) holds each piece's owned content
+        range, `prefix` the special tokens before a piece's content."""
+        return {layer: reduce_batch(hidden, batch, owned, prefix, per_token)
+                for layer, hidden in self.hidden_states(batch).items()}
+
+
+def reduce_batch(hidden: torch.Tensor, batch: Batch, owned: np.ndarray, prefix: int, per_token: bool) -> PieceStats:
+    """`PieceStats` of one layer's (B, L, D) hidden states."""
+    width, size = hidden.shape[1], hidden.shape[2]
+    flat = hidden.reshape(-1, size)
+    first_token = batch.rows * width + batch.starts
+    counts = owned[:, 1] - owned[:, 0]
+    # Flat index of every owned token, piece after piece: its piece's first owned token + its rank in the piece.
+    begins = first_token + prefix + owned[:, 0]
+    offsets = np.cumsum(counts) - counts
+    token_index = np.repeat(begins - offsets, counts) + np.arange(counts.sum())
+    tokens = flat[torch.from_numpy(token_index).to(flat.device)].float()
+    piece = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(flat.device)
+    sums = torch.zeros(len(counts), size, device=flat.device).index_add_(0, piece, tokens)
+    maxima = torch.full((len(counts), size), -torch.inf, device=flat.device).scatter_reduce_(
+        0, piece[:, None].expand(-1, size), tokens, reduce="amax")
+    first = flat[torch.from_numpy(first_token).to(flat.device)].float()
+    token_rows = np.split(tokens.cpu().numpy(), np.cumsum(counts)[:-1]) if per_token else None
+    return PieceStats(sums.cpu().numpy(), maxima.cpu().numpy(), first.cpu().numpy(), counts, token_rows)
+
+
+__all__ = ["Encoder", "PieceStats", "choose_attention", "layer_numbers", "load_encoder", "reduce_batch"]
