@@ -16,6 +16,7 @@ LAYERS = (
     ("",),  # encoderlab/__init__.py: registers the families with the transformers Auto classes
     ("hub_cards",),  # model cards (built from a run's record as data) and publishing a run folder
     ("training",),
+    ("embedding",),  # encoderlab embed: a checkpoint's vectors of a corpus
     ("evaluation",),
     ("experiments",),
     ("cli",),
@@ -156,7 +157,7 @@ def test_no_import_goes_up_the_layers(graph):
     assert not upward_imports(graph)
     planted = {"encoderlab.results.rows": {"encoderlab.experiments.sweeps"}, "encoderlab.experiments.sweeps": set()}
     assert upward_imports(planted) == [
-        "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 7)"]
+        "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 8)"]
 
 
 def test_no_modeling_import_goes_up_its_layers(graph):

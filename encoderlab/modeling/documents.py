@@ -2,10 +2,12 @@
 
 Packed input follows transformers' convention (`DataCollatorWithFlattening`): ``position_ids`` that restart at 0
 where a document begins, or ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32 cumulative lengths over the flattened
-batch). A document is a run of equal ids along a row; `run_starts` finds where each run begins and `forward_fill`
-hands every token a value of its run's first token (its start, a count before it), which is how every other
-module turns document ids into spans, positions and segments.
+batch). A document is a run of equal ids along a row; `run_starts` finds where each run begins, `run_index` numbers the
+runs and `forward_fill` hands every token a value of its run's first token (its start, a count before it), which is
+how every other module turns document ids into spans, positions and segments ([`DocumentSegments`]).
 """
+
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +25,12 @@ def run_starts(ids):
     return starts
 
 
+def run_index(starts):
+    """(..., L) long: the number of the run each position lies in, 0, 1, ... along the last axis (-1 before the
+    first start); starts (..., L) bool, True where a run begins."""
+    return starts.long().cumsum(dim=-1) - 1
+
+
 def forward_fill(values, starts):
     """Each position gets ``values`` at the last start at or before it: values (..., L) non-decreasing along the
     last axis wherever ``starts`` is set, starts (..., L) bool with the first position set -> (..., L)."""
@@ -34,7 +42,7 @@ def document_ids_from_positions(position_ids):
     first token always begins one) -> (B, L) long, 0, 1, ... along each row."""
     starts = position_ids == 0
     starts = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], dim=1)
-    return starts.long().cumsum(dim=-1) - 1
+    return run_index(starts)
 
 
 def document_ids_from_cu_seq_lens(cu_seq_lens, batch_size, seq_len, device):
@@ -91,9 +99,48 @@ def flat_documents(document_ids, real, batch_size, seq_len, device):
     return token_index, run_starts(row) | run_starts(document)
 
 
+@dataclass
+class DocumentSegments:
+    """The documents of a packed batch, as runs of consecutive real tokens that share a document id.
+
+    Attributes:
+        real: (B, L) bool, the token is real (belongs to a document).
+        starts: (B, L) bool, the first token of a document.
+        index: (B, L) long, the document's number within its row (0, 1, ...; -1 before the first document; padding
+            after a document carries that document's number).
+        first: (B, L) long, the position of the document's first token (0 before the first document).
+        length: (B, L) long, the document's number of tokens (0 before the first document).
+    """
+
+    real: torch.Tensor
+    starts: torch.Tensor
+    index: torch.Tensor
+    first: torch.Tensor
+    length: torch.Tensor
+
+    @classmethod
+    def from_ids(cls, real, document_ids):
+        """real (B, L) bool, document_ids (B, L)."""
+        starts = real & run_starts(torch.where(real, document_ids, -1))  # padding ends a run (ids are >= 0)
+        index = run_index(starts)
+        row = index.clamp(min=0)  # a row has at most L documents, so their numbers index a length-L axis
+        lengths = torch.zeros_like(index).scatter_add_(1, row, real.long())
+        length = torch.where(index >= 0, lengths.gather(1, row), 0)
+        positions = torch.arange(real.shape[1], device=real.device).expand_as(index)
+        first = forward_fill(positions, starts)
+        return cls(real=real, starts=starts, index=index, first=first, length=length)
+
+    @property
+    def count(self):
+        """The most documents a row holds, at least 1 (read from the values: a graph break under torch.compile)."""
+        return max(int(self.index[:, -1].max()) + 1, 1)
+
+
 __all__ = [
+    "DocumentSegments",
     "is_tracing",
     "run_starts",
+    "run_index",
     "forward_fill",
     "document_ids_from_positions",
     "document_ids_from_cu_seq_lens",

@@ -21,7 +21,7 @@ from typing_extensions import Unpack  # typing.Unpack from Python 3.11; setup.cf
 
 from ..configuration.choices import pair_encoding
 from .base import IGNORE_INDEX, check_labels, masked_mean
-from .documents import flat_documents, is_tracing, packed_document_ids
+from .documents import flat_documents, is_tracing, packed_document_ids, run_index
 from .pairs import count_real_runs, pair_features, pair_segments
 
 
@@ -76,7 +76,7 @@ def pool_documents(hidden_states, document_ids, attention_mask, pooling):
         states = states[token_index]
     if pooling != "mean":
         return states[starts]
-    segment = starts.long().cumsum(0) - 1  # (T,) document index of every real token
+    segment = run_index(starts)  # (T,) document index of every real token
     count = int(starts.sum())
     sums = states.new_zeros(count, width).index_add(0, segment, states)
     sizes = torch.bincount(segment, minlength=count).to(states.dtype)

@@ -34,8 +34,9 @@ from .attention import (
     row_order,
 )
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
+from .documents import DocumentSegments
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification, auto_classes
-from .kernels.blocks import BlockLayout, DocumentSegments, view_blocks
+from .kernels.blocks import BlockLayout, view_blocks
 from .kernels.triadic import triadic_attention
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary, build_rotary

@@ -19,6 +19,8 @@ from pathlib import Path, PurePath
 
 from huggingface_hub import is_offline_mode
 
+from .text_files import decoding_error, first_undecodable
+
 
 EMBEDDED_SOURCE = "embedded"
 """Source name of the offline corpus: the English reference text in `pydoc_data.topics`."""
@@ -154,7 +156,9 @@ def _folder_documents(path: Path, text_field: str | None, split: str, streaming:
     files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
     line_formats = [p for p in files if _known_format(p) in ("text", "fasta")]
     if not line_formats:
-        return _dataset_documents(str(path), text_field=text_field, split=split, streaming=streaming)
+        decoded = [p for p in files if _known_format(p) in _GZIP_FORMATS]  # the files read as text, not Parquet
+        return _load_decoded(lambda: _dataset_documents(str(path), text_field=text_field, split=split,
+                                                        streaming=streaming), decoded)
     if split != "train":
         raise ValueError(
             f"split={split!r} does not apply to the folder {str(path)!r} of text / FASTA files; only 'train' is "
@@ -232,13 +236,13 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
         raise ValueError(f"Document file {str(path)!r} is empty (0 bytes); it holds no document.")
     if fmt == "text":
         _reject_text_field(text_field, f"the text file {str(path)!r}")
-        return _text_file_documents(_file_lines(path))
+        return _decoded(_text_file_documents(_file_lines(path)), [path])
     if fmt == "fasta":
         _reject_text_field(text_field, f"the FASTA file {str(path)!r}")
-        return _fasta_documents(_file_lines(path), path)
+        return _decoded(_fasta_documents(_file_lines(path), path), [path])
     # Keep CSV cells as written: pandas would otherwise turn e.g. the peptide "NA" into a null.
     csv_options = {"na_filter": False} if fmt == "csv" else {}
-    return _dataset_documents(
+    return _load_decoded(lambda: _dataset_documents(
         fmt,
         data_files=_literal_pattern(path),
         text_field=text_field,
@@ -246,7 +250,44 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
         streaming=streaming,
         description=repr(str(path)),
         **csv_options,
-    )
+    ), [path] if fmt != "parquet" else [])
+
+
+def _load_decoded(load, files: list[Path]) -> Iterator:
+    """`load()`'s documents, where bytes that are not UTF-8 in one of `files` (the text files it reads), met while
+    loading or later while reading, are the error naming that file and the byte (`_decoded`)."""
+    from datasets.exceptions import DatasetGenerationError
+
+    try:
+        return _decoded(load(), files)
+    except (UnicodeDecodeError, DatasetGenerationError) as error:
+        if not _caused_by_decoding(error) or not files:
+            raise
+        raise _decoding_error(files) from None
+
+
+def _decoded(documents: Iterable, files: list[Path]) -> Iterator:
+    """`documents`, where a UnicodeDecodeError while reading them becomes the error naming the file of `files` that
+    is not UTF-8 and the offset of its first byte that does not decode (the codec's own position counts from the
+    start of whichever buffer it was decoding)."""
+    try:
+        yield from documents
+    except UnicodeDecodeError:
+        if not files:
+            raise
+        raise _decoding_error(files) from None
+
+
+def _caused_by_decoding(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, UnicodeDecodeError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _decoding_error(files: list[Path]) -> ValueError:
+    return decoding_error(next((path for path in files if first_undecodable(path) is not None), files[0]))
 
 
 def _literal_pattern(path: Path) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..documents import forward_fill, run_starts
+from ..documents import DocumentSegments
 
 
 def grid_blocks(seq_len, block_size, stride):
@@ -46,43 +46,6 @@ def view_blocks(x, *shape):
             break
         trailing *= size
     return x.reshape(-1).view(-1, trailing).view(*shape)
-
-
-@dataclass
-class DocumentSegments:
-    """The documents of a packed batch, as runs of consecutive real tokens that share a document id.
-
-    Attributes:
-        real: (B, L) bool, the token is real (belongs to a document).
-        starts: (B, L) bool, the first token of a document.
-        index: (B, L) long, the document's number within its row (0, 1, ...; -1 before the first document; padding
-            after a document carries that document's number).
-        first: (B, L) long, the position of the document's first token (0 before the first document).
-        length: (B, L) long, the document's number of tokens (0 before the first document).
-    """
-
-    real: torch.Tensor
-    starts: torch.Tensor
-    index: torch.Tensor
-    first: torch.Tensor
-    length: torch.Tensor
-
-    @classmethod
-    def from_ids(cls, real, document_ids):
-        """real (B, L) bool, document_ids (B, L)."""
-        starts = real & run_starts(torch.where(real, document_ids, -1))  # padding ends a run (ids are >= 0)
-        index = starts.long().cumsum(-1) - 1
-        row = index.clamp(min=0)  # a row has at most L documents, so their numbers index a length-L axis
-        lengths = torch.zeros_like(index).scatter_add_(1, row, real.long())
-        length = torch.where(index >= 0, lengths.gather(1, row), 0)
-        positions = torch.arange(real.shape[1], device=real.device).expand_as(index)
-        first = forward_fill(positions, starts)
-        return cls(real=real, starts=starts, index=index, first=first, length=length)
-
-    @property
-    def count(self):
-        """The most documents a row holds, at least 1 (read from the values: a graph break under torch.compile)."""
-        return max(int(self.index[:, -1].max()) + 1, 1)
 
 
 @dataclass
@@ -201,4 +164,4 @@ class BlockLayout:
         return merged.view(batch, heads, seq_len, channels)
 
 
-__all__ = ["BlockLayout", "DocumentSegments", "grid_blocks", "view_blocks"]
+__all__ = ["BlockLayout", "grid_blocks", "view_blocks"]
