@@ -39,31 +39,60 @@ def check_head(task: Task, config) -> None:
                          f"{task.problem_type}; start from a checkpoint without that head or pick a matching task")
 
 
+def head_labels(config) -> list[str]:
+    """The label names of a checkpoint's head (``id2label`` in id order)."""
+    return [str(config.id2label[i]) for i in sorted(config.id2label or {}, key=int)]
+
+
 def trained_label_names(config) -> list[str] | None:
-    """The label names a checkpoint's head was trained for (``id2label`` in id order); None for transformers'
-    placeholders (``LABEL_0``, ...), which a checkpoint without a trained classifier carries."""
-    names = [str(config.id2label[i]) for i in sorted(config.id2label or {}, key=int)]
+    """The label names a checkpoint's head was trained for; None for transformers' placeholders (``LABEL_0``, ...),
+    which a checkpoint without a trained classifier carries."""
+    names = head_labels(config)
     return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
 
 
 def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -> bool:
-    """True when the checkpoint's trained head, of the kind this task loads, is for other labels than the data's:
-    then the head is initialised fresh with ``model.new_head=true``, and without it the run stops before anything
-    is written. (A head of another kind, e.g. a token classifier for a sequence task, is not loaded at all.)"""
-    trained = trained_label_names(config)
-    if task.label_names is None or trained is None or trained == list(task.label_names):
-        return False
+    """True when the checkpoint's head, of the kind this task loads, cannot serve the data's labels as it is: trained
+    for other label names, or of another size (a head with transformers' placeholder names keeps its classes for
+    the data's labels only when their number agrees). Then the head is initialised fresh with
+    ``model.new_head=true``, and without it the run stops before anything is written. (A head of another kind, e.g.
+    a token classifier for a sequence task, is not loaded at all.)"""
     head = kind.auto_class.removeprefix("AutoModel")  # "ForSequenceClassification"
-    if config.architectures and not any(name.endswith(head) for name in config.architectures):
+    named_head = any(name.endswith(head) for name in config.architectures or ())
+    labels = None if task.label_names is None else list(task.label_names)
+    if (config.architectures and not named_head) or (labels is None and task.problem_type != "regression"):
+        return False
+    trained = trained_label_names(config)
+    outputs = 1 if labels is None else len(labels)  # regression: one score
+    relabelled = trained is not None and labels is not None and trained != labels
+    resized = named_head and config.num_labels != outputs  # transformers would stop at the weights' shapes
+    if not (relabelled or resized):
         return False
     if not run.model.new_head:
-        raise ValueError(f"model.path={run.model.path!r} has a head trained for the labels {trained} "
-                         f"(config.id2label), but the data's labels are {list(task.label_names)}; reusing it would "
-                         "relabel its classes. Set model.new_head=true to train a freshly initialised head, or give "
-                         f"data.label_names={trained} if the data uses the same classes")
-    logger.warning("model.path's head was trained for the labels %s; the labels here are %s: training a freshly "
-                   "initialised head (model.new_head=true)", trained, list(task.label_names))
+        raise ValueError(head_mismatch(run.model.path, config, labels, trained))
+    logger.warning("model.path's %d-label head was trained for the labels %s; the labels here are %s: training a "
+                   "freshly initialised head (model.new_head=true)", config.num_labels, head_labels(config),
+                   labels or "a score (regression)")
     return True
+
+
+def head_mismatch(path: str, config, labels: list[str] | None, trained: list[str] | None) -> str:
+    """The one-line error for a checkpoint head that does not fit the data's labels (`labels`; None: regression)."""
+    outputs = 1 if labels is None else len(labels)
+    data = "a score (regression, 1 output)" if labels is None else f"{labels} ({outputs})"
+    folded = {}
+    for name in labels or ():
+        folded.setdefault(name.casefold(), []).append(name)
+    cased = [names for names in folded.values() if len(names) > 1]
+    if cased:
+        data += f"; {' and '.join(map(str, cased[:3]))} differ only in case"
+    reuse = "reusing it would relabel its classes" if config.num_labels == outputs else \
+        f"its output layer has {config.num_labels} rows, not {outputs}"
+    same = f", or give data.label_names={trained} if the data uses the same classes" \
+        if trained and len(trained) == outputs and labels is not None else ""
+    return (f"model.path={path!r} has a {config.num_labels}-label head trained for the labels {head_labels(config)} "
+            f"(config.id2label), but the data's labels are {data}; {reuse}. Set model.new_head=true to train a "
+            f"freshly initialised head{same}")
 
 
 def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -> dict:
@@ -111,11 +140,12 @@ def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) ->
     return True
 
 
-def check_length(run: FinetuneRunConfig, config) -> None:
-    """``data.max_length`` (every input, and every SQuAD window) fits the checkpoint's position limits."""
+def check_length(run: FinetuneRunConfig, config, max_length: int | None = None) -> None:
+    """``data.max_length`` (every input, and every SQuAD window; `max_length`: the value the run chose when the run
+    config gives none) fits the checkpoint's position limits."""
     from ..lengths import check_lengths_fit
 
-    check_lengths_fit(config, {"data.max_length": run.data.max_length}, limit_prefix="the checkpoint's ",
+    check_lengths_fit(config, {"data.max_length": max_length or run.data.max_length}, limit_prefix="the checkpoint's ",
                       remedy="lower data.max_length")
 
 
