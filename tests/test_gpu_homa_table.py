@@ -1,7 +1,8 @@
 """bench/gpu/experiments.py's HOMA Table-2 part on CPU (``--device cpu --quick --parts homa``): every arm trains the
-one step count the calibration set, its test metrics are finite, the paper's numbers stand beside ours, the output
-fits what comes back from the device, and a budget too short for a task is reported as skipped, not run. The
-planning (how many steps fit) and the gzipped TAPE folders prepare.sh carries are checked without training."""
+one step count the calibration set, its test metrics are finite, the paper's numbers stand beside ours, --out holds
+the result files only, and a budget too short for a task is reported as skipped, not run. The budget runs on a step
+clock (what runs never depends on this machine's speed); the planning (how many steps fit) and the gzipped TAPE
+folders prepare.sh makes are checked without training."""
 
 import csv
 import gzip
@@ -10,12 +11,12 @@ import json
 import math
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from encoderlab.experiments.homa.paper import PAPER_TABLE2
+from step_clock import StepClock
 
 GPU_DIR = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 TABLE2_ARMS = {("homa", "7"), ("homa", "5"), ("homa", "3"), ("blockwise", ""), ("pairwise", ""), ("linformer", "")}
@@ -46,8 +47,9 @@ def quick_run(experiments, tmp_path_factory):
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent")
     out = tmp_path_factory.mktemp("homa_table") / "out"
+    # a budget no calibration on any machine comes near: every arm trains --quick's 4 steps
     assert experiments.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(SHARED_DATA),
-                             "--parts", "homa"]) == 0
+                             "--parts", "homa", "--minutes", "1e6"], clock=StepClock()) == 0
     return out
 
 
@@ -88,16 +90,16 @@ def test_the_paper_numbers_stand_beside_ours(quick_run):
 
 
 @pytest.mark.slow
-def test_the_output_is_what_comes_back_from_the_device(experiments, quick_run):
+def test_the_output_folder_holds_the_result_files_only(experiments, quick_run):
     names = {path.name for path in quick_run.iterdir()}
     assert names == {"experiments_summary.md", *experiments.HOMA_FILES}
-    assert len(names) + 1 <= experiments.common.MAX_OUT_FILES  # and the device command's log
 
 
 def test_a_budget_too_short_for_a_task_is_reported_as_skipped(experiments, tmp_path, shared_data):
     out = tmp_path / "out"
+    # 3 s of budget: under the 10 s a task needs at least, whatever the machine
     assert experiments.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                             "--parts", "homa", "--minutes", "0.05"]) == 0
+                             "--parts", "homa", "--minutes", "0.05"], clock=StepClock()) == 0
     summary = (out / "experiments_summary.md").read_text()
     assert "## HOMA Table 2 at the paper's size: ss3" in summary and "- skipped: " in summary
     assert "calibration," not in summary and not (out / "homa_runs.csv").exists()  # nothing trained
@@ -111,8 +113,9 @@ def fake_calibration(experiments, homa_step=0.2, blockwise_step=0.05):
 
 
 def context_with(experiments, tmp_path, seconds_left, quick=False):
+    """A context with exactly `seconds_left` at every reading (a clock that does not move)."""
     return experiments.common.Context(device="cpu", quick=quick, out=tmp_path, data=None, scratch=tmp_path,
-                                      deadline=time.monotonic() + seconds_left)
+                                      seconds=seconds_left, clock=StepClock(step=0))
 
 
 def test_the_step_count_is_the_most_that_lets_every_arm_finish(experiments, tmp_path):
@@ -145,7 +148,7 @@ def test_tape_root_reads_plain_csv_in_place_and_unpacks_gzipped_splits(experimen
         with gzip.open(packed / f"{split}.csv.gz", "wt") as handle:
             handle.write(text)
     context = experiments.common.Context(device="cpu", quick=True, out=tmp_path, data=data, scratch=tmp_path / "s",
-                                         deadline=time.monotonic() + 60)
+                                         seconds=60)
     assert experiments.tape_root(context, "ss3") == data / "tape"
     root = experiments.tape_root(context, "stability")
     assert root != data / "tape"

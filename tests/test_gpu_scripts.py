@@ -1,6 +1,7 @@
 """The GPU scripts of bench/gpu on CPU with ``--device cpu --quick``: they run end to end, their
-checks really compare (a planted kernel bug turns rows to FAIL), and they write only the files that come back from
-the device machine. Their GPU numbers are not tested here: they do not exist until a GPU run."""
+checks really compare (a planted kernel bug turns rows to FAIL), they write only their result files into --out, and
+what would start past the time budget is skipped and reported. The budget runs on a step clock, so that what runs
+never depends on this machine's speed. Their GPU numbers are not tested here: they do not exist until a GPU run."""
 
 import csv
 import importlib
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from step_clock import StepClock
 
 GPU_DIR = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 
@@ -35,11 +38,11 @@ def read_rows(path):
         return list(csv.DictReader(handle))
 
 
-def quick_context(gpu_scripts, tmp_path, data):
+def quick_context(gpu_scripts, tmp_path, data, clock=None):
     common = gpu_scripts["common"]
     arguments = common.parser("test", gpu_minutes=5).parse_args(
         ["--device", "cpu", "--quick", "--out", str(tmp_path / "out"), "--data", str(data)])
-    return common.start(arguments)
+    return common.start(arguments, clock or StepClock())
 
 
 def test_no_module_shadows_a_package_transformers_probes(gpu_scripts):
@@ -112,6 +115,66 @@ def test_kernel_table_fails_a_planted_kernel_bug(gpu_scripts, tmp_path, shared_d
                       ("sdpa", "bf16"): "PASS"}  # 1% hides under bf16's 6% tolerance, not under fp32's 0.1%
 
 
+def test_kernel_cases_that_would_start_past_their_seconds_are_skipped(gpu_scripts, tmp_path, shared_data):
+    kernels = gpu_scripts["family_checks"]
+    clock = StepClock()
+    context = quick_context(gpu_scripts, tmp_path, shared_data, clock)
+    table = gpu_scripts["common"].Table("kernels", kernels.COLUMNS)
+    # the start is read at t, the first case at t + 1 (within t + 1.5), the second at t + 2 (past it)
+    skipped = kernels.run_kernel_checks(context, table, ("eager",), ("left",), 1.5,
+                                        only=["dta-dual_triangle-none", "dta-causal-none"])
+    assert skipped == ["dta-causal-none"]
+    assert {row["case"] for row in table.rows} == {"dta-dual_triangle-none"}
+
+
+def test_check_skips_the_sections_that_would_start_past_the_budget(gpu_scripts, tmp_path, shared_data, monkeypatch):
+    """A section whose start finds the budget spent is a SKIP row, not run; one that starts within it runs. The
+    first section (fsdp2: a SKIP row on CPU, no work) stands for `spent` seconds of work."""
+    check = gpu_scripts["check"]
+    original = check.check_fsdp2
+
+    def run(spent):
+        clock = StepClock()
+        monkeypatch.setattr(check, "check_fsdp2", lambda context, summary: (original(context, summary),
+                                                                             clock.advance(spent)))
+        out = tmp_path / f"spent{spent}"
+        assert check.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
+                           "--minutes", "1", "--sections", "fsdp2", "ddp"], clock=clock) == 0
+        return [(row["section"], row["check"], row["measured"], row["status"])
+                for row in read_rows(out / "check_summary.csv")]
+
+    fsdp2, ddp = run(spent=50)
+    assert fsdp2[0] == "fsdp2" and ddp == ("ddp", "needs both pretrain runs", "", "SKIP")  # started, found no runs
+    fsdp2, ddp = run(spent=60)
+    assert fsdp2[0] == "fsdp2" and ddp == ("ddp", "not started", "time budget spent", "SKIP")
+
+
+def test_attention_rows_past_the_section_end_are_skipped_and_say_so(gpu_scripts, tmp_path, shared_data):
+    throughput = gpu_scripts["throughput"]
+    clock = StepClock()
+    context = quick_context(gpu_scripts, tmp_path, shared_data, clock)
+    table = gpu_scripts["common"].Table("attention", ["L", "batch", "attention", "implementation", "ms", "tflops",
+                                                      "of ceiling", "ms / bidirectional", "note"])
+    # read at +1 (L=64) and +2 (dual triangle): within the end; +3 on: past it
+    throughput.bench_attention(context, table, ["sdpa"], budget_end=clock.now + 2.5, ceiling=1.0)
+    rows = [(row["L"], row["attention"], row["implementation"], row["note"]) for row in table.rows]
+    assert rows == [(64, "dual_triangle", "sdpa", ""), (64, "bidirectional", "", "skipped: time budget spent"),
+                    (64, "causal", "", "skipped: time budget spent"), (128, "", "", "skipped: time budget spent")]
+    assert table.rows[0]["ms"] > 0
+
+
+def test_throughput_reports_the_sections_it_skipped(gpu_scripts, tmp_path, shared_data, monkeypatch):
+    common, throughput = gpu_scripts["common"], gpu_scripts["throughput"]
+    clock = StepClock()
+    monkeypatch.setattr(common, "matmul_ceiling_tflops", lambda device, quick: clock.advance(120) or 1.0)
+    out = tmp_path / "out"
+    assert throughput.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
+                            "--minutes", "1", "--sections", "ceiling", "attention"], clock=clock) == 0
+    summary = json.loads((out / "throughput_summary.json").read_text())
+    assert summary["skipped_sections"] == ["attention"] and summary["matmul_ceiling_tflops"] == 1.0
+    assert not (out / "throughput_attention.csv").exists()
+
+
 def test_triadic_section_compares_every_case_in_both_dtypes(gpu_scripts, tmp_path, shared_data):
     common, check = gpu_scripts["common"], gpu_scripts["check"]
     context = quick_context(gpu_scripts, tmp_path, shared_data)
@@ -160,7 +223,7 @@ def test_check_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     out = tmp_path / "out"
     # ddp (accelerate on CPU is tests/test_distributed.py's) and fsdp2 (GPU only) are left to the GPU run
     code = gpu_scripts["check"].main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                                      "--sections", "pretrain", "finetune"])
+                                      "--sections", "pretrain", "finetune"], clock=StepClock())
     summary = read_rows(out / "check_summary.csv")
     assert code == 0, summary
     by_check = {row["check"]: row for row in summary}
@@ -177,7 +240,7 @@ def test_check_script_on_cpu(gpu_scripts, tmp_path, shared_data):
 def test_throughput_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     out = tmp_path / "out"
     assert gpu_scripts["throughput"].main(["--device", "cpu", "--quick", "--out", str(out), "--data",
-                                           str(shared_data)]) == 0
+                                           str(shared_data)], clock=StepClock()) == 0
     models = read_rows(out / "throughput_models.csv")
     assert {row["model"] for row in models} == {"DTA-BERT", "ModernBERT", "BERT"}
     assert all(float(row["useful_tokens_per_s"]) > 0 for row in models)
@@ -197,7 +260,11 @@ def test_throughput_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     assert any(t.startswith("dual triangle / bidirectional, sdpa, L=128") for t in targets)
     assert any("SST-2" in t for t in targets) and any("UniProt" in t for t in targets)
     assert "Name" in (out / "throughput_profile.txt").read_text()  # the operator table
-    assert len(list(out.iterdir())) <= gpu_scripts["common"].MAX_OUT_FILES
+    assert summary["skipped_sections"] == [] and not any(
+        "time budget" in row["note"] for table in (models, attention, homa) for row in table)
+    assert sorted(path.name for path in out.iterdir()) == [
+        "throughput_attention.csv", "throughput_homa.csv", "throughput_memory.csv", "throughput_models.csv",
+        "throughput_profile.txt", "throughput_summary.json"]
 
 
 def test_model_targets_read_the_fastest_kernel_of_each_workload(gpu_scripts):
@@ -229,7 +296,7 @@ def test_model_targets_read_the_fastest_kernel_of_each_workload(gpu_scripts):
 def test_experiments_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     out = tmp_path / "out"
     assert gpu_scripts["experiments"].main(["--device", "cpu", "--quick", "--out", str(out), "--data",
-                                            str(shared_data), "--parts", "mlm"]) == 0
+                                            str(shared_data), "--parts", "mlm"], clock=StepClock()) == 0
     runs = read_rows(out / "mlm_runs.csv")
     arms = {(row["attention"], row["positions"], row["scaling"]) for row in runs}
     assert {("bidirectional", "rope"), ("dual_triangle", "none"), ("dual_triangle", "rope")} <= \
@@ -238,4 +305,5 @@ def test_experiments_script_on_cpu(gpu_scripts, tmp_path, shared_data):
     summary = (out / "experiments_summary.md").read_text()
     assert "floor 1x" in summary and "rc=1" not in summary
     assert "tokens/s in a" in summary  # the calibration run that sets the GPU budget ran and was read
-    assert len(list(out.iterdir())) <= gpu_scripts["common"].MAX_OUT_FILES
+    assert sorted(path.name for path in out.iterdir()) == [
+        "experiments_summary.md", "mlm_bars.png", "mlm_curves.png", "mlm_runs.csv", "mlm_table.csv"]

@@ -19,14 +19,15 @@ Sections (``--sections``, all by default, in this order):
   trains, saves sharded checkpoints, resumes from one to the same result, and the gathered run folder loads
   through ``AutoModelForMaskedLM``.
 
-    python bench/gpu/check.py                       # the GPU run (<= 6 minutes), files into $OUT
-    python bench/gpu/check.py --device cpu --quick  # the CPU run of tests/test_gpu_scripts.py
+    python bench/gpu/check.py --out results/gpu       # the GPU run (<= 6 minutes)
+    python bench/gpu/check.py --device cpu --quick    # the CPU run of tests/test_gpu_scripts.py
 """
 
 import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -357,7 +358,8 @@ def triadic_section(context, summary) -> None:
                     status="FAIL" if failed else "PASS")
 
 
-def main(argv=None) -> int:
+def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
+    """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
     arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     arguments.add_argument("--cases", nargs="+", default=None,
@@ -368,7 +370,7 @@ def main(argv=None) -> int:
                            "value arm (values padded to the q/k width or not), each its own rows: default, "
                            "one-stage, torch (family_checks.TRIAL_NAMES) or a JSON object of kernel options")
     args = arguments.parse_args(argv)
-    context = common.start(args)
+    context = common.start(args, clock)
     only = None if args.cases == ["all"] else (args.cases or (QUICK_CASES if args.quick else None))
     summary = common.Table("check summary", SUMMARY_COLUMNS)
     runs = {}
@@ -397,6 +399,7 @@ def main(argv=None) -> int:
         for row in summary.rows[rows_before:]:
             print(f"  {row['status']:7} {row['check']}: {row['measured']} ({row['criterion']})", flush=True)
         summary.write_csv(context.out / "check_summary.csv")  # each section's rows survive a run stopped later
+    summary.write_csv(context.out / "check_summary.csv")  # and the rows of the sections skipped at the end
     common.write_json(context.out / "check_environment.json",
                       {"device": common.device_name(context.device), "versions": common.versions(),
                        "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})
@@ -404,7 +407,6 @@ def main(argv=None) -> int:
     failed = [row for row in summary.rows if row["status"] == "FAIL"]
     print(f"{len(summary.rows) - len(failed)} checks passed or skipped, {len(failed)} failed, "
           f"{context.elapsed():.0f} s; scratch (logs, run folders): {context.scratch}")
-    common.check_out_files(context.out)
     return 1 if failed else 0
 
 

@@ -1,10 +1,11 @@
 """What the three GPU scripts share (check.py, throughput.py, experiments.py): their command line, the environment
-report, the carried data, result tables, GPU timing, and runs of ``encoderlab`` commands in subprocesses.
+report, the data folder, the time budget, result tables, GPU timing, and runs of ``encoderlab`` commands in
+subprocesses.
 
 Every script runs on a GPU (``--device cuda``, the default) and on CPU (``--device cpu --quick``: tiny sizes, what
-tests/test_gpu_scripts.py runs). What a script writes goes to ``--out`` (the device tool's ``$OUT``: at most 8 files
-come back, so each script writes a few CSV/PNG/Markdown files and keeps logs and checkpoints in a scratch folder).
-bench/gpu/README.md says how to run them on the device machine.
+tests/test_gpu_scripts.py runs). Its results go to ``--out``: a few CSV, PNG and Markdown files, small enough to copy
+back from any machine; logs, run folders and checkpoints stay in a scratch folder. bench/gpu/README.md says how to run
+them on a GPU machine.
 """
 
 import argparse
@@ -19,14 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CARRIED_DATA = REPO / ".gpu_data"
-"""The data folder prepare.sh fills and the device run carries (a trimmed copy of ../shared/data)."""
+PREPARED_DATA = REPO / ".gpu_data"
+"""The data folder prepare.sh fills, for a GPU machine without the data beside the repository (a trimmed copy of
+../shared/data)."""
 SHARED_DATA = REPO.parent / "shared" / "data"
-MAX_OUT_FILES = 8  # what the device tool brings back from $OUT
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "evaluate", "tokenizers", "safetensors", "peft",
             "pyarrow", "fsspec", "huggingface-hub", "triton")
 
@@ -36,10 +38,9 @@ def parser(description: str, gpu_minutes: float) -> argparse.ArgumentParser:
     arguments = argparse.ArgumentParser(description=description)
     arguments.add_argument("--device", default="cuda", help="cuda (the GPU run) or cpu (the reduced CPU run)")
     arguments.add_argument("--quick", action="store_true", help="tiny sizes and step counts: seconds on CPU")
-    arguments.add_argument("--out", type=Path, default=None,
-                           help="where the result files go (default: $OUT on the device machine, else runs/gpu)")
+    arguments.add_argument("--out", type=Path, default=REPO / "runs" / "gpu", help="where the result files go")
     arguments.add_argument("--data", type=Path, default=None,
-                           help=f"data folder (default: {CARRIED_DATA.name} when prepare.sh filled it, else "
+                           help=f"data folder (default: {PREPARED_DATA.name} when prepare.sh filled it, else "
                                 "../shared/data)")
     arguments.add_argument("--minutes", type=float, default=gpu_minutes,
                            help="time budget: sections that would start past it are skipped and reported so")
@@ -48,45 +49,62 @@ def parser(description: str, gpu_minutes: float) -> argparse.ArgumentParser:
 
 @dataclass
 class Context:
-    """One script run: device, sizes, folders and its deadline."""
+    """One script run: device, sizes, folders and its time budget.
+
+    The budget is read from `clock` (seconds): the wall clock on a real run. The tests pass a clock that moves by a
+    fixed step per reading, so that which sections and cases run, and what is planned from the time left, never
+    depends on the machine's speed; under such a clock no subprocess gets a wall-time limit either."""
 
     device: str
     quick: bool
     out: Path
     data: Path | None
     scratch: Path
-    deadline: float
-    started: float = field(default_factory=time.monotonic)
+    seconds: float
+    """The time budget: sections and cases that would start past it are skipped, and reported so."""
+    clock: Callable[[], float] = time.monotonic
     compile: bool = True
     """Whether the scripts may torch.compile (throughput.py's --no-compile turns it off)."""
+    deadline: float = field(init=False)
+    started: float = field(init=False, default_factory=time.monotonic)
+    """Wall time at the start, for the elapsed seconds the scripts report."""
+
+    def __post_init__(self):
+        self.deadline = self.clock() + self.seconds
 
     @property
     def on_gpu(self) -> bool:
         return self.device == "cuda"
 
     def seconds_left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - self.clock()
 
     def elapsed(self) -> float:
+        """Wall seconds since the start (what the scripts report, whatever clock the budget runs on)."""
         return time.monotonic() - self.started
 
-    def command_timeout(self) -> float:
+    def wall_limit(self, seconds: float) -> float | None:
+        """`seconds` as a limit on a subprocess's wall time; None (no limit) when the budget runs on a clock other
+        than the wall's, whose seconds a subprocess does not take."""
+        return seconds if self.clock is time.monotonic else None
+
+    def command_timeout(self) -> float | None:
         """How long a subprocess may run: to the end of the budget and half a minute more, so that the script still
-        writes its tables inside the device call's own limit."""
-        return max(60.0, self.seconds_left() + 30)
+        writes its tables inside a GPU job's own time limit."""
+        return self.wall_limit(max(60.0, self.seconds_left() + 30))
 
     def data_file(self, *parts: str) -> Path:
         """A file or folder of the data folder; a clear error where it is missing."""
         if self.data is None:
-            raise FileNotFoundError(f"no data folder: run bench/gpu/prepare.sh (fills {CARRIED_DATA}) or pass --data")
+            raise FileNotFoundError(f"no data folder: run bench/gpu/prepare.sh (fills {PREPARED_DATA}) or pass --data")
         path = self.data.joinpath(*parts)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: run bench/gpu/prepare.sh again or pass --data")
         return path
 
 
-def start(args: argparse.Namespace) -> Context:
-    """Checks the options, prints the environment, and returns the run's context."""
+def start(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic) -> Context:
+    """Checks the options, prints the environment, and returns the run's context, its budget read from `clock`."""
     import torch
 
     if args.device not in ("cuda", "cpu"):
@@ -95,15 +113,15 @@ def start(args: argparse.Namespace) -> Context:
         raise SystemExit("--device cuda: torch sees no GPU here; use --device cpu --quick for the CPU run")
     if not args.minutes > 0:
         raise SystemExit(f"--minutes={args.minutes!r} must be > 0")
-    try:  # the device image lacks both: prepare.sh brings them as wheels, device_setup.sh installs them
+    try:  # a GPU machine whose pip cannot fetch gets both as wheels from prepare.sh, installed by setup_offline.sh
         import datasets  # noqa: F401
         import evaluate  # noqa: F401
     except ImportError as error:
-        raise SystemExit(f"{error}: on the device machine, source bench/gpu/device_setup.sh first "
-                         "(after bench/gpu/prepare.sh here)") from error
-    out = args.out or Path(os.environ.get("OUT") or REPO / "runs" / "gpu")
+        raise SystemExit(f"{error}: install encoderlab's dependencies (pip install -e .), or on a GPU machine without "
+                         "network source bench/gpu/setup_offline.sh after bench/gpu/prepare.sh") from error
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    data = args.data or next((path for path in (CARRIED_DATA, SHARED_DATA) if path.is_dir()), None)
+    data = args.data or next((path for path in (PREPARED_DATA, SHARED_DATA) if path.is_dir()), None)
     if data is not None and not data.is_dir():
         raise SystemExit(f"--data={str(data)!r} is not a folder")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -115,7 +133,7 @@ def start(args: argparse.Namespace) -> Context:
     torch.backends.cudnn.allow_tf32 = False
     scratch = Path(tempfile.mkdtemp(prefix="encoderlab_gpu_"))
     context = Context(device=args.device, quick=args.quick, out=out, data=data, scratch=scratch,
-                      deadline=time.monotonic() + args.minutes * 60)
+                      seconds=args.minutes * 60, clock=clock)
     print(environment_line(context.device))
     print(f"out={out} data={data} scratch={scratch} budget={args.minutes:.1f} min quick={args.quick}", flush=True)
     return context
@@ -300,8 +318,8 @@ class CommandResult:
 
 
 def run_logged(argv: list, log: Path, env: dict | None = None, timeout: float | None = None) -> CommandResult:
-    """Runs `argv` with stdout and stderr into `log` (scratch, not $OUT); prints one line, and the log's tail when
-    it fails."""
+    """Runs `argv` with stdout and stderr into `log` (in the scratch folder, not --out); prints one line, and the
+    log's tail when it fails."""
     begin = time.monotonic()
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log, "w", encoding="utf-8") as handle:
@@ -345,13 +363,6 @@ def logged_losses(metrics_csv: Path, key: str = "loss") -> dict:
         if row.get(key) not in (None, ""):
             losses[int(float(row["step"]))] = float(row[key])
     return losses
-
-
-def check_out_files(out: Path) -> None:
-    """Fails loudly (after the work, before the device call ends) when more files were written than come back."""
-    files = [path for path in out.rglob("*") if path.is_file()]
-    if len(files) > MAX_OUT_FILES:
-        print(f"WARNING: {len(files)} files under {out}; only {MAX_OUT_FILES} come back from the device", flush=True)
 
 
 def error_note(error: Exception) -> str:

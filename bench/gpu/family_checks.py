@@ -320,19 +320,20 @@ def forward_only(model, batches, device, dtype):
 
 def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None, after_case=None,
                       flex_trials=()) -> list:
-    """Fills `table` case by case until `seconds` have passed, calling `after_case()` after each (check.py writes
-    kernels.csv there, so a call stopped at its limit keeps the finished cases); returns the names of the cases
-    skipped for time. With `only`, the cases run in the order of its words; `flex_trials` as `check_case`."""
+    """Fills `table` case by case until `seconds` have passed on the context's clock, calling `after_case()` after
+    each (check.py writes kernels.csv there, so a run stopped at its limit keeps the finished cases); returns the
+    names of the cases skipped for time. With `only`, the cases run in the order of its words; `flex_trials` as
+    `check_case`."""
     from encoderlab.modeling.kernels import flex
 
     if context.device == "cpu":
         flex.FLEX_COMPILE = False  # the mask logic, uncompiled: seconds instead of minutes on CPU
     common.raise_recompile_limit()
     dtypes = ("fp32", "bf16")
-    stop = time.monotonic() + seconds
+    stop = context.clock() + seconds
     skipped = []
     for name, (model_class, config) in ordered(cases(context.quick), only):
-        if time.monotonic() > stop:
+        if context.clock() > stop:
             skipped.append(name)
             continue
         begin = time.monotonic()
