@@ -13,6 +13,7 @@ import torch
 
 from encoderlab.tokenization import build_tokenizer
 from figure_checks import assert_png_drawn
+from step_clock import StepClock
 from tiny_checkpoints import save_tiny_dta_mlm
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -361,29 +362,46 @@ def test_gpu_pretrain_rate_leaves_out_the_first_steps(tmp_path):
 
 
 def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path, monkeypatch):
-    """The device script end to end (--device cpu --quick, the campaign's sizes 1x and 9x at their real widths):
-    calibration, one budget per size past it, and the finished runs returned in parts under the device tool's
-    limits that reassemble into fp32 run folders of each size's body, each trained on every window of its documents."""
+    """The GPU script end to end (--device cpu --quick, the campaign's sizes 1x and 9x at their real widths):
+    calibration, one budget per size planned from it, and the finished runs packed in parts within the return limit
+    that reassemble into fp32 run folders of each size's body, each trained on every window of its documents.
+
+    The plan reads no clock of this machine: the budget runs on a step clock (each reading a minute, so the
+    calibration took 60 s), and the runs' own rates are replaced by fixed ones, as if measured on one steady
+    machine; the planned budgets are then the same on any machine."""
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM
 
     gpu_pretrain, returned_runs = load_script("gpu_pretrain"), load_script("returned_runs")
+    rates = {"dta": 400.0, "bidir": 300.0, "dta9x": 120.0, "bidir9x": 100.0}  # tokens/s
+    measured = gpu_pretrain.measured
+
+    def at_fixed_rates(run_dir):
+        result = measured(run_dir)
+        rate = rates[run_dir.name.rsplit("_", 1)[0]]
+        return result and dict(result, train_seconds=result["tokens"] / rate, tokens_per_second=rate)
+
+    monkeypatch.setattr(gpu_pretrain, "measured", at_fixed_rates)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the script's scratch folder, to read the originals
     out = tmp_path / "out"
     assert gpu_pretrain.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                              "--minutes", "2.5"]) == 0  # the default sizes: the device command's
+                              "--minutes", "5.65"], clock=StepClock(step=60)) == 0  # the default sizes: 1x and 9x
     summary = json.loads((out / "gpu_pretrain_summary.json").read_text())
     budgets = summary["budgets"]
+    assert summary["calibration_wall_seconds"] == 60
+    assert budgets == gpu_pretrain.plan_budgets({size: gpu_pretrain.SIZES[size] for size in ("1x", "9x")},
+                                                summary["calibration"], 60, summary["planned_seconds"], quick=True)
     assert list(budgets) == ["1x", "9x"] and budgets["1x"] > budgets["9x"] > 0  # the same minutes: 1x runs faster
     # one budget per size: both attentions of a size train on the same tokens
     assert set(summary["runs"]) == {f"{arm}_{budgets[size]}" for size in budgets for arm in gpu_pretrain.SIZES[size]}
     for size, budget in budgets.items():
         dta, bidir = (summary["runs"][f"{arm}_{budget}"]["tokens"] for arm in gpu_pretrain.SIZES[size])
         assert dta == bidir
-    # what comes back: at most 8 files of under 16 MiB, 64 MiB together (the summary and the parts)
-    sent = list(out.iterdir())
-    assert len(sent) <= 8 and all(path.stat().st_size < 16 * 2**20 for path in sent)
-    assert sum(path.stat().st_size for path in sent) < 64 * 2**20 - 2**20  # a MiB left for the device's log
+    # what --out holds: the summary and the parts, each at most --part-mib, together within --max-return-mib
+    parts = [out / name for name in summary["parts"]]
+    assert sorted(out.iterdir()) == sorted([out / returned_runs.SUMMARY, *parts]) and len(parts) > 1
+    assert all(part.stat().st_size <= returned_runs.PART_MIB * 2**20 for part in parts)
+    assert sum(part.stat().st_size for part in parts) <= returned_runs.MAX_RETURN_MIB * 2**20
     runs = returned_runs.unpack(out, tmp_path / "runs")
     assert sorted(folder.name for folder in runs) == sorted(summary["runs"])
     assert not list((tmp_path / "runs").rglob("checkpoint-*"))
@@ -410,7 +428,7 @@ def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path, mo
 
 
 def test_returned_runs_refuse_sizes_that_would_not_come_back(tmp_path):
-    """A run comes back as bf16 weights without checkpoints; sizes whose runs exceed the return limit are refused
+    """A run comes back as bf16 weights without checkpoints; sizes whose runs exceed --max-return-mib are refused
     with each size's share, and an unpack never writes over run folders already there."""
     from safetensors.torch import load_file, save_file
 
@@ -426,9 +444,11 @@ def test_returned_runs_refuse_sizes_that_would_not_come_back(tmp_path):
     tensors = load_file(copy / "model.safetensors")
     assert tensors["w"].dtype == torch.bfloat16 and tensors["step"].dtype == torch.int64
     assert 2 * weights < returned_runs.folder_bytes(copy) < 2 * weights + 2**12
-    assert returned_runs.check_returnable({"1x": [copy]}) == {"1x": 2.0}
-    with pytest.raises(SystemExit, match=r"--sizes 1x 4x: .* \(1x 2.0 MiB, 4x 60.0 MiB"):
-        returned_runs.check_returnable({"1x": [copy], "4x": [copy] * 30})
+    assert returned_runs.check_returnable({"1x": [copy]}, limit_mib=2.1) == {"1x": 2.0}
+    with pytest.raises(SystemExit, match=r"--sizes 1x 4x: .* \(1x 2.0 MiB, 4x 4.0 MiB, .*over --max-return-mib=5"):
+        returned_runs.check_returnable({"1x": [copy], "4x": [copy] * 2}, limit_mib=5)
+    with pytest.raises(SystemExit, match=r"--max-return-mib=0.0 must be > 0"):  # before any work
+        load_script("gpu_pretrain").main(["--device", "cpu", "--quick", "--max-return-mib", "0"])
 
 
 def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):

@@ -9,23 +9,22 @@ an order of magnitude in minutes. The arms run side by side, as on the CPU (all 
    sharing the GPU, and the fixed cost of a run (start-up, packing, evaluations, saving);
 2. the real runs: each size (1x: ``dta bidir``; 4x: ``dta4x bidir4x``; 9x: ``dta9x bidir9x``) on the largest
    budget, in whole millions of tokens, that its slower arm finishes in the time left. Every size gets the same
-   minutes of the device (they run side by side, to the same deadline); within a size the two attentions see the
+   minutes of the GPU (they run side by side, to the same deadline); within a size the two attentions see the
    same tokens, so that they are compared on the same data and not on their speed (the faster one finishes early).
 
-What comes back is bounded by the device tool (bench/transfer/returned_runs.py): each finished run folder without
-Trainer checkpoints and with its weights in bf16, all in ``transfer_runs.tgz`` cut into parts under 16 MiB, at most
-60 MiB together. Right after the calibration the script measures what its sizes' runs would return and stops, before
-the real runs, if that is over (1x and 9x: about 50 MiB; a 16x body, 4 layers of 512, is 36.5 MiB a run in bf16, so
-its two arms alone would not come back). ``gpu_pretrain_summary.json`` holds the rates, budgets and parts.
-Fine-tuning and the probes run afterwards on the CPU, as for the CPU arms (docs/experiments-transfer.md,
-"Reproduce").
+What --out receives is small enough to copy back from the GPU machine (bench/transfer/returned_runs.py): each
+finished run folder without Trainer checkpoints and with its weights in bf16, all in ``transfer_runs.tgz`` cut into
+parts of at most ``--part-mib``, together at most ``--max-return-mib`` (default 60). Right after the calibration the
+script measures what its sizes' runs would return and stops, before the real runs, if that is over (1x and 9x: about
+50 MiB; a 16x body, 4 layers of 512, is 36.5 MiB a run in bf16, so its two arms alone would pass 60 MiB).
+``gpu_pretrain_summary.json`` holds the rates, budgets and parts. Fine-tuning and the probes run afterwards on the
+CPU, as for the CPU arms (docs/experiments-transfer.md, "Reproduce").
 
-    # here: bash bench/gpu/prepare.sh
-    # on the device (carry .whl and .gpu_data; timeout_s 540), about 8 minutes:
-    set -o pipefail; . bench/gpu/device_setup.sh && python3 bench/transfer/gpu_pretrain.py --sizes 1x 9x \
-        --minutes 7 2>&1 | tee $OUT/gpu_pretrain_log.txt
-    # here, afterwards (FILES_AT: the reply's files_at):
-    PYTHONPATH=. python bench/transfer/returned_runs.py FILES_AT --into runs/transfer_gpu
+    # on the GPU machine, about 8 minutes:
+    mkdir -p results/transfer_gpu && python3 bench/transfer/gpu_pretrain.py --sizes 1x 9x --minutes 7 \
+        --out results/transfer_gpu 2>&1 | tee results/transfer_gpu/log.txt
+    # back on the CPU machine, with results/transfer_gpu copied over:
+    PYTHONPATH=. python bench/transfer/returned_runs.py results/transfer_gpu --into runs/transfer_gpu
 
 Without ``--tokenizer`` (a saved one) the runs build the BPE from the corpus's training documents, as the CPU arms
 did. The test runs the script with ``--device cpu --quick --sizes 1x 9x``.
@@ -38,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ import common  # noqa: E402
 import returned_runs  # noqa: E402
 
 SIZES = {"1x": ("dta", "bidir"), "4x": ("dta4x", "bidir4x"), "9x": ("dta9x", "bidir9x")}  # body parameters
-# the widest body in heads of 64 whose two runs come back beside the control's, the demo size trained in the same
-# minutes
+# the widest body in heads of 64 whose two runs fit --max-return-mib's default beside the control's, the demo size
+# trained in the same minutes
 CAMPAIGN_SIZES = ["1x", "9x"]
 SAFETY = 0.85  # of the measured rate: the real runs must finish inside the call
 
@@ -82,17 +82,18 @@ def launch(runs: Path, arms: tuple, budget: int, extra: list) -> subprocess.Pope
                             start_new_session=True)
 
 
-def run_sizes(runs: Path, budgets: dict, extra: list, timeout: float) -> float:
-    """Runs every size at its budget side by side; returns the wall seconds (stops them all at `timeout`)."""
-    begin = time.monotonic()
+def run_sizes(runs: Path, budgets: dict, extra: list, context, limit: float | None) -> float:
+    """Runs every size at its budget side by side; returns the seconds they took on the context's clock (what the
+    budget is read from). Stops them all after `limit` wall seconds (None: no limit)."""
+    begin, wall_begin = context.clock(), time.monotonic()
     lanes = [launch(runs, SIZES[size], budget, extra) for size, budget in budgets.items()]
     for lane in lanes:
         try:
-            lane.wait(timeout=max(1.0, timeout - (time.monotonic() - begin)))
+            lane.wait(timeout=None if limit is None else max(1.0, limit - (time.monotonic() - wall_begin)))
         except subprocess.TimeoutExpired:
             os.killpg(lane.pid, signal.SIGTERM)
             lane.wait()
-    return time.monotonic() - begin
+    return context.clock() - begin
 
 
 def measured(run_dir: Path) -> dict | None:
@@ -126,31 +127,34 @@ def plan_budgets(sizes: dict, calibration: dict, wall: float, seconds: float, qu
     return budgets
 
 
-def returned_size(calibration: Path, sizes: dict, tokens: int) -> dict:
+def returned_size(calibration: Path, sizes: dict, tokens: int, limit_mib: float) -> dict:
     """{size: MiB} its runs will come back as, measured on the calibration runs' returned copies (the same model
-    shapes); exits before the real runs when the sizes together would not come back."""
+    shapes); exits before the real runs when the sizes together would pass `limit_mib`."""
     copies = {size: [returned_runs.returned_copy(calibration / f"{arm}_{tokens}", calibration / "returned" / arm)
                      for arm in arms] for size, arms in sizes.items()}
     try:
-        return returned_runs.check_returnable(copies)
+        return returned_runs.check_returnable(copies, limit_mib)
     finally:
         shutil.rmtree(calibration / "returned")
 
 
-def main(argv=None) -> int:
+def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
+    """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=9)
     arguments.add_argument("--tokenizer", type=Path, default=None,
                            help="the CPU arms' saved tokenizer (default: each run trains the same BPE again)")
     arguments.add_argument("--batch-size", type=int, default=64)
     arguments.add_argument("--calibration-tokens", type=int, default=2_000_000)
     arguments.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=CAMPAIGN_SIZES,
-                           help="which sizes to pretrain (each is its two attentions); their runs must come back "
-                                "under 60 MiB")
+                           help="which sizes to pretrain (each is its two attentions); their returned runs must fit "
+                                "--max-return-mib")
+    returned_runs.add_arguments(arguments)
     args = arguments.parse_args(argv)
     if args.batch_size < 1 or args.calibration_tokens < 1:
         raise SystemExit(f"--batch-size={args.batch_size} and --calibration-tokens={args.calibration_tokens} "
                          "must be >= 1")
-    context = common.start(args)
+    returned_runs.check_arguments(args)
+    context = common.start(args, clock)
     runs = context.scratch / "transfer"
     subprocess.run([sys.executable, str(REPO / "bench" / "transfer" / "corpus.py"), "--data", str(context.data),
                     "--out", str(runs / "corpus")], check=True)
@@ -159,27 +163,29 @@ def main(argv=None) -> int:
     (runs / "calibration" / "corpus").symlink_to(runs / "corpus")  # pretrain.sh reads $RUNS/corpus
     calibration_tokens = 3_000 if args.quick else args.calibration_tokens
     sizes = {size: SIZES[size] for size in args.sizes}
-    wall = run_sizes(runs / "calibration", dict.fromkeys(sizes, calibration_tokens), extra, context.seconds_left())
+    wall = run_sizes(runs / "calibration", dict.fromkeys(sizes, calibration_tokens), extra, context,
+                     context.wall_limit(context.seconds_left()))
     calibration = {arm: measured(runs / "calibration" / f"{arm}_{calibration_tokens}")
                    for arms in sizes.values() for arm in arms}
     if None in calibration.values():
         raise SystemExit(f"a calibration run failed: {calibration} (logs in {runs / 'calibration'})")
-    returned_mib = returned_size(runs / "calibration", sizes, calibration_tokens)
+    returned_mib = returned_size(runs / "calibration", sizes, calibration_tokens, args.max_return_mib)
     seconds = context.seconds_left() - 30  # packing and copying the results
     budgets = plan_budgets(sizes, calibration, wall, seconds, args.quick)
     print(f"calibration {wall:.0f} s: {calibration}; budgets {budgets} for {seconds:.0f} s", flush=True)
     if 0 in budgets.values():
         raise SystemExit(f"no time left for the real runs of {[size for size, b in budgets.items() if not b]}: "
                          f"{seconds:.0f} s after the calibration ({wall:.0f} s); give more --minutes")
-    final_wall = run_sizes(runs, budgets, extra, seconds)
+    final_wall = run_sizes(runs, budgets, extra, context, context.wall_limit(seconds))
     finished = {f"{arm}_{budget}": measured(runs / f"{arm}_{budget}")
                 for size, budget in budgets.items() for arm in SIZES[size]}
     done = [name for name, result in finished.items() if result]
     summary = dict(environment=common.environment_line(context.device), command=" ".join(sys.argv),
                    overrides=extra, calibration_tokens=calibration_tokens, calibration_wall_seconds=wall,
-                   calibration=calibration, budgets=budgets, wall_seconds=final_wall, runs=finished,
-                   returned_weights="bfloat16", returned_mib_measured_at_calibration=returned_mib,
-                   parts=returned_runs.pack(runs, done, context.out) if done else [])
+                   calibration=calibration, planned_seconds=seconds, budgets=budgets, wall_seconds=final_wall,
+                   runs=finished, returned_weights="bfloat16", returned_mib_measured_at_calibration=returned_mib,
+                   parts=returned_runs.pack(runs, done, context.out, args.max_return_mib, args.part_mib)
+                   if done else [])
     common.write_json(context.out / returned_runs.SUMMARY, summary)
     print(json.dumps(summary, indent=1))
     return 0 if len(done) == len(finished) else 1

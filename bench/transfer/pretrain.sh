@@ -20,11 +20,11 @@ common=(--config demo --set data.source="$RUNS/corpus" --set tokenizer.vocab_siz
 lane() {  # name, then the model overrides; runs every budget in turn
     local name=$1; shift
     for budget in $BUDGETS; do
-        local out="$RUNS/${name}_$budget"
-        [[ -f "$out/results.json" ]] && continue  # done in an earlier call
-        rm -rf "$out"
+        local run_dir="$RUNS/${name}_$budget"
+        [[ -f "$run_dir/results.json" ]] && continue  # done in an earlier run of this script
+        rm -rf "$run_dir"
         OMP_NUM_THREADS=1 "$ENCODERLAB" pretrain "${common[@]}" "$@" --set train.token_budget="$budget" \
-            --set output_dir="$out" > "$RUNS/${name}_$budget.log" 2>&1
+            --set output_dir="$run_dir" > "$RUNS/${name}_$budget.log" 2>&1
         echo "$name $budget done"
     done
 }
