@@ -220,8 +220,7 @@ def test_ctrl_c_prints_how_to_resume_and_the_resume_is_quiet_and_piped_logs_are_
     command = [sys.executable, "-m", "encoderlab.cli", "pretrain", "--config", str(config), "--output-dir",
                str(run_dir)]
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while last_checkpoint(run_dir) is None and process.poll() is None and time.monotonic() < deadline:
+    while last_checkpoint(run_dir) is None and process.poll() is None:  # however long the start takes here
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
