@@ -34,6 +34,7 @@ MISTAKES = {
     "pretrain: missing config file": "pretrain --config my_run.yaml",
     "pretrain: missing corpus": "pretrain --config demo --set data.source=./corpus.txt",
     "pretrain: unknown family": "pretrain --config demo --set model.family=bert",
+    "pretrain: mistyped model.config key": "pretrain --config demo --set model.config.hiden_size=256",
     "prepare-data: missing corpus": "prepare-data --config demo --set data.source=./corpus.jsonl",
     "demo: mistyped --set key": "demo --set train.token_budgett=1e6",
     "demo: output folder taken": "demo --output-dir notes",

@@ -71,6 +71,8 @@ MISTAKES = {
     "pretrain: missing tokenizer": (f"{DEMO} --set tokenizer.path=./my_tokenizer",
                                     "tokenizer.path='./my_tokenizer' does not exist"),
     "pretrain: unknown family": (f"{DEMO} --set model.family=bert", "model.family='bert' is not a registered family"),
+    "pretrain: mistyped model.config key": (f"{DEMO} --set model.config.hiden_size=256",
+                                            "Unknown key(s) ['model.config.hiden_size']"),
     "pretrain: unknown tokenizer": (f"{DEMO} --set tokenizer.name=sentencepiece",
                                     "tokenizer.name='sentencepiece' is not supported"),
     "pretrain: output folder taken": (f"{DEMO} --output-dir {{tmp}}/notes", "holds no encoderlab run"),
@@ -176,10 +178,15 @@ def test_right_input_passes_the_check(command, tmp_path, tmp_path_factory):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_light_name_lists_match_the_registries():
+def test_what_is_read_without_torch_matches_the_imported_classes():
+    from encoderlab.configuration.source_fields import family_fields
     from encoderlab.registry import FAMILIES
     from encoderlab.tokenization import TOKENIZER_BUILDERS
-    from encoderlab.training.run_config import BUILTIN_FAMILIES, TOKENIZER_NAMES
+    from encoderlab.training.pretrain import _config_fields
+    from encoderlab.training.run_config import TOKENIZER_NAMES
 
     assert sorted(TOKENIZER_NAMES) == sorted(TOKENIZER_BUILDERS)
-    assert sorted(BUILTIN_FAMILIES) == sorted(config_class.model_type for config_class in FAMILIES)
+    read = family_fields()
+    assert sorted(read) == sorted(config_class.model_type for config_class in FAMILIES)
+    for config_class in FAMILIES:
+        assert read[config_class.model_type] == _config_fields(config_class), config_class.model_type

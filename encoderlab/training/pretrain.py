@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..configuration.source_fields import family_fields
 from ..run_files import is_local_path, read_run_record
 from .lengths import check_lengths_fit
-from .run_config import BUILTIN_FAMILIES, PretrainRunConfig, bundled_config_names, load_run_config
+from .run_config import PretrainRunConfig, bundled_config_names, load_run_config
 from .run_folder import (
     RunFinished,
     check_checkpoint_schedule,
@@ -75,6 +76,13 @@ def check_family_name(family: str, registered) -> None:
         raise ValueError(f"model.family={family!r} is not a registered family; allowed: {sorted(registered)}")
 
 
+def check_config_keys(config: dict, allowed) -> None:
+    """Every ``model.config`` key is a field of the family's configuration."""
+    unknown = sorted(set(config) - set(allowed))
+    if unknown:
+        raise ValueError(f"Unknown key(s) {[f'model.config.{k}' for k in unknown]}; allowed: {sorted(allowed)}")
+
+
 def _config_fields(config_class: type) -> set[str]:
     """Keyword arguments the family's config classes (encoderlab's own, not PreTrainedConfig) accept."""
     names = set()
@@ -97,9 +105,7 @@ def build_model_config(run: RunConfig, tokenizer=None):
     """
     config_class, _ = family_classes(run.model.family)
     allowed = _config_fields(config_class)
-    unknown = sorted(set(run.model.config) - allowed)
-    if unknown:
-        raise ValueError(f"Unknown key(s) {[f'model.config.{k}' for k in unknown]}; allowed: {sorted(allowed)}")
+    check_config_keys(run.model.config, allowed)
     id_fields = token_id_fields(config_class)
     derived = ["vocab_size", *id_fields, *(["special_token_ids"] if "special_token_ids" in allowed else [])]
     for name in derived:
@@ -155,13 +161,12 @@ def validate_run(run: RunConfig) -> None:
     """What the sections cannot check alone: the family and its config (a dry run), the attention kernel, the
     lengths the run will feed the model against its position limits (`lengths.check_lengths_fit`), then the local
     paths."""
-    from ..configuration.choices import check_choice
+    from ..modeling.attention import check_attention_implementation
 
-    if run.train.attn_implementation is not None:
-        from encoderlab.modeling.attention import ATTENTION_IMPLEMENTATIONS
-
-        check_choice("train.attn_implementation", run.train.attn_implementation, ATTENTION_IMPLEMENTATIONS)
-    check_lengths_fit(build_model_config(run), fed_lengths(run), limit_prefix="model.config.",
+    config = build_model_config(run)
+    if run.train.attn_implementation is not None:  # a name the model cannot run stops here, before any write
+        check_attention_implementation(config, run.train.attn_implementation, "train.attn_implementation")
+    check_lengths_fit(config, fed_lengths(run), limit_prefix="model.config.",
                       remedy="lower data.long_factor or train.seq_len, or raise model.config.max_position_embeddings "
                       "(unset, it is the long evaluation length)")
     check_local_paths(run)
@@ -344,10 +349,10 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     from accelerate import PartialState
     from transformers import set_seed
 
+    from ..modeling.attention import choose_attention
     from . import fsdp
-    from .attention_choice import choose_attention
     from .sources import check_local_source
-    from .trainer import cpu_only, plan_steps
+    from .trainer import cpu_only, plan_steps, use_bf16
 
     validate_run(run)
     fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)),
@@ -375,7 +380,8 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     set_seed(run.train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
-    attention = choose_attention(run, model.config, state.device.type)
+    attention = choose_attention(model.config, state.device, packed=run.data.packing == "pack",
+                                 half_precision=use_bf16(run.train.precision), requested=run.train.attn_implementation)
     model.set_attn_implementation(attention.implementation)
     if state.is_main_process:
         logger.info(attention.line())
@@ -506,9 +512,12 @@ def command_line_overrides(args: argparse.Namespace) -> list[str]:
 
 def check_without_torch(run: RunConfig) -> None:
     """The checks of a run config that the command line makes before importing torch, transformers and datasets,
-    besides those its sections made when it was built: the family's name among the built-in ones (a family
-    registered from Python is checked by `pretrain`) and the local paths. The run meets each check again."""
-    check_family_name(run.model.family, BUILTIN_FAMILIES)
+    besides those its sections made when it was built: the family's name and ``model.config`` keys, against the
+    built-in families' configuration source (`configuration.source_fields`; a family registered from Python is
+    checked by `pretrain`), and the local paths. The run meets each check again."""
+    fields = family_fields()
+    check_family_name(run.model.family, fields)
+    check_config_keys(run.model.config, fields[run.model.family])
     check_local_paths(run)
 
 

@@ -26,9 +26,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 TOKENIZER_NAMES = ("bpe", "wordpiece", "esm2", "tape_iupac")
 """The names of `encoderlab.tokenization.TOKENIZER_BUILDERS`, here without transformers so that a run config is
 checked before it loads (tests/test_cli_fast_errors.py keeps the two equal)."""
-BUILTIN_FAMILIES = ("dta_bert", "homa", "dstg_neobert")
-"""The ``model_type`` of each family the encoderlab package registers: the command line checks ``model.family``
-against them before importing the families (a family registered from Python is checked by `pretrain` itself)."""
 
 
 # Optimizer settings: plain values (no torch), so the command line can parse a run config without loading torch;
