@@ -9,17 +9,16 @@ Usage: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_dstg.py [--batch 2] [--
 
 import argparse
 import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from common import command_line, write_section
+
 SEQ_LEN = 512
 MASK_ID = 103
 
@@ -84,21 +83,15 @@ def main():
 def write_results(lines, args):
     threads = os.environ.get("OMP_NUM_THREADS", str(torch.get_num_threads()))
     header = [
-        "",
-        "## DSTG-NeoBERT",
-        "",
-        f"Date: 2026-11-22. Machine: 2-core CPU ({platform.processor() or platform.machine()}), torch "
-        f"{torch.__version__}, OMP_NUM_THREADS={threads}. Command: `OMP_NUM_THREADS=2 PYTHONPATH=. python "
-        f"bench/bench_dstg.py --batch {args.batch} --repeats {args.repeats}`. 1-minute load average at the end: "
-        f"{os.getloadavg()[0]:.1f} (above 2 means other jobs shared the cores).",
+        f"Command: `{command_line()}` (OMP_NUM_THREADS={threads}; a load average above 2 means other jobs shared "
+        "the cores).",
         "",
         f"MLM train step (forward + backward + AdamW), batch {args.batch} x {SEQ_LEN} tokens, hidden 768, 6 layers, "
         "6 heads, vocabulary 30522, SDPA attention; `dstg` (48 AP + 720 semantic, T5 buckets + special-token "
         "scalars, one attention call per layer) against the `rope` preset at the same hidden size.",
         "",
     ]
-    with RESULTS.open("a", encoding="utf-8") as results:
-        results.write("\n".join(header + lines) + "\n")
+    write_section("DSTG-NeoBERT", "\n".join(header + lines))
 
 
 if __name__ == "__main__":

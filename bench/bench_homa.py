@@ -16,7 +16,6 @@ faster and >= 10x less peak memory than materialising, <= 2.5x the time of block
 """
 
 import argparse
-import datetime
 import math
 import os
 import statistics
@@ -38,10 +37,8 @@ from encoderlab.modeling.kernels.blocks import BlockLayout  # noqa: E402
 from encoderlab.modeling.kernels.triadic import _triadic_backward, _triadic_forward  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import command_line, interleaved_times, paired_ratio  # noqa: E402
+from common import command_line, interleaved_times, paired_ratio, write_section  # noqa: E402
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
-SECTION = "## HOMA"
 
 
 def materialising_triadic(query, key, u, value, key_mask, window):
@@ -196,27 +193,6 @@ def format_table(rows, batch, seq_len, command, load_before, load_after):
     return "\n".join(lines)
 
 
-def append_to_results(title, body):
-    """Writes a dated subsection into the HOMA section of bench/RESULTS.md (replacing an earlier run of the same
-    benchmark), leaving every other section alone."""
-    heading = f"### {title}"
-    entry = f"{heading} ({datetime.date.today().isoformat()}, {os.cpu_count()}-core CPU)\n\n{body}\n"
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    start = text.find(f"\n{SECTION}\n")
-    if start < 0:
-        RESULTS.write_text(text.rstrip("\n") + f"\n\n{SECTION}\n\n{entry}")
-        return
-    next_section = text.find("\n## ", start + len(SECTION) + 2)
-    end = len(text) if next_section < 0 else next_section + 1
-    section = text[start:end]
-    old = section.find(f"\n{heading} ")
-    if old >= 0:
-        old_end = section.find("\n### ", old + 1)
-        section = section[:old] + section[len(section) if old_end < 0 else old_end:]
-    section = section.rstrip("\n") + f"\n\n{entry}"
-    RESULTS.write_text(text[:start] + section + ("\n" if end < len(text) else "") + text[end:])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
@@ -230,7 +206,7 @@ def main():
     table = format_table(rows, args.batch, args.seq_len, command, load_before, os.getloadavg()[0])
     print(table)
     if not args.no_write:
-        append_to_results("HOMA attention layer: time and peak memory", table)
+        write_section("HOMA attention layer: time and peak memory", table)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,7 @@ from encoderlab.modeling.homa import HOMAForTokenClassification
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_homa import append_to_results  # noqa: E402
-from common import command_line  # noqa: E402
+from common import command_line, write_section  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tape" / "secondary_structure"
 ATTENTION_TYPES = ("pairwise", "blockwise", "homa")
@@ -118,7 +117,7 @@ def main():
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
-        append_to_results(f"CB513 secondary structure, {len(args.seeds)} seeds", table)
+        write_section(f"HOMA on CB513 secondary structure, {len(args.seeds)} seeds", table)
 
 
 if __name__ == "__main__":

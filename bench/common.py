@@ -52,12 +52,25 @@ def paired_ratio(times, numerator, denominator):
     return statistics.median(a / b for a, b in zip(times[numerator], times[denominator]))
 
 
+def machine_label():
+    """The machine a RESULTS.md section is titled by: `CPU`, or the GPU's name."""
+    return torch.cuda.get_device_name().removeprefix("NVIDIA ") if torch.cuda.is_available() else "CPU"
+
+
 def write_section(title, body):
-    """Replaces (or appends) the ``## title`` section of RESULTS.md, stamped with the date and machine."""
+    """Replaces the ``## MACHINE: title`` section of RESULTS.md, or adds it after the machine's last section (at the
+    end for a machine without one), stamped with the date, the machine and the load: RESULTS.md holds the current
+    numbers per machine, not a log of runs."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by `make bench`.\n"
+    label = machine_label()
     load = os.getloadavg()[0]  # other jobs on a shared machine skew absolute times; ratios from one run hold better
     stamp = f"_{date.today().isoformat()}, {machine_description()}, load average {load:.1f} when written_"
-    section = f"## {title}\n\n{stamp}\n\n{body.strip()}\n"
-    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    section = f"## {label}: {title}\n\n{stamp}\n\n{body.strip()}\n"
+    pattern = re.compile(rf"^## {re.escape(f'{label}: {title}')}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text)
+    else:
+        machine = list(re.finditer(rf"^## {re.escape(label)}: .*?(?=^## |\Z)", text, re.S | re.M))
+        end = machine[-1].end() if machine else len(text)
+        text = text[:end].rstrip() + "\n\n" + section + ("\n" + text[end:] if text[end:] else "")
     RESULTS.write_text(text)
