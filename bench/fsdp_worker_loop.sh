@@ -8,16 +8,16 @@
 #   bash bench/fsdp_worker_loop.sh 60            # from the repository root; prints "failed F of N"
 set -uo pipefail
 RUNS=${1:-30}
-OUT=$(mktemp -d)
+LOGS=$(mktemp -d)
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false PYTHONFAULTHANDLER=1
 failed=0
 for i in $(seq 1 "$RUNS"); do
     if ! .venv/bin/torchrun --standalone --nproc_per_node 2 tests/fsdp_worker.py train --mode fsdp \
             --case dta-unet-value-embeddings --tie --optimizer muon --steps 4 --save-at 2 \
-            --checkpoint "$OUT/run$i" --out "$OUT/run$i.pt" > /dev/null 2> "$OUT/run$i.err"; then
+            --checkpoint "$LOGS/run$i" --out "$LOGS/run$i.pt" > /dev/null 2> "$LOGS/run$i.err"; then
         failed=$((failed + 1))
-        echo "run $i failed: $(grep -m1 -E 'terminate|Fatal|Error' "$OUT/run$i.err")"
+        echo "run $i failed: $(grep -m1 -E 'terminate|Fatal|Error' "$LOGS/run$i.err")"
     fi
-    rm -rf "$OUT/run$i"
+    rm -rf "$LOGS/run$i"
 done
-echo "failed $failed of $RUNS (logs in $OUT)"
+echo "failed $failed of $RUNS (logs in $LOGS)"
