@@ -3,7 +3,10 @@
 The inputs are encoded exactly as in fine-tuning (`encoderlab.training.finetune.sequence` / ``tokens``): texts
 (and pairs) with the tokenizer's special tokens, truncated to the tokenizer's ``model_max_length`` (the run's
 ``data.max_length``); words or residues in overlapping windows, each word labelled by the window that owns it.
-Label names come from the model config (``id2label``).
+Label names come from the model config (``id2label``). A protein tokenizer's inputs are first checked against its
+residue alphabet, as fine-tuning checks its data: an empty sequence, or one with a character the tokenizer does not
+know (J, ``*``, a digit, a space), is an error naming the input, unless unknown characters are allowed
+(``unknown_residues="allow"``, ``--unknown-residues allow``: they are read as the unknown token and counted).
 
 ```python
 from encoderlab.training.finetune.predict import load_classifier, classify, tag
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..text_files import read_text_file
 from .model_path import check_local_model, check_model_head, check_model_path, not_found_error
 from .tokens import as_words, encode_words
 
@@ -64,11 +68,36 @@ def logits_of(model, tokenizer, encodings: list[dict], batch_size: int) -> list[
         return outputs
 
 
-def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 32):
+def check_residues(tokenizer, inputs: list[tuple[str, ...]], names: list[str] | None = None,
+                   unknown_residues: str = "error", setting: str = "unknown_residues='allow'"):
+    """Each input's text(s) checked against a protein tokenizer's residue alphabet
+    (`encoderlab.tokenization.residues.ResidueChecker`; a list of words is read joined): an empty sequence, or with
+    ``unknown_residues="error"`` one with a character outside the alphabet, is a ValueError naming the input
+    (`names`, default ``input N``). Returns the counts, or None for a text tokenizer (not checked)."""
+    from ...tokenization.residues import ResidueChecker  # here: --help must not import transformers
+
+    checker = ResidueChecker(tokenizer, unknown_residues, setting)
+    if not checker.active:
+        return None
+    for number, texts in enumerate(inputs, start=1):
+        name = names[number - 1] if names else f"input {number}"
+        for text in texts:
+            text = text if isinstance(text, str) else "".join(map(str, text))
+            if not text.strip():
+                raise ValueError(f"{name}: the sequence is empty")
+            checker.check(text, name)
+    return checker.counts
+
+
+def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 32,
+             unknown_residues: str = "error"):
     """Per text: ``{"label", "score"}`` (softmax probability), ``{"score"}`` for regression, or
-    ``{"labels": [...], "scores": [...]}`` (sigmoid > 0.5) for multi-label models."""
+    ``{"labels": [...], "scores": [...]}`` (sigmoid > 0.5) for multi-label models. A protein model's inputs are
+    checked first (`check_residues`)."""
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text pairs; give one pair per text or none")
+    check_residues(tokenizer, list(zip(texts, text_pairs)) if text_pairs else [(text,) for text in texts],
+                   unknown_residues=unknown_residues)
     encoded = tokenizer(texts, text_pairs, truncation=True, max_length=tokenizer.model_max_length)
     encodings = [{"input_ids": ids, "attention_mask": mask}
                  for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
@@ -89,9 +118,11 @@ def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = 
     return results
 
 
-def tag(model, tokenizer, sequences: list, batch_size: int = 32) -> list[list[dict]]:
+def tag(model, tokenizer, sequences: list, batch_size: int = 32, unknown_residues: str = "error") -> list[list[dict]]:
     """Per sequence (a string of residues, a space-separated sentence, or a list of words): one
-    ``{"word", "label", "score"}`` per word; long sequences in windows, so every word gets a label."""
+    ``{"word", "label", "score"}`` per word; long sequences in windows, so every word gets a label. A protein
+    model's inputs are checked first (`check_residues`)."""
+    check_residues(tokenizer, [(sequence,) for sequence in sequences], unknown_residues=unknown_residues)
     names = model.config.id2label
     windows, owners = [], []
     words_of = [as_words(sequence, "text", "input", number) for number, sequence in enumerate(sequences, start=1)]
@@ -112,20 +143,29 @@ def tag(model, tokenizer, sequences: list, batch_size: int = 32) -> list[list[di
     return tags
 
 
-def read_inputs(args) -> tuple[list, list | None]:
-    """Texts (and pairs) from ``--text`` / ``--text-pair`` or a JSONL file of ``{"text": ..., "text_pair": ...}``."""
+def read_inputs(args) -> tuple[list, list | None, list[str]]:
+    """Texts (and pairs) from ``--text`` / ``--text-pair`` or a JSONL file of ``{"text": ..., "text_pair": ...}``,
+    with how errors name each input (``--text 2``, ``FILE line 3``)."""
     if args.file is None:
         if not args.text:
             raise ValueError("give --text (repeatable) or --file FILE.jsonl")
-        return args.text, args.text_pair or None
+        return args.text, args.text_pair or None, [f"--text {number}" for number in range(1, len(args.text) + 1)]
     if not Path(args.file).is_file():
         raise ValueError(f"--file={args.file!r} does not exist")
-    rows = [json.loads(line) for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
-    missing = [number for number, row in enumerate(rows, start=1) if "text" not in row]
+    numbered = [(number, line) for number, line in enumerate(read_text_file(args.file).splitlines(), start=1)
+                if line.strip()]
+    rows = []
+    for number, line in numbered:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--file={args.file!r} line {number}: not JSON ({error.msg}); give one JSON object "
+                             'per line, {"text": ...}') from None
+    missing = [number for (number, _), row in zip(numbered, rows) if not isinstance(row, dict) or "text" not in row]
     if missing:
         raise ValueError(f"--file={args.file!r}: line(s) {missing[:5]} have no 'text' field")
     pairs = [row["text_pair"] for row in rows] if rows and all("text_pair" in row for row in rows) else None
-    return [row["text"] for row in rows], pairs
+    return [row["text"] for row in rows], pairs, [f"{args.file} line {number}" for number, _ in numbered]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,6 +174,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-pair", action="append", default=[], help="classify: the second text of a pair")
     parser.add_argument("--file", help='JSONL, one {"text": ..., "text_pair": ...} per line')
     parser.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
+    parser.add_argument("--unknown-residues", choices=("error", "allow"), default="error",
+                        help="protein models: a character outside the tokenizer's residue alphabet (J, *, a digit, "
+                             "a space) is an error naming the input (default), or with allow read as the unknown "
+                             "token and counted on stderr")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the model code stored with a Hub model (for encoders not in transformers; "
                              "encoderlab run folders load without it)")
@@ -151,13 +195,20 @@ def run(args: argparse.Namespace) -> int:
     task = "token" if args.command_1 == "tokens" else "classify"
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} must be >= 1")
-    texts, pairs = read_inputs(args)
+    texts, pairs, names = read_inputs(args)
     if task == "token" and pairs:
         raise ValueError("--text-pair (or text_pair in --file) is for `encoderlab predict classify`; a token "
                          "classifier tags one text at a time")
     model, tokenizer = load_classifier(args.model, task, args.trust_remote_code)
-    outputs = tag(model, tokenizer, texts, args.batch_size) if task == "token" \
-        else classify(model, tokenizer, texts, pairs, args.batch_size)
+    counts = check_residues(tokenizer, list(zip(texts, pairs)) if pairs else [(text,) for text in texts], names,
+                            args.unknown_residues, setting="--unknown-residues allow")
+    if counts is not None and (counts.unknown_characters or counts.lowercase_records):
+        sys.stderr.write(f"{counts.unknown_characters} character(s) outside the residue alphabet in "
+                         f"{counts.unknown_records} of {counts.records} sequences read as the unknown token; "
+                         f"{counts.lowercase_records} sequence(s) with lowercase letters read as uppercase\n")
+    # checked above, where errors name the inputs as given
+    outputs = tag(model, tokenizer, texts, args.batch_size, unknown_residues="allow") if task == "token" \
+        else classify(model, tokenizer, texts, pairs, args.batch_size, unknown_residues="allow")
     for number, (text, output) in enumerate(zip(texts, outputs)):
         echo = {"text": text} | ({"text_pair": pairs[number]} if pairs else {})
         sys.stdout.write(json.dumps(echo | {"prediction": output}) + "\n")
