@@ -299,10 +299,24 @@ def _source_text(source: dict, unit: str) -> str:
         where += f", split `{source['hub_split']}`"
     else:
         where = f"`{source['name']}`" + (f" articles [{source['articles']}]" if source["articles"] else "")
+    skipped = source.get("skipped_lines") or []
+    left_out = (f"; {len(skipped)} record(s) whose number of fields differs from the header's left out (line(s) "
+                f"{', '.join(map(str, skipped[:10]))}{' ...' if len(skipped) > 10 else ''}; "
+                "`data.skip_malformed_rows`)") if skipped else ""
     if source["capped"]:
-        return (f"{where}: first {source['examples']} of {source['available']} {unit} "
-                f"({source['limit_key']}={source['limit']})")
-    return f"{where}: all {source['examples']} {unit}"
+        return (f"{where}: first {source['examples']} of {source['available'] - len(skipped)} {unit} "
+                f"({source['limit_key']}={source['limit']}){left_out}")
+    return f"{where}: all {source['examples']} {unit}{left_out}"
+
+
+def _residue_text(results: dict) -> str:
+    """What the residue check of a protein run let through (`encoderlab.tokenization.residues`), where anything."""
+    notes = [f"`{split}`: {counts['unknown_characters']} character(s) outside the tokenizer's residue alphabet in "
+             f"{counts['unknown_records']} of {counts['records']} sequences, read as the unknown token "
+             f"(`data.unknown_residues=allow`); {counts['lowercase_records']} sequence(s) with lowercase letters, "
+             "read as uppercase" for split, counts in (results.get("residues") or {}).items()
+             if counts["unknown_characters"] or counts["lowercase_records"]]
+    return "\n\nThe residue check: " + "; ".join(notes) + "." if notes else ""
 
 
 def _data_section(results: dict) -> str:
@@ -322,7 +336,7 @@ def _data_section(results: dict) -> str:
     else:
         claim = ("No result on a Hub dataset is claimed: no evaluation split is a whole split of a Hub dataset "
                  "(local files, or capped), so the results below hold for these examples only.")
-    return f"{_table(rows)}\n\n{claim}"
+    return f"{_table(rows)}\n\n{claim}{_residue_text(results)}"
 
 
 def _output_text(results: dict) -> str:
@@ -451,8 +465,8 @@ tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 ## Training
 
 - Task: `{results['task']}`; examples per split as in Data above.
-- Inputs: at most {run['data']['max_length']} tokens with the tokenizer's special tokens, as the pipeline encodes
-  them.{_pair_text(config)}
+- Inputs: at most {results.get('max_length', {}).get('tokens', run['data']['max_length'])} tokens with the
+  tokenizer's special tokens, as the pipeline encodes them.{_pair_text(config)}
 - Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at
   {_best_checkpoint_text(results)} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']}
   steps); the results below are that checkpoint's.

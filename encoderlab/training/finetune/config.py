@@ -15,6 +15,9 @@ from .tasks import get_task
 
 DEFAULT_OUTPUT_ROOT = Path("runs/finetune")
 OWN_DATA_PROBLEMS = ("single_label_classification", "multi_label_classification", "regression")
+DEFAULT_MAX_LENGTH = 128
+"""``data.max_length`` when the run config gives none, except for one label per protein sequence (chosen from the
+data and the checkpoint: `encoderlab.training.finetune.prepare`)."""
 
 
 @dataclass
@@ -53,8 +56,18 @@ class FinetuneDataSection:
     """Class names in id order; default: the task's, or the sorted labels of the training split."""
     problem_type: str | None = None
     """Own data (``text-classification``): single_label_classification, multi_label_classification, regression."""
-    max_length: int = 128
-    """Tokens per example; longer texts are truncated (and counted in the log); token tasks use windows instead."""
+    max_length: int | None = None
+    """Tokens per example; longer texts are truncated (and counted in the log); token tasks use windows instead.
+    Default: 128, but for one label per protein sequence (a residue tokenizer) the checkpoint's position limit or
+    the data's longest sequence, whichever is smaller, where truncating more than a few percent of a split is an
+    error (an explicit value truncates)."""
+    skip_malformed_rows: bool = False
+    """Leave out the records of a local file whose number of fields differs from the header's (reported in
+    results.json and the model card); default: such a record stops the run, naming its line."""
+    unknown_residues: str = "error"
+    """Protein tokenizers: ``error`` stops the run at a sequence with a character outside the residue alphabet
+    (J, ``*``, a digit, a space), naming its record; ``allow`` maps such characters to the unknown token and counts
+    them (log, results.json, model card). Text tokenizers are not checked."""
     train_limit: int | None = None
     """Keep the first examples of the training split only."""
     eval_limit: int | None = None
@@ -65,7 +78,9 @@ class FinetuneDataSection:
     def __post_init__(self):
         from .data import check_test_files
 
-        check_at_least("data.max_length", self.max_length, 8)
+        if self.max_length is not None:
+            check_at_least("data.max_length", self.max_length, 8)
+        check_choice("data.unknown_residues", self.unknown_residues, ("error", "allow"))
         check_test_files(self.test)
         for name in ("train_limit", "eval_limit", "test_limit"):
             if getattr(self, name) is not None:

@@ -3,45 +3,107 @@
 The sequence and token kinds share `split_rows`: it finds the file (or Hub split) of one split from the run
 config's ``data`` section and the task's layouts, and returns its rows as dicts with a `SplitSource`: where they
 came from and whether a limit cut the split (``data.train_limit`` for train, ``data.test_limit`` for test splits,
-``data.eval_limit`` for the others), which results.json and the model card report. Columns and labels are checked
-by the kinds, which know what they need.
+``data.eval_limit`` for the others), which results.json and the model card report. A local file's records keep
+their line numbers, so errors name the line; a record whose number of fields differs from the header's stops the run
+unless ``data.skip_malformed_rows`` leaves it out (then results.json and the card report it). Columns and labels are
+checked by the kinds, which know what they need.
 """
 
 import csv
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..text_files import decoding_error
 
 logger = logging.getLogger(__name__)
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+SKIP_SETTING = "data.skip_malformed_rows=true"
+"""How a user leaves out the records whose number of fields differs from the header's."""
 
 
-def read_table(path: str | Path, columns: tuple = ()) -> list[dict]:
-    """Rows of a CSV, TSV (GLUE style: no quoting) or JSONL file. `columns` names the fields of a file without a
-    header row. Rows with a different number of fields than the header are skipped and counted in the log."""
+@dataclass
+class Table:
+    """The records of a CSV, TSV or JSONL file: the rows read, the line each starts on, and the lines of the
+    records whose number of fields differs from the header's (left out of `rows`)."""
+
+    rows: list[dict]
+    lines: list[int]
+    malformed: list[int]
+    header: list[str] | None = None
+
+
+def read_records(path: str | Path, columns: tuple = ()) -> Table:
+    """The records of a CSV, TSV (GLUE style: no quoting) or JSONL file, blank lines skipped. `columns` names the
+    fields of a file without a header row. A file that is not UTF-8 is a ValueError naming the byte offset."""
     path = Path(path)
     if path.suffix.lower() not in TABLE_SUFFIXES:
         raise ValueError(f"{str(path)!r} has suffix {path.suffix!r}; allowed data files: {list(TABLE_SUFFIXES)}")
-    if path.suffix.lower() in (".jsonl", ".json"):
-        with open(path, encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    tsv = path.suffix.lower() == ".tsv"
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # utf-8-sig: MRPC's files start with a BOM
-        quoting = csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL  # GLUE's TSVs hold bare quote characters
-        reader = csv.reader(handle, delimiter="\t" if tsv else ",", quoting=quoting)
-        header = list(columns) or next(reader, [])
-        rows, malformed = [], 0
-        for fields in reader:
-            if len(fields) != len(header):
-                malformed += 1
-                continue
-            rows.append(dict(zip(header, fields)))
-    if malformed:
-        logger.warning("%s: skipped %d row(s) whose number of fields differs from the header's %d", path, malformed,
-                       len(header))
-    return rows
+    try:
+        # utf-8-sig: MRPC's files (and spreadsheets' CSVs) start with a byte-order mark
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            return json_records(handle, path) if path.suffix.lower() in (".jsonl", ".json") \
+                else delimited_records(handle, path.suffix.lower() == ".tsv", columns)
+    except UnicodeDecodeError:
+        raise decoding_error(path) from None
+
+
+def json_records(handle, path: Path) -> Table:
+    rows, lines = [], []
+    for line_number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{str(path)!r} line {line_number}: not JSON ({error.msg}); JSONL holds one JSON object "
+                             "per line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{str(path)!r} line {line_number}: a {type(row).__name__}, not a JSON object of "
+                             "named fields")
+        rows.append(row)
+        lines.append(line_number)
+    return Table(rows, lines, malformed=[])
+
+
+def delimited_records(handle, tsv: bool, columns: tuple) -> Table:
+    quoting = csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL  # GLUE's TSVs hold bare quote characters
+    reader = csv.reader(handle, delimiter="\t" if tsv else ",", quoting=quoting)
+    header = list(columns) or next(reader, [])
+    table = Table(rows=[], lines=[], malformed=[], header=header)
+    start = reader.line_num + 1
+    for fields in reader:
+        if fields:  # a blank line is no record
+            if len(fields) == len(header):
+                table.rows.append(dict(zip(header, fields)))
+                table.lines.append(start)
+            else:
+                table.malformed.append(start)
+        start = reader.line_num + 1
+    return table
+
+
+def read_table(path: str | Path, columns: tuple = ()) -> list[dict]:
+    """The rows of a CSV, TSV or JSONL file (`checked_table`: a record whose number of fields differs from the
+    header's is an error)."""
+    return checked_table(path, columns).rows
+
+
+def checked_table(path: str | Path, columns: tuple = (), skip_malformed: bool = False) -> Table:
+    """`read_records`, where records whose number of fields differs from the header's are an error naming their
+    lines, or with `skip_malformed` left out (logged; the caller reports them)."""
+    table = read_records(path, columns)
+    if table.malformed:
+        shown = ", ".join(map(str, table.malformed[:10])) + (" ..." if len(table.malformed) > 10 else "")
+        what = (f"{len(table.malformed)} record(s) of {str(path)!r} have a number of fields other than the "
+                f"header's {len(table.header)} (line(s) {shown})")
+        if not skip_malformed:
+            raise ValueError(f"{what}: a delimiter or quote out of place? Fix them, or set {SKIP_SETTING} to leave "
+                             "them out (reported in results.json and the model card)")
+        logger.warning("%s: left out (%s)", what, SKIP_SETTING)
+    return table
 
 
 def is_local(path: str) -> bool:
@@ -96,19 +158,31 @@ class SplitSource:
     hub_split: str | None = None
     articles: str | None = None
     """SQuAD ``FILE.json[a:b]``: ``"a:b"``."""
+    skipped_lines: list[int] = field(default_factory=list)
+    """Lines of the records left out for their number of fields (``data.skip_malformed_rows``); ``available``
+    counts them."""
+    lines: list[int] | None = None
+    """The line of each kept example in a local file (errors name it); None: rows without lines (a Hub split)."""
 
     def __str__(self) -> str:
         return self.text
 
     @property
     def capped(self) -> bool:
-        return self.examples < self.available
+        return self.examples < self.available - len(self.skipped_lines)
 
     def report(self) -> dict:
         """The JSON-able record of results.json; ``whole_hub_split``: the only case a model-index may name."""
-        fields = {key: value for key, value in vars(self).items() if key != "text"}
+        fields = {key: value for key, value in vars(self).items() if key not in ("text", "lines")}
         return fields | {"limit_key": f"data.{self.limit_key}" if self.capped else None, "capped": self.capped,
                          "whole_hub_split": self.origin == "hub" and not self.capped}
+
+
+def record_name(source, number: int) -> str:
+    """How errors name example `number` (1-based, of the kept ones) of `source`: its file and line for a local
+    file's `SplitSource` (``train.csv line 8``), else ``<source> row <number>``."""
+    lines = getattr(source, "lines", None)
+    return f"{source} line {lines[number - 1]}" if lines else f"{source} row {number}"
 
 
 def public_file_name(file: Path, root: str | None = None) -> str:
@@ -121,14 +195,17 @@ def public_file_name(file: Path, root: str | None = None) -> str:
     return Path(file).name
 
 
-def kept_rows(rows, data, split: str, **source) -> tuple[list[dict], SplitSource]:
+def kept_rows(rows, data, split: str, skipped_lines: list[int] = (), lines: list[int] | None = None,
+              **source) -> tuple[list[dict], SplitSource]:
     """The first rows (a list, or a `datasets.Dataset`) of `split` up to its limit, with their `SplitSource`
-    (`source`: its other fields)."""
+    (`skipped_lines`: records left out before; `lines`: the line of each row; `source`: its other fields)."""
     key = limit_key(split)
     limit = getattr(data, key, None)
     count = len(rows) if limit is None else min(limit, len(rows))
     kept = rows.select(range(count)).to_list() if hasattr(rows, "select") else list(rows[:count])
-    return kept, SplitSource(available=len(rows), examples=count, limit_key=key, limit=limit, **source)
+    return kept, SplitSource(available=len(rows) + len(skipped_lines), examples=count, limit_key=key, limit=limit,
+                             skipped_lines=list(skipped_lines), lines=None if lines is None else lines[:count],
+                             **source)
 
 
 def split_file(task, data, split: str) -> Path | None:
@@ -166,7 +243,8 @@ def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
     file = split_file(task, data, split)
     if file is not None:
         columns = task.local.columns if task.local is not None and file.parent.name == task.local.folder else ()
-        return kept_rows(read_table(file, columns), data, split, text=str(file), origin="local",
+        table = checked_table(file, columns, data.skip_malformed_rows)
+        return kept_rows(table.rows, data, split, table.malformed, table.lines, text=str(file), origin="local",
                          name=public_file_name(file, data.path))
     import datasets
 

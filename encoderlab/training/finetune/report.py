@@ -26,6 +26,8 @@ def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: 
         "pipeline_tag": prepared.kind.pipeline_tag,
         "lora": None if run.lora.r is None else dataclasses.asdict(run.lora),
         "examples": {split: len(prepared.raw[split]) for split in prepared.raw},
+        "max_length": {"tokens": prepared.settings.data.max_length, "chosen": prepared.max_length_chosen},
+        "residues": prepared.residues,
         "features": {split: len(features) for split, features in prepared.features.items()},
         "initialised_weights": best["initialised_weights"],
         "best_point": best["point"], "eval_steps": best["eval_steps"], "steps": best["steps"],
@@ -178,6 +180,13 @@ def seen_text(results: dict) -> str | None:
             f"{seen['available']:,} kept")
 
 
+def residue_text(counts: dict) -> str:
+    """What the residue check let through in one split, in words."""
+    return (f"{counts['unknown_characters']} character(s) outside the residue alphabet in "
+            f"{counts['unknown_records']} of {counts['records']} sequences read as the unknown token, "
+            f"{counts['lowercase_records']} sequence(s) with lowercase letters read as uppercase")
+
+
 def format_results(results: dict) -> str:
     lines = [f"{results['task']} ({results['problem_type']}), best point {results['best_point']}, "
              f"{results['steps']} steps; metrics of the best checkpoint ({best_checkpoint_text(results)})"]
@@ -193,6 +202,12 @@ def format_results(results: dict) -> str:
         if source["capped"]:
             lines.append(f"  {split}: {source['examples']} of {source['available']} examples (capped by "
                          f"{source['limit_key']}={source['limit']})")
+        if source.get("skipped_lines"):
+            lines.append(f"  {split}: {len(source['skipped_lines'])} malformed record(s) left out "
+                         f"(data.skip_malformed_rows=true), line(s) {source['skipped_lines'][:10]}")
+    for split, counts in (results.get("residues") or {}).items():
+        if counts["unknown_characters"] or counts["lowercase_records"]:
+            lines.append(f"  {split}: {residue_text(counts)}")
     if seen_text(results):
         lines.append(f"  train: {seen_text(results)}")
     if results["initialised_weights"]:

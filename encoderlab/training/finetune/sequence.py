@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from .data import check_columns, eval_split_names, label_id, layout_columns, split_rows
+from .data import SKIP_SETTING, check_columns, eval_split_names, label_id, layout_columns, record_name, split_rows
 from .tasks import TaskKind
 
 logger = logging.getLogger(__name__)
@@ -25,8 +25,10 @@ def load_splits(task, data, read_row):
         rows, source = split_rows(task, data, split)
         splits[split] = datasets.Dataset.from_list(read_row(rows, source, source.origin == "hub"))
         sources[split] = source
-        logger.info("%s: %d of %d examples from %s%s", split, source.examples, source.available, source,
-                    f" (capped by data.{source.limit_key}={source.limit})" if source.capped else "")
+        skipped = f" ({len(source.skipped_lines)} malformed records left out, {SKIP_SETTING})" \
+            if source.skipped_lines else ""
+        logger.info("%s: %d of %d examples from %s%s%s", split, source.examples, source.available, source,
+                    f" (capped by data.{source.limit_key}={source.limit})" if source.capped else "", skipped)
     return datasets.DatasetDict(splits), sources
 
 
@@ -70,11 +72,12 @@ class SequenceKind(TaskKind):
             try:
                 example["label"] = float(label)
             except (TypeError, ValueError):
-                raise ValueError(f"{source} row {number}: label {label!r} is not a number (regression)") from None
+                raise ValueError(f"{record_name(source, number)}: label {label!r} is not a number (regression)") \
+                    from None
         elif task.problem_type == "multi_label_classification":
             if not isinstance(label, list):
-                raise ValueError(f"{source} row {number}: a multi-label label must be a list (JSONL or Hub), got "
-                                 f"{label!r}")
+                raise ValueError(f"{record_name(source, number)}: a multi-label label must be a list (JSONL or "
+                                 f"Hub), got {label!r}")
             example["label"] = [str(item) for item in label]
         else:
             example["label"] = str(label)
@@ -89,6 +92,17 @@ class SequenceKind(TaskKind):
         if task.problem_type == "multi_label_classification":
             return sorted({item for example in labels for item in example})
         return sorted(set(labels))
+
+    def input_texts(self, raw_split) -> list[tuple[str, ...]]:
+        texts = list(raw_split["text"])
+        if "text_pair" not in raw_split.column_names:
+            return [(text,) for text in texts]
+        return list(zip(texts, raw_split["text_pair"]))
+
+    def input_lengths(self, raw_split, tokenizer) -> list[int]:
+        pairs = list(raw_split["text_pair"]) if "text_pair" in raw_split.column_names else None
+        encoded = tokenizer(list(raw_split["text"]), pairs, add_special_tokens=True, verbose=False)
+        return [len(ids) for ids in encoded["input_ids"]]
 
     def preprocess(self, raw_split, tokenizer, task, settings):
         import datasets

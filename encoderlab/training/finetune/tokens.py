@@ -12,7 +12,7 @@ unresolved residue).
 
 import numpy as np
 
-from .data import check_columns, layout_columns
+from .data import check_columns, layout_columns, record_name
 from .sequence import load_splits
 from .tasks import TaskKind
 
@@ -77,7 +77,8 @@ def as_words(value, column: str, source: str, number: int) -> list[str]:
     if isinstance(value, list):
         return [str(item) for item in value]
     if not isinstance(value, str):
-        raise ValueError(f"{source} row {number}: column {column!r} must be a list or a string, got {value!r}")
+        raise ValueError(f"{record_name(source, number)}: column {column!r} must be a list or a string, got "
+                         f"{value!r}")
     return value.split() if " " in value.strip() else list(value.strip())
 
 
@@ -108,7 +109,7 @@ class TokenKind(TaskKind):
         scored = as_words(row[RESOLVED_COLUMN], RESOLVED_COLUMN, source, number) if RESOLVED_COLUMN in row \
             else ["1"] * len(words)
         if not len(words) == len(tags) == len(scored):
-            raise ValueError(f"{source} row {number}: {len(words)} words but {len(tags)} labels"
+            raise ValueError(f"{record_name(source, number)}: {len(words)} words but {len(tags)} labels"
                              f"{f' and {len(scored)} resolved flags' if RESOLVED_COLUMN in row else ''}")
         return {"tokens": words, "tags": [tag if flag == "1" else "" for tag, flag in zip(tags, scored)]}
 
@@ -116,6 +117,9 @@ class TokenKind(TaskKind):
         if task.label_names:
             return list(task.label_names)
         return sorted({tag for tags in raw["train"]["tags"] for tag in tags if tag})
+
+    def input_texts(self, raw_split) -> list[tuple[str]]:
+        return [("".join(words),) for words in raw_split["tokens"]]  # a protein's residues, one word each
 
     def preprocess(self, raw_split, tokenizer, task, settings):
         import datasets
