@@ -367,6 +367,24 @@ def test_a_pretraining_corpus_that_is_not_utf8_is_named_with_the_offset(tmp_path
     assert ("of the decompressed stream" in str(error.value)) == name.endswith(".gz")
 
 
+def test_squad_files_and_qa_inputs_that_are_not_utf8_are_named_with_the_offset(tmp_path):
+    from encoderlab.training.finetune.predict_qa import read_questions
+    from encoderlab.training.finetune.squad import read_squad_json
+
+    squad = tmp_path / "train.json"
+    question = '{{"id": "q{0}", "question": "Where {1}?", "answers": [], "is_impossible": true}}'
+    offset = latin1_file(squad, '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [',
+                         lambda i, extra: question.format(i, extra) + ("," if i < 999 else "]}]}]}"), 1000, 700)
+    with pytest.raises(ValueError) as error:
+        read_squad_json(squad)
+    assert_names_the_byte(error.value, squad, offset)
+    inputs = tmp_path / "questions.jsonl"
+    offset = latin1_file(inputs, "", lambda i, extra: f'{{"question": "Where {extra}?", "context": "c"}}', 1000, 900)
+    with pytest.raises(ValueError) as error:
+        read_questions(str(inputs))
+    assert_names_the_byte(error.value, inputs, offset)
+
+
 def test_first_undecodable_agrees_with_decoding_the_whole_file(tmp_path, monkeypatch):
     """Across chunk boundaries (chunks of 7 bytes), characters cut at a boundary, and files ending inside one."""
     monkeypatch.setattr(text_files, "CHUNK_BYTES", 7)

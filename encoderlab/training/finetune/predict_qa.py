@@ -24,6 +24,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..text_files import read_text_file
 from .squad import check_fast_tokenizer, check_window_settings, postprocess, prepare_features, read_squad_json
 
 NULL_THRESHOLD_ATTRIBUTE = "qa_null_threshold"
@@ -143,7 +144,7 @@ def read_questions(path: str) -> list[dict]:
     if not file.is_file():
         raise ValueError(f"--input={path!r} does not exist; expected a JSON or JSONL file of "
                          '{"question": ..., "context": ...} records (or an official SQuAD file)')
-    text = file.read_text(encoding="utf-8")
+    text = read_text_file(file)  # not UTF-8: named with the byte offset
     try:
         records = ([json.loads(line) for line in text.splitlines() if line.strip()] if file.suffix == ".jsonl"
                    else json.loads(text))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..text_files import read_text_file
 from .tasks import HubLayout, Task, TaskKind, register_task
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def read_squad_json(path: str | Path, articles: slice = slice(None)) -> list[dic
     if not path.is_file():
         raise ValueError(f"SQuAD file {str(path)!r} does not exist; expected an official SQuAD v1.1/v2.0 JSON file")
     try:
-        articles_in_file = json.loads(path.read_text(encoding="utf-8"))["data"]
+        articles_in_file = json.loads(read_text_file(path))["data"]  # not UTF-8: named with the byte offset
         return [{"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"],
                  "question": qa["question"],
                  "answers": {"text": [a["text"] for a in qa.get("answers", [])],
