@@ -20,7 +20,7 @@ from encoderlab.tokenization.protein import tape_iupac_tokenizer
 from encoderlab.training import text_files
 from encoderlab.training.finetune.model_setup import load_model
 from encoderlab.training.finetune.predict import check_residues, classify, tag
-from encoderlab.training.finetune.run import finetune, load_finetune_config, prepare
+from encoderlab.training.finetune.run import finetune, format_results, load_finetune_config, prepare
 from encoderlab.training.sources import load_documents
 from encoderlab.training.text_files import first_undecodable
 from tiny_checkpoints import save_tiny_dta_mlm
@@ -120,6 +120,8 @@ def test_allowed_unknown_characters_and_lowercase_are_counted_per_split(tiny_hom
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert ("train: 12 sequences checked against the residue alphabet: 2 with lowercase letters, read as "
             "uppercase; 3 character(s) outside the residue alphabet in 2 sequence(s)") in logged
+    assert ("train: 3 character(s) outside the residue alphabet in 2 of 12 sequences read as the unknown token, "
+            "2 sequence(s) with lowercase letters read as uppercase") in format_results(result.results)
     card = (result.run_dir / "README.md").read_text(encoding="utf-8")
     assert ("`train`: 3 character(s) outside the tokenizer's residue alphabet in 2 of 12 sequences, read as the "
             "unknown token (`data.unknown_residues=allow`); 2 sequence(s) with lowercase letters") in card
@@ -194,6 +196,8 @@ def test_skipped_records_are_counted_as_the_files_and_reported(tiny_homa, tmp_pa
     assert source["capped"] is False and result.results["examples"]["train"] == 17
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "train: 17 of 20 examples from" in logged and "3 malformed records left out" in logged
+    assert (f"train: 3 malformed record(s) left out (data.skip_malformed_rows=true), line(s) {ragged}"
+            in format_results(result.results))
     card = (result.run_dir / "README.md").read_text(encoding="utf-8")
     assert (f"`ragged.csv`: all 17 examples; 3 record(s) whose number of fields differs from the header's left out "
             f"(line(s) {', '.join(map(str, ragged))}; `data.skip_malformed_rows`)") in card
