@@ -17,35 +17,49 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..modeling.attention import AttentionChoice
 from ..modeling.kernels import varlen
-from ..training.attention_choice import AttentionChoice
 from ..training.finetune.model_path import check_model_path, not_found_error
 from .batching import Batch
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
-def load_encoder(path: str):
-    """(bare encoder in eval mode, tokenizer, revision) of a checkpoint folder or Hub id. The revision is the Hub
-    commit, or for a local folder ``sha256:`` of its weights file, so that the output names the weights it came
-    from."""
-    from transformers import AutoModel, AutoTokenizer
+def load_checkpoint(path: str):
+    """(config, tokenizer) of a checkpoint folder or Hub id: all the checks of the input need, before any weight
+    is read."""
+    from transformers import AutoConfig, AutoTokenizer
 
     check_model_path(path, key="MODEL")
     try:
-        model = AutoModel.from_pretrained(path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        return AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     except OSError as error:
         if Path(path).expanduser().is_dir():
             raise ValueError(f"MODEL={path!r}: {error}") from None
         raise not_found_error(path, error, key="MODEL") from None
-    return model.eval(), tokenizer, revision_of(path, model)
 
 
-def revision_of(path: str, model) -> str | None:
+def load_encoder(path: str, config):
+    """The bare encoder of a checkpoint, in eval mode. A checkpoint saved with a task head loads without it, quietly
+    (transformers would list the head's weights as unexpected)."""
+    from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        model = AutoModel.from_pretrained(path, config=config)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    return model.eval()
+
+
+def revision_of(path: str, config) -> str | None:
+    """The Hub commit of a Hub checkpoint, or ``sha256:`` of a local folder's weights file: the output names the
+    weights it came from."""
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        return getattr(model.config, "_commit_hash", None)
+        return getattr(config, "_commit_hash", None)
     weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
     if weights is None:
         return None
@@ -150,4 +164,5 @@ def reduce_batch(hidden: torch.Tensor, batch: Batch, owned: np.ndarray, prefix: 
     return PieceStats(sums.cpu().numpy(), maxima.cpu().numpy(), first.cpu().numpy(), counts, token_rows)
 
 
-__all__ = ["Encoder", "PieceStats", "choose_attention", "layer_numbers", "load_encoder", "reduce_batch"]
+__all__ = ["Encoder", "PieceStats", "choose_attention", "layer_numbers", "load_checkpoint", "load_encoder",
+           "reduce_batch", "revision_of"]

@@ -24,7 +24,7 @@ from .batching import batches
 from .checks import RecordChecks
 from .choices import ATTENTION_KERNELS, DEVICES, POOLINGS, PRECISIONS, STORAGE_DTYPES
 from .inputs import open_source
-from .model_pass import Encoder, choose_attention, layer_numbers, load_encoder
+from .model_pass import Encoder, choose_attention, layer_numbers, load_checkpoint, load_encoder, revision_of
 from .pieces import Framing, LengthPolicy
 from .pooling import ShardPooling
 from .storage import read_manifest, vector_array, vector_field
@@ -105,8 +105,7 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
     pooling, layers = _as_tuple(pooling), _as_tuple(layers)
     check_choices(pooling, dtype, device, precision, attention, max_tokens, overlap, shard_tokens)
     source = open_source(input, input_format, column, id_column, split, subset)
-    encoder_model, tokenizer, revision = load_encoder(model)
-    config = encoder_model.config
+    config, tokenizer = load_checkpoint(model)
     device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     if device_type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine has no CUDA device torch can use; pass --device cpu")
@@ -129,7 +128,8 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
                 choice.implementation, shard_tokens)
 
     folder = Path(output).expanduser()
-    settings = {"model": public_name(model), "revision": revision, "input": source.name, **plan.settings()}
+    settings = {"model": public_name(model), "revision": revision_of(model, config), "input": source.name,
+                **plan.settings()}
     try:
         manifest = check_output(folder, resume, overwrite, settings)
     except OutputComplete as done:
@@ -137,12 +137,14 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
         return read_manifest(folder)
     checks = RecordChecks(tokenizer, unknown_residues, gaps)
     found = survey(source, tokenizer, checks, policy, shard_tokens)
+    if manifest is not None:
+        check_same_input(manifest, found, folder)
+    encoder_model = load_encoder(model, config)  # the last check: weights that load
     if manifest is None:
         manifest = new_manifest({**settings, "fingerprint": found.fingerprint}, config, source, found, choice,
                                 tokenizer)
         start_output(folder, manifest, overwrite)
     else:
-        check_same_input(manifest, found, folder)
         resume_output(folder, manifest)
     logger.info("%s; %s", choice.line(), summary_line(found, manifest))
 

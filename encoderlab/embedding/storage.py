@@ -49,7 +49,7 @@ def vectors(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> np.ndarray:
     flat = column.flatten().to_numpy(zero_copy_only=False)
     if (field.metadata or {}).get(DTYPE_KEY) == b"bfloat16":
         flat = (flat.astype(np.uint32) << 16).view(np.float32)
-    return flat.astype(np.float32, copy=False).reshape(-1, size)
+    return np.array(flat, dtype=np.float32).reshape(-1, size)  # a writable copy, not a view of Arrow's buffer
 
 
 def read_manifest(folder: str | Path) -> dict:
