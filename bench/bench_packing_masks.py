@@ -7,7 +7,7 @@ document of a row cut at the row's end, a few padding tokens after the last pack
   document ids), for bidirectional (one triangle) and dual triangle (2H routed sub-heads);
 * ``flex block mask, padding only`` (the baseline): the same call for the same rows as one document each, with the
   same padding: the per-batch mask encoderlab built before packing;
-* ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`attention.allowed_mask`).
+* ``sdpa dense mask``: the (B, 1, L, L) bool mask sdpa takes for packed rows (`kernels.common.allowed_mask`).
 
 Then the sdpa attention op itself (dual triangle, forward + backward, B=4, 4 heads of 64, L=1024): the same packed
 rows in runs of 256 queries over their key spans (what encoderlab runs), as one dense-mask call (the spans switched
@@ -24,12 +24,14 @@ import statistics
 
 import torch
 
-import encoderlab.modeling.attention as attention
+import encoderlab.modeling.kernels.sdpa as sdpa
 
 from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
-from encoderlab.modeling.attention import allowed_mask, attend, flex_block_mask, real_keys
+from encoderlab.modeling.attention import attend
 from encoderlab.modeling.documents import document_ids_from_positions
-from encoderlab.modeling.kernels.common import TRIANGLES
+from encoderlab.modeling.kernels.common import TRIANGLES, allowed_mask
+from encoderlab.modeling.kernels.flex import flex_block_mask
+from encoderlab.modeling.kernels.sdpa import real_keys
 
 HEADS = 4
 
@@ -78,14 +80,14 @@ def attention_steps(generator, batch_size=4, seq_len=1024, head_dim=64):
 
     def step(documents, spans=True):
         query, key, value = (torch.randn(batch_size, HEADS, seq_len, head_dim, requires_grad=True) for _ in range(3))
-        chunk = attention._DOCUMENT_QUERY_CHUNK
-        attention._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
+        chunk = sdpa._DOCUMENT_QUERY_CHUNK
+        sdpa._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
         try:
             output, _ = attend(query, key, value, document_ids=document_ids if documents else None,
                                implementation="sdpa", attention_type="dual_triangle")
             output.sum().backward()
         finally:
-            attention._DOCUMENT_QUERY_CHUNK = chunk
+            sdpa._DOCUMENT_QUERY_CHUNK = chunk
 
     documents_per_row = float((position_ids == 0).sum(-1).float().mean())
     return documents_per_row, {

@@ -3,7 +3,11 @@
 import pytest
 import torch
 
+from encoderlab.configuration.dta import DTABertConfig
+from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.attention import attend
+from encoderlab.modeling.dta import DTABertForMaskedLM
+from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.modeling.kernels.sdpa import causal_sdpa
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from naive_reference import naive_attention, padding_mask
@@ -72,7 +76,7 @@ def test_sdpa_matches_eager_at_split_lengths_with_padding(attention_type, side):
 @pytest.mark.parametrize("attention_type", TYPES)
 @pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("bias_kind", ["alibi", "t5"])
-@pytest.mark.parametrize("side", ["none", "left"])
+@pytest.mark.parametrize("side", ["none", "left", "right"])
 def test_matches_naive_with_bias(attention_type, implementation, bias_kind, side, uncompiled_flex):
     query, key, value, mask = random_case(3, 4, 11, 8, side)
     if bias_kind == "alibi":
@@ -84,6 +88,35 @@ def test_matches_naive_with_bias(attention_type, implementation, bias_kind, side
     expected = naive_attention(query, key, value, real_rows(mask, 3, 11), attention_type, bias)
     got = run(query, key, value, mask, attention_type, implementation, bias_module)
     assert (got - expected).abs().permute(0, 2, 1, 3)[real_rows(mask, 3, 11)].max() < 1e-10
+
+
+@pytest.mark.parametrize("attention_type", ["causal", "dual_triangle"])
+@pytest.mark.parametrize("side", ["none", "right", "left"])
+def test_a_model_adding_t5_buckets_to_a_triangle_runs_sdpa_as_eager(attention_type, side):
+    """A model whose layers add T5 buckets (not a function of |i - j|: a key before and after the query differ) to a
+    triangle builds its sdpa inputs without knowing the bias (as every forward does), and sdpa reorders the bias with
+    the tokens: logits and every gradient as eager's (the naive reference above), in float64, on padded rows."""
+    torch.manual_seed(0)
+    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=24, attention_type=attention_type, position_embedding_type="none")
+    model = DTABertForMaskedLM(config).double()
+    for layer in model.model.layers:
+        layer.attention.position_bias = T5RelativeBias(2, num_buckets=8, max_distance=6).double()
+        torch.nn.init.normal_(layer.attention.position_bias.relative_attention_bias.weight)
+    ids = torch.randint(3, 40, (3, 11))
+    mask = None if side == "none" else padding_mask([11, 8, 5], 11, side)
+    real = torch.ones(3, 11, dtype=torch.bool) if mask is None else mask.bool()
+    results = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits[real].sum().backward()
+        results[implementation] = (logits, {name: p.grad.clone() for name, p in model.named_parameters()})
+    (eager, eager_grads), (sdpa, sdpa_grads) = results["eager"], results["sdpa"]
+    assert (eager - sdpa)[real].abs().max() < 1e-10
+    for name, grad in eager_grads.items():
+        assert (grad - sdpa_grads[name]).abs().max() < 1e-10, name
 
 
 @pytest.mark.parametrize("attention_type", TYPES)
@@ -162,3 +195,52 @@ def test_float64_flex_attention_with_compile_on_cpu_falls_back_with_a_warning(mo
     expected = run(query, key, value, mask, "dual_triangle", "sdpa")
     rows = real_rows(mask, 2, 9)
     assert (got - expected).abs().permute(0, 2, 1, 3)[rows].max() < 1e-10
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# HOMA's attention types go through the same registry
+
+
+HOMA_SIZES = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+                  max_position_embeddings=24, block_size=6, block_stride=4, triadic_window=3, u_rank=4,
+                  fusion_hidden_size=8, linformer_k=5)
+
+
+@pytest.mark.parametrize("attention_type,kernel_calls", [
+    ("pairwise", 2), ("blockwise", 2), ("homa", 2), ("linformer", 2), ("triadic", 0)])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_homa_runs_the_kernel_attn_implementation_names(attention_type, kernel_calls, implementation, monkeypatch):
+    """Every pairwise attention of HOMA (global, inside the blocks, over Linformer's projected keys) runs the
+    registry's kernel of the implementation named, once per layer; the triadic type has none to run."""
+    import encoderlab.modeling.attention as attention
+
+    calls = []
+
+    def recorded(name, kernel):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return kernel(*args, **kwargs)
+
+        return call
+
+    for name in ("eager", "sdpa"):
+        monkeypatch.setitem(attention.ALL_ATTENTION_FUNCTIONS, name,
+                            recorded(name, attention.ALL_ATTENTION_FUNCTIONS[name]))
+    torch.manual_seed(0)
+    model = HOMAForMaskedLM(HOMAConfig(**HOMA_SIZES, attention_type=attention_type,
+                                       attn_implementation=implementation))
+    ids = torch.randint(3, 40, (2, 13))
+    model(input_ids=ids, attention_mask=padding_mask([13, 9], 13, "left"))
+    assert calls == [implementation] * kernel_calls
+
+
+@pytest.mark.parametrize("attention_type", ["blockwise", "homa", "triadic", "linformer"])
+@pytest.mark.parametrize("implementation", ["flex_attention", "varlen"])
+def test_homa_refuses_a_kernel_its_attention_type_cannot_run(attention_type, implementation):
+    model = HOMAForMaskedLM(HOMAConfig(**HOMA_SIZES, attention_type=attention_type))
+    model.set_attn_implementation(implementation)
+    ids = torch.randint(3, 40, (2, 13))
+    with torch.no_grad(), pytest.raises(ValueError, match=(
+            rf"^attn_implementation='{implementation}' cannot run this model: attention_type='{attention_type}' "
+            rf"attends .*; allowed values for it: 'eager', 'sdpa'$")):
+        model(input_ids=ids)

@@ -1,33 +1,29 @@
-"""The kernel a pretraining run picks when train.attn_implementation is unset: varlen for packed rows on a GPU in
-bf16 where the model allows it, else sdpa; and whether a config says varlen cannot run it agrees with what the
-varlen kernel does with that model (run on CPU with a reference kernel of torch's semantics)."""
+"""The one choice of a run's attention kernel (`encoderlab.modeling.attention.choose_attention`): a named kernel is
+kept once checked against the model, before anything is written; else varlen for packed rows on a GPU in bf16
+exactly where the varlen kernel trains the model (run on CPU with a reference kernel of torch's semantics), else
+sdpa."""
 
 import functools
 
 import pytest
 import torch
 
+import encoderlab.modeling.attention as attention
 import encoderlab.modeling.kernels.varlen as varlen_module
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.configuration.dta import DTABertConfig
 from encoderlab.configuration.homa import HOMAConfig
+from encoderlab.modeling.attention import choose_attention
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
 from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
-from encoderlab.training.attention_choice import choose_attention
-from encoderlab.training.pretrain import RunConfig
+from encoderlab.training.pretrain import RunConfig, validate_run
 from test_packing_model import reference_varlen_attn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
              max_position_embeddings=32)
-
-
-def run_config(**train_and_data):
-    data = {key: train_and_data.pop(key) for key in ("packing",) if key in train_and_data}
-    return RunConfig.from_dict({"train": {"precision": "bf16", **train_and_data}, "data": data})
-
 
 MODELS = {
     "dta dual triangle rope": (DTABertForMaskedLM, DTABertConfig(**SMALL, attention_type="dual_triangle",
@@ -37,17 +33,26 @@ MODELS = {
     "dta attention dropout": (DTABertForMaskedLM, DTABertConfig(**SMALL, attention_dropout=0.1)),
     **{f"dstg {preset}": (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig(
         **{**SMALL, "hidden_size": 24}, preset=preset, ap_size=8 if preset == "dstg" else None,
-        relative_attention_num_buckets=8, relative_attention_max_distance=6)) for preset in ("dstg", "ap", "rp", "rope")},
+        relative_attention_num_buckets=8, relative_attention_max_distance=6))
+       for preset in ("dstg", "ap", "rp", "rope")},
     **{f"homa {kind}": (HOMAForMaskedLM, HOMAConfig(**SMALL, attention_type=kind, block_size=6, block_stride=3))
-       for kind in ("pairwise", "blockwise", "homa")},
+       for kind in ("pairwise", "blockwise", "homa", "linformer")},
 }
 
 
+def on_a_gpu(config, **options):
+    """The kernel a bf16 run on packed rows of ``config``'s model trains with on CUDA."""
+    return choose_attention(config, "cuda", packed=True, half_precision=True, **options)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_varlen_blocker_says_what_the_varlen_kernel_does(name, monkeypatch):
-    """A config that names no blocker trains through the varlen kernel exactly as through sdpa; one that names a
-    blocker is refused by it, or (HOMA's block kernels) never reaches it."""
+def test_the_automatic_choice_takes_varlen_exactly_where_the_varlen_kernel_trains_the_model(name, monkeypatch):
+    """varlen is chosen for a model iff the varlen kernel trains it, giving what sdpa gives; else the forward with
+    varlen is refused (a bias, attention dropout, HOMA's blocks and Linformer) and the choice says why."""
+    if varlen_module.TORCH_VARLEN_ATTN is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen")
     model_class, config = MODELS[name]
+    choice = on_a_gpu(config)
     calls = Recorder(reference_varlen_attn)
     monkeypatch.setattr(varlen_module, "varlen_attn", calls.call)
     torch.manual_seed(0)
@@ -60,17 +65,17 @@ def test_varlen_blocker_says_what_the_varlen_kernel_does(name, monkeypatch):
     expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
     model.set_attn_implementation("varlen")
     torch.manual_seed(1)
-    try:
-        got = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    except ValueError as error:
-        assert config.varlen_blocker is not None, f"varlen refused a model with no blocker: {error}"
+    if choice.implementation == "sdpa":
+        assert choice.reason.startswith("packed rows, but varlen cannot run this model here: ")
+        with pytest.raises(ValueError, match="varlen"):
+            model(input_ids=input_ids, attention_mask=attention_mask)
+        assert calls.count == 0
         return
-    if config.varlen_blocker is None:
-        assert calls.count > 0
-        real = attention_mask.bool()
-        torch.testing.assert_close(got[real], expected[real], rtol=1e-9, atol=1e-9)
-    else:
-        assert calls.count == 0, f"varlen ran a model whose config says {config.varlen_blocker!r}"
+    assert choice.implementation == "varlen"
+    got = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert calls.count > 0
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-9, atol=1e-9)
 
 
 class Recorder:
@@ -87,30 +92,61 @@ class Recorder:
         self.call = call
 
 
+def test_the_choice_says_why():
+    config = MODELS["dta dual triangle rope"][1]
+    if varlen_module.TORCH_VARLEN_ATTN is not None:
+        assert on_a_gpu(config).line() == ("attention kernel: varlen (the fastest on packed rows on a GPU; set "
+                                           "train.attn_implementation to choose)")
+    assert on_a_gpu(MODELS["dta alibi"][1]).reason.endswith("position_embedding_type='alibi' adds a bias to the "
+                                                             "attention scores")
+    assert "attention_dropout=0.1" in on_a_gpu(MODELS["dta attention dropout"][1]).reason
+    in_eval = on_a_gpu(MODELS["dta attention dropout"][1], training=False)
+    assert in_eval.implementation == on_a_gpu(config).implementation
+
+
 def test_a_named_kernel_is_kept_everywhere():
     config = MODELS["dta alibi"][1]
-    for device in ("cpu", "cuda"):
-        choice = choose_attention(run_config(attn_implementation="eager"), config, device)
-        assert (choice.implementation, choice.reason) == ("eager", "set by train.attn_implementation")
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_packed_rows_on_a_gpu_take_varlen_exactly_where_the_model_allows_it(name):
-    config = MODELS[name][1]
-    choice = choose_attention(run_config(), config, "cuda")
-    assert choice.implementation == ("varlen" if config.varlen_blocker is None else "sdpa")
-    if config.varlen_blocker is not None:
-        assert config.varlen_blocker in choice.reason
-    assert choice.line().startswith(f"attention kernel: {choice.implementation} (")
+    for device in ("cpu", "cuda", "cuda:1"):
+        for packed in (True, False):
+            choice = choose_attention(config, device, packed=packed, half_precision=False, requested="eager")
+            assert (choice.implementation, choice.reason) == ("eager", "set by train.attn_implementation")
+    choice = choose_attention(config, "cpu", packed=True, half_precision=False, requested="sdpa", setting="--attention")
+    assert choice.line() == "attention kernel: sdpa (set by --attention)"
 
 
 def test_cpu_unpacked_rows_fp32_and_an_old_torch_take_sdpa(monkeypatch):
     config = MODELS["dta dual triangle rope"][1]
-    assert choose_attention(run_config(), config, "cpu").implementation == "sdpa"
-    for packing in ("chunk", "truncate"):
-        choice = choose_attention(run_config(packing=packing), config, "cuda")
-        assert choice.implementation == "sdpa" and f"data.packing={packing!r}" in choice.reason
-    choice = choose_attention(run_config(precision="fp32"), config, "cuda")
-    assert choice.implementation == "sdpa" and "train.precision='fp32'" in choice.reason
-    monkeypatch.setattr(varlen_module, "TORCH_VARLEN_ATTN", None)
-    assert choose_attention(run_config(), config, "cuda").implementation == "sdpa"
+    assert choose_attention(config, "cpu", packed=True, half_precision=True).implementation == "sdpa"
+    choice = choose_attention(config, "cuda", packed=False, half_precision=True)
+    assert (choice.implementation, choice.reason) == ("sdpa", "the fastest on unpacked rows")
+    choice = choose_attention(config, "cuda", packed=True, half_precision=False)
+    assert choice.implementation == "sdpa" and "bf16 or fp16" in choice.reason
+    monkeypatch.setattr(attention, "TORCH_VARLEN_ATTN", None)
+    choice = choose_attention(config, "cuda", packed=True, half_precision=True)
+    assert choice.implementation == "sdpa" and "no torch.nn.attention.varlen" in choice.reason
+
+
+@pytest.mark.parametrize("requested,config_name,device,message", [
+    ("flash", "dta alibi", "cuda", r"train.attn_implementation='flash' is not supported; allowed values: 'eager', "
+                                   r"'sdpa', 'flex_attention', 'varlen'"),
+    ("flex_attention", "homa homa", "cuda", r"train.attn_implementation='flex_attention' cannot run this model: "
+                                            r"attention_type='homa' attends inside blocks of block_size=6 tokens; "
+                                            r"allowed values for it: 'eager', 'sdpa'"),
+    ("varlen", "homa linformer", "cuda", r"'varlen' cannot run this model: attention_type='linformer' attends over "
+                                         r"linformer_k=\d+ projected keys per document; allowed values for it: "
+                                         r"'eager', 'sdpa'"),
+    ("varlen", "dta alibi", "cuda", r"train.attn_implementation='varlen' cannot run here: position_embedding_type="
+                                    r"'alibi' adds a bias to the attention scores; use 'sdpa'"),
+    ("varlen", "dta dual triangle rope", "cpu", r"'varlen' cannot run here: .*(CUDA device, not cpu|no torch.nn)"),
+])
+def test_a_named_kernel_the_model_cannot_run_is_refused_by_name(requested, config_name, device, message):
+    with pytest.raises(ValueError, match=message):
+        choose_attention(MODELS[config_name][1], device, packed=True, half_precision=True, requested=requested)
+
+
+def test_pretraining_checks_the_named_kernel_against_the_model_before_it_starts():
+    run = RunConfig.from_dict({"model": {"family": "homa", "config": {"attention_type": "homa"}},
+                               "train": {"attn_implementation": "flex_attention"}})
+    with pytest.raises(ValueError, match="train.attn_implementation='flex_attention' cannot run this model: "
+                                         "attention_type='homa'"):
+        validate_run(run)

@@ -1,5 +1,7 @@
 """DTA-BERT end to end: implementations vs the naive reference, invariances, heads, options and input errors."""
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -36,10 +38,11 @@ def build(model_class=DTABertForMaskedLM, dtype=torch.float64, seed=0, **overrid
     return model_class(tiny_config(**overrides)).to(dtype).eval()
 
 
-def naive_attention_forward(module, query, key, value, mask, *, attention_type, bias_module=None, **unused):
-    """The naive reference with the signature of the functions in ALL_ATTENTION_FUNCTIONS."""
-    batch, _, length, _ = query.shape
-    valid = torch.ones(batch, length, dtype=torch.bool) if mask.key_valid is None else mask.key_valid
+def naive_attention_forward(module, query, key, value, attention_inputs, *, attention_type, valid, bias_module=None,
+                            **unused):
+    """The naive reference with the signature of the functions in ALL_ATTENTION_FUNCTIONS; ``valid`` (B, L): the
+    real tokens."""
+    length = query.shape[2]
     bias = None if bias_module is None else bias_module.dense(length, query.device, query.dtype)
     return naive_attention(query, key, value, valid, attention_type, bias), None
 
@@ -64,7 +67,8 @@ def test_every_implementation_matches_naive_model(attention_type, position, side
     mask = None if side == "none" else padding_mask([9, 6, 4], 9, side)
     real = torch.ones(3, 9, dtype=torch.bool) if mask is None else mask.bool()
     with monkeypatch.context() as patch:
-        patch.setitem(dta_module.ALL_ATTENTION_FUNCTIONS, "eager", naive_attention_forward)
+        patch.setitem(dta_module.ALL_ATTENTION_FUNCTIONS, "eager", functools.partial(naive_attention_forward,
+                                                                                     valid=real))
         expected = logits_with(model, "eager", ids, mask)
     for implementation in ("eager", "sdpa", "flex_attention"):
         got = logits_with(model, implementation, ids, mask)

@@ -24,6 +24,8 @@ from encoderlab import (
     DTABertForTokenClassification,
     DTABertModel,
 )
+from encoderlab.export import EXPORT_RULE, carried_modules, import_problems
+from encoderlab.registry import FAMILIES
 from remote_code import without_encoderlab
 
 AUTO_CLASSES = [
@@ -120,3 +122,52 @@ def test_remote_code_loads_without_encoderlab_and_gives_identical_logits(tmp_pat
     # A checkpoint saved from the remote-code model is itself loadable the same way.
     logits_again, _ = run_without_encoderlab(tmp_path, resaved, "second")
     assert torch.equal(logits_again, expected)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the rule for imports inside the modules a checkpoint carries
+
+def test_every_module_a_checkpoint_carries_keeps_the_export_rule():
+    carried = {module for config_class in FAMILIES for module in carried_modules(config_class)}
+    assert {"encoderlab.configuration.homa", "encoderlab.modeling.kernels.sdpa", "encoderlab.modeling.documents",
+            "encoderlab.modeling.kernels.triadic_triton"} <= carried
+    problems = [problem for module in sorted(carried) for problem in import_problems(module)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("line,why", [
+    ("from .kernels import sdpa", "imports the package encoderlab.modeling.kernels"),
+    ("from . import documents", "imports the package encoderlab.modeling"),
+    ("from ..configuration import dta", "imports the package encoderlab.configuration"),
+    ("import encoderlab.modeling.documents", "imports encoderlab by its absolute name"),
+    ("from .kernels.no_such_backend import x", "imports encoderlab.modeling.kernels.no_such_backend, which does not "
+                                               "exist"),
+])
+def test_a_broken_rule_is_named_with_its_import_and_the_rule(line, why):
+    source = f"import torch\n\n\ndef forward():\n    {line}\n"
+    assert import_problems("encoderlab.modeling.dta", source) == [
+        f"encoderlab.modeling.dta line 5: `{line}` {why}; the rule: {EXPORT_RULE}"]
+
+
+def test_imports_the_export_can_rewrite_are_kept():
+    source = ("from ..configuration.dta import DTABertConfig\nfrom .kernels.sdpa import SdpaInputs\n"
+              "from encoderlab.modeling.documents import run_index\n"
+              "try:\n    from encoderlab.export import write_remote_code\nexcept ImportError:\n    pass\n")
+    assert import_problems("encoderlab.modeling.dta", source) == []
+
+
+def test_saving_refuses_code_that_breaks_the_rule_before_writing_a_file(tmp_path, monkeypatch):
+    import encoderlab.export as export
+
+    real_source = export.module_source
+
+    def with_a_package_import(module_name):
+        source = real_source(module_name)
+        return source + "\nfrom .kernels import sdpa\n" if module_name == "encoderlab.modeling.dta" else source
+
+    monkeypatch.setattr(export, "module_source", with_a_package_import)
+    with pytest.raises(ValueError, match=r"cannot export encoderlab.modeling.dta: encoderlab.modeling.dta line \d+: "
+                                         r"`from .kernels import sdpa` imports the package "
+                                         r"encoderlab.modeling.kernels; the rule: a module that checkpoints carry"):
+        export.write_remote_code(DTABertConfig, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -27,11 +27,10 @@ from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from encoderlab.run_files import RunRecord
-from encoderlab.training.pretrain import RunConfig
 
 # Internal functions, imported here only (their modules may move).
 from encoderlab.modeling.attention import attend  # one attention call without a model
-from encoderlab.training.attention_choice import choose_attention  # the kernel a run trains with when none is named
+from encoderlab.modeling.attention import choose_attention  # the kernel a run trains with when none is named
 from encoderlab.training.finetune.model_path import check_model_path  # --model: local folder or Hub id
 from encoderlab.training.finetune.report import format_results  # the summary a fine-tuning run prints
 from encoderlab.training.finetune.squad import no_answer_baseline  # SQuAD's trivial rule, scored
@@ -106,6 +105,10 @@ def test_attention_dropout_is_off_in_eval_and_on_in_train(case, implementation, 
     plain.load_state_dict(dropping.state_dict())
     input_ids, attention_mask = batch()
     real = attention_mask.bool()
+    if dropping.config.attention_blocker(implementation) is not None:  # HOMA's blocks and Linformer: eager, sdpa
+        with pytest.raises(ValueError, match=f"attn_implementation='{implementation}' cannot run this model"):
+            dropping(input_ids=input_ids, attention_mask=attention_mask)
+        return
 
     dropping.eval(), plain.eval()
     with torch.no_grad():  # flex_attention runs its own kernel on CPU only without gradients
@@ -271,8 +274,9 @@ def test_flex_attention_refuses_attention_dropout_in_training(case, uncompiled_f
 # (5) the automatic kernel choice: sdpa on every device but CUDA
 
 
-def run_config(**train):
-    return RunConfig.from_dict({"train": {"precision": "bf16", **train}, "data": {"packing": "pack"}})
+def automatic_choice(config, device):
+    """The kernel a bf16 run on packed rows trains with when none is named."""
+    return choose_attention(config, device, packed=True, half_precision=True)
 
 
 NON_CUDA_DEVICES = ("cpu", "mps", "xpu", "meta", "hpu", "cpu:0", "mps:0")
@@ -283,12 +287,12 @@ def test_the_automatic_kernel_is_sdpa_on_every_device_that_is_not_cuda():
                            intermediate_size=24, attention_type="dual_triangle", position_embedding_type="rope")
     assert config.varlen_blocker is None  # this model trains through varlen where a GPU allows it
     for device in NON_CUDA_DEVICES:
-        choice = choose_attention(run_config(), config, device)
+        choice = automatic_choice(config, device)
         assert choice.implementation == "sdpa", f"{device!r} gets {choice.implementation!r}"
         assert device.split(":")[0] in choice.reason, f"the reason does not name the device: {choice.reason!r}"
-    on_cuda = choose_attention(run_config(), config, "cuda")
+    on_cuda = automatic_choice(config, "cuda")
     for device in ("cuda:0", "cuda:1"):
-        assert choose_attention(run_config(), config, device) == on_cuda, f"{device!r} is not taken as CUDA"
+        assert automatic_choice(config, device) == on_cuda, f"{device!r} is not taken as CUDA"
     if on_cuda.implementation != "varlen":
         pytest.skip(f"on CUDA this torch takes {on_cuda.implementation!r} too ({on_cuda.reason})")
 

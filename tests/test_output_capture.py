@@ -15,7 +15,7 @@ from encoderlab import (
     HOMAForTokenClassification,
     HOMAModel,
 )
-from encoderlab.modeling.attention import prepare_attention_inputs
+from encoderlab.modeling.attention import attention_inputs_type
 from encoderlab.modeling.base import default_position_ids
 from encoderlab.modeling.homa import prepare_homa_inputs
 
@@ -70,8 +70,9 @@ def states_by_hand(base, ids, mask):
     if isinstance(base, HOMAModel):
         attention_inputs = prepare_homa_inputs(base, mask, None, joined(state))
     else:
-        attention_inputs = prepare_attention_inputs(base, mask, None, joined(state),
-                                                    attention_type=getattr(config, "attention_type", "bidirectional"))
+        attention_inputs = attention_inputs_type(base, joined(state)).build(
+            mask, None, joined(state), attention_type=getattr(config, "attention_type", "bidirectional"),
+            num_heads=config.num_attention_heads)
     if getattr(config, "is_disentangled", False):
         position_embeddings = base.relative_positions(ids, attention_inputs)
     else:

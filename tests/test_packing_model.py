@@ -10,15 +10,7 @@ from transformers import DataCollatorWithFlattening
 import encoderlab.modeling.kernels.varlen as varlen_module
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.configuration.dta import DTABertConfig
-from encoderlab.modeling.attention import (
-    ALL_ATTENTION_FUNCTIONS,
-    allowed_mask,
-    attend,
-    build_attention_inputs,
-    key_spans,
-    row_key_spans,
-    row_runs,
-)
+from encoderlab.modeling.attention import ALL_ATTENTION_FUNCTIONS, ATTENTION_INPUTS, attend
 from encoderlab.modeling.documents import (
     document_bounds,
     document_ids_from_positions,
@@ -27,6 +19,8 @@ from encoderlab.modeling.documents import (
 )
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification
 from encoderlab.modeling.dta import DTABertForMaskedLM, DTABertForSequenceClassification
+from encoderlab.modeling.kernels.common import allowed_mask
+from encoderlab.modeling.kernels.sdpa import key_spans, row_key_spans, row_runs
 from encoderlab.modeling.positions import ALiBiBias
 
 pytestmark = pytest.mark.usefixtures("one_thread", "uncompiled_flex")
@@ -596,10 +590,10 @@ def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bi
                                                               monkeypatch):
     """fp64, forward and gradients, at every real token: the CPU path (`sdpa_document_rows`, each row alone in runs
     of queries over its own documents' keys) equals eager and the path that runs over all rows at once."""
-    import encoderlab.modeling.attention as attention
+    import encoderlab.modeling.kernels.sdpa as sdpa
 
-    monkeypatch.setattr(attention, "_ROW_QUERY_CHUNK", chunk)
-    monkeypatch.setattr(attention, "_DOCUMENT_QUERY_CHUNK", chunk)
+    monkeypatch.setattr(sdpa, "_ROW_QUERY_CHUNK", chunk)
+    monkeypatch.setattr(sdpa, "_DOCUMENT_QUERY_CHUNK", chunk)
     generator = torch.Generator().manual_seed(chunk)
     attention_mask, document_ids = row_case(layouts, pad_left)
     batch, length = attention_mask.shape
@@ -611,9 +605,9 @@ def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bi
     results = {}
     for name, implementation, row_devices in [("eager", "eager", ("cpu",)), ("rows", "sdpa", ("cpu",)),
                                               ("all rows", "sdpa", ())]:
-        monkeypatch.setattr(attention, "_ROW_SPAN_DEVICES", row_devices)
-        inputs = build_attention_inputs(implementation, attention_mask, document_ids, batch, length, "cpu",
-                                        attention_type=attention_type, num_heads=heads, dtype=query.dtype)
+        monkeypatch.setattr(sdpa, "_ROW_SPAN_DEVICES", row_devices)
+        inputs = ATTENTION_INPUTS[implementation].build(attention_mask, document_ids, query.transpose(1, 2),
+                                                        attention_type=attention_type, num_heads=heads)
         output, _ = ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, inputs,
                                                             attention_type=attention_type, bias_module=bias_module)
         results[name] = (output, *torch.autograd.grad(output, (query, key, value), upstream))

@@ -280,14 +280,19 @@ class EncoderConfig(PreTrainedConfig):
         """
         return self.position_embedding_type != "none"
 
+    def attention_blocker(self, implementation):
+        """Why this model's attention cannot run ``attn_implementation=implementation`` whatever its inputs, or None
+        (every family runs every implementation unless it says otherwise). What only some calls rule out, a kernel
+        refuses itself (an additive bias for varlen, attention dropout in training for varlen and flex_attention)."""
+        return None
+
     @property
     def varlen_blocker(self):
-        """Why ``attn_implementation="varlen"`` cannot run this model, or None: FlashAttention takes neither an
-        additive bias on the scores nor attention dropout. Families add their own reasons."""
+        """Why ``attn_implementation="varlen"`` cannot run this model, or None: FlashAttention takes no additive bias
+        on the scores (nor attention dropout in training, which `modeling.attention.choose_attention` checks).
+        Families add their own reasons."""
         if self.position_embedding_type == "alibi":
             return "position_embedding_type='alibi' adds a bias to the attention scores"
-        if self.attention_dropout:
-            return f"attention_dropout={self.attention_dropout} drops attention probabilities"
         return None
 
     @property

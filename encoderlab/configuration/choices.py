@@ -4,6 +4,7 @@ Plain tuples, without transformers, so that ``encoderlab ... --help`` lists them
 check their fields against these same tuples.
 """
 
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "varlen")  # varlen: CUDA only
 ROPE_SCALING_TYPES = ("linear", "ntk", "yarn")
 DTA_ATTENTION_TYPES = ("bidirectional", "causal", "dual_triangle")
 DUAL_TRIANGLE_ROUTINGS = ("channel_halves", "head_groups")

@@ -115,11 +115,18 @@ class HOMAConfig(EncoderConfig):
     def uses_blocks(self):
         return self.attention_type in BLOCK_ATTENTION_TYPES
 
+    def attention_blocker(self, implementation):
+        """Block and Linformer attention run their pairwise attention through the eager or sdpa kernel (the
+        triadic pathway through its own operator); flex_attention and varlen have no kernel for them."""
+        if self.attention_type == "pairwise" or implementation in ("eager", "sdpa"):
+            return super().attention_blocker(implementation)
+        if self.attention_type == "linformer":
+            return f"attention_type='linformer' attends over linformer_k={self.linformer_k} projected keys per document"
+        return f"attention_type={self.attention_type!r} attends inside blocks of block_size={self.block_size} tokens"
+
     @property
     def varlen_blocker(self):
-        if self.attention_type != "pairwise":
-            return f"attention_type={self.attention_type!r} runs HOMA's own kernels, whatever attn_implementation says"
-        return super().varlen_blocker
+        return self.attention_blocker("varlen") or super().varlen_blocker
 
     def validate_fields(self):
         super().validate_fields()

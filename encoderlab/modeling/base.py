@@ -338,8 +338,9 @@ def unset_flags_read_from_config(forward):
 
 class EncoderModel:
     """Mixin of every family's bare model: token-embedding access, and `read_inputs`, the checks and positions its
-    forward starts with. The forward itself is the family's own: embeddings, `prepare_attention_inputs`, the layers
-    (``layer(hidden_states, attention_inputs, position_embeddings, **kwargs) -> (state, probs)``), the final norm.
+    forward starts with. The forward itself is the family's own: embeddings, the inputs of its attention kernel
+    (`attention.attention_inputs_type` and that type's ``build``), the layers (``layer(hidden_states,
+    attention_inputs, position_embeddings, **kwargs) -> (state, probs)``), the final norm.
 
     Outputs are recorded by transformers' output-capturing hooks (`capture_outputs` on the forward), from the
     family's ``_can_record_outputs``: ``hidden_states`` are the first layer's input (the embedding output) and every

@@ -30,7 +30,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.dstg import DSTGNeoBERTConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, eager_attention_forward, prepare_attention_inputs
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_inputs_type, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
 from .heads import (
     EncoderForMaskedLM,
@@ -557,8 +557,8 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
 
         state = self.embeddings(input_ids, inputs_embeds, position_ids)
         joined = join_streams(state)
-        attention_inputs = prepare_attention_inputs(self, attention_mask, document_ids, joined,
-                                                    output_attentions=output_attentions)
+        attention_inputs = attention_inputs_type(self, joined, output_attentions).build(
+            attention_mask, document_ids, joined, num_heads=config.num_attention_heads)
         if config.is_disentangled:
             position_embeddings = self.relative_positions(input_ids, attention_inputs)
         else:

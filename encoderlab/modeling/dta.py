@@ -17,7 +17,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.dta import DTABertConfig
-from .attention import ALL_ATTENTION_FUNCTIONS, eager_attention_forward, prepare_attention_inputs
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_inputs_type, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
 from .heads import (
     EncoderForMaskedLM,
@@ -194,9 +194,10 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
-        attention_inputs = prepare_attention_inputs(self, attention_mask, document_ids, hidden_states,
-                                                    attention_type=config.attention_type,
-                                                    output_attentions=output_attentions)
+        # The inputs of the kernel this forward runs (attention.py says which; kernels/<backend>.py builds them).
+        attention_inputs = attention_inputs_type(self, hidden_states, output_attentions).build(
+            attention_mask, document_ids, hidden_states, attention_type=config.attention_type,
+            num_heads=config.num_attention_heads)
         position_embeddings = self.rotary_tables(position_ids, hidden_states.dtype)
         x0 = hidden_states if config.unet else None
         half = config.num_hidden_layers // 2

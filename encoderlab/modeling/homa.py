@@ -9,9 +9,13 @@ A HOMA layer runs, inside overlapping blocks of length ``l`` (stride ``s``), ord
 The two head outputs are fused (MLP, sum or gated sum), blocks are averaged back onto the sequence and the
 output projection follows. The baselines of the paper are here too: global pairwise, blockwise and Linformer.
 
-Each attention type reads its own inputs, built once per forward by `prepare_homa_inputs`: the block grid
-(`kernels.blocks.BlockLayout`) for the block types, whose triadic pathway runs `kernels.triadic`; Linformer's token
-order or documents ([`LinformerInputs`]); the [`AttentionInputs`] of the pairwise kernels.
+Each attention type reads its own inputs, built once per forward by `prepare_homa_inputs`: the inputs of the
+pairwise kernel (``pairwise``); the block grid (`kernels.blocks.BlockLayout`) for the block types, whose triadic
+pathway runs `kernels.triadic` ([`BlockInputs`]); Linformer's token order or documents ([`LinformerInputs`]). Every
+pairwise attention, global, inside the blocks or over Linformer's projected keys, runs the kernel that
+``attn_implementation`` names, through the same registry as the other families (`attention.ALL_ATTENTION_FUNCTIONS`);
+the block types and Linformer take eager and sdpa, which read a given mask, and refuse flex_attention and varlen
+(`HOMAConfig.attention_blocker`).
 """
 
 import math
@@ -26,17 +30,12 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..configuration.homa import HOMAConfig
-from .attention import (
-    ALL_ATTENTION_FUNCTIONS,
-    eager_attention_forward,
-    prepare_attention_inputs,
-    real_keys,
-    row_order,
-)
+from .attention import ALL_ATTENTION_FUNCTIONS, attention_inputs_type, eager_attention_forward
 from .base import EncoderEmbeddings, EncoderModel, EncoderPreTrainedModel, unset_flags_read_from_config
 from .documents import DocumentSegments
 from .heads import EncoderForMaskedLM, EncoderForSequenceClassification, EncoderForTokenClassification, auto_classes
 from .kernels.blocks import BlockLayout, view_blocks
+from .kernels.sdpa import real_keys, row_order
 from .kernels.triadic import triadic_attention
 from .layers import build_mlp, build_norm
 from .positions import apply_rotary, build_rotary
@@ -153,6 +152,7 @@ class HOMAAttentionBase(nn.Module):
         self.key = nn.Linear(hidden, hidden, bias=bias)
         self.value = nn.Linear(hidden, hidden, bias=bias)
         self.output = nn.Linear(hidden, hidden, bias=bias)
+        self.scale = 1 / math.sqrt(self.head_dim)  # torch's own default for sdpa
 
     def split_heads(self, x):
         """(..., L, d) -> (..., H, L, Dh)."""
@@ -170,15 +170,23 @@ class HOMAAttentionBase(nn.Module):
                           for t in (query, key))
         return query, key, value
 
-    def dropout_probability(self):
-        return self.config.attention_dropout if self.training else 0.0
+    def attend(self, query, key, value, attention_inputs):
+        """Bidirectional attention of (..., H, L, Dh) queries over (..., H, K, Dh) keys and values through the
+        kernel of ``attention_inputs`` (the eager or sdpa inputs of a given mask, for blocks and Linformer)."""
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
+                                                                  eager_attention_forward)
+        output, _ = attention_forward(
+            self, query, key, value, attention_inputs, attention_type="bidirectional", scale=self.scale,
+            dropout=self.config.attention_dropout,
+        )
+        return output
 
 
 class PairwiseSelfAttention(HOMAAttentionBase):
     """Global multi-head attention over the real keys (the Pairwise-2D baseline)."""
 
     def forward(self, hidden_states, attention_inputs, position_embeddings=None):
-        """attention_inputs: the forward's [`AttentionInputs`]."""
+        """attention_inputs: the forward's inputs of its kernel (`attention.ATTENTION_INPUTS`)."""
         query, key, value = (self.split_heads(t) for t in self.project_qkv(hidden_states, position_embeddings))
         attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
                                                                   eager_attention_forward)
@@ -221,13 +229,6 @@ class LinformerSelfAttention(HOMAAttentionBase):
         mixing = (owner[..., None] * columns[:, :, None, :]).flatten(2)  # (B, L, D * k)
         return mixing.mT @ x + projection.bias.repeat(num_documents)[:, None]
 
-    def own_document_rows(self, segments, num_documents):
-        """(B, 1, L, D * k) bool: a token sees the projected rows of its own document; padding sees every row, so
-        its output stays finite."""
-        rows_per_document = self.key_projection.out_features
-        row_owner = torch.arange(num_documents * rows_per_document, device=segments.index.device) // rows_per_document
-        return ((row_owner == segments.index[..., None]) | ~segments.real[..., None])[:, None]
-
     def forward(self, hidden_states, attention_inputs, position_embeddings=None):
         """attention_inputs: the forward's [`LinformerInputs`]; Linformer takes no position embeddings."""
         seq_len = hidden_states.shape[1]
@@ -242,15 +243,10 @@ class LinformerSelfAttention(HOMAAttentionBase):
         if segments is None:
             key = self.project_sequence(self.key_projection, key, attention_inputs)
             value = self.project_sequence(self.value_projection, value, attention_inputs)
-            allowed = None
         else:
             key = self.project_documents(self.key_projection, key, segments, num_documents)
             value = self.project_documents(self.value_projection, value, segments, num_documents)
-            allowed = self.own_document_rows(segments, num_documents)
-        out = F.scaled_dot_product_attention(
-            query, self.split_heads(key), self.split_heads(value), attn_mask=allowed,
-            dropout_p=self.dropout_probability(),
-        )
+        out = self.attend(query, self.split_heads(key), self.split_heads(value), attention_inputs.attention)
         return self.output(self.merge_heads(out))
 
 
@@ -288,22 +284,19 @@ class BlockSelfAttention(HOMAAttentionBase):
         u = coordinates.view(batch, 1, num_blocks * block_size, rank) @ basis.mT  # (B, H, T * l, Dh)
         return view_blocks(u, batch, self.num_heads, num_blocks, block_size, self.head_dim)
 
-    def forward(self, hidden_states, layout, position_embeddings=None):
-        """layout: the forward's [`BlockLayout`]; position_embeddings: RoPE's (cos, sin) or None."""
+    def forward(self, hidden_states, attention_inputs, position_embeddings=None):
+        """attention_inputs: the forward's [`BlockInputs`]; position_embeddings: RoPE's (cos, sin) or None."""
         seq_len = hidden_states.shape[1]
+        layout = attention_inputs.layout
         query, key, value = (self.to_blocks(layout, t) for t in self.project_qkv(hidden_states, position_embeddings))
-        key_mask = layout.key_mask.unsqueeze(1)  # (B, 1, T, l), broadcast over heads
 
-        if self.use_pairwise:
-            # SDPA wants 4-D inputs: blocks of all heads side by side, (B, H * T, l, Dh).
-            block_mask = key_mask.expand(-1, self.num_heads, -1, -1).flatten(1, 2).unsqueeze(-2)
-            pairwise = F.scaled_dot_product_attention(
-                query.flatten(1, 2), key.flatten(1, 2), value.flatten(1, 2), attn_mask=block_mask,
-                dropout_p=self.dropout_probability(),
-            ).view_as(query)
+        if self.use_pairwise:  # the kernels take 4-D inputs: blocks of all heads side by side, (B, H * T, l, Dh)
+            pairwise = self.attend(query.flatten(1, 2), key.flatten(1, 2), value.flatten(1, 2),
+                                   attention_inputs.pairwise).view_as(query)
         if self.use_triadic:
             u = self.triadic_u(layout, hidden_states)
-            triadic = self.triadic_kernel(query, key, u, value, key_mask, self.config.triadic_window)
+            triadic = self.triadic_kernel(query, key, u, value, layout.key_mask.unsqueeze(1),  # (B, 1, T, l)
+                                          self.config.triadic_window)
         if not (self.use_pairwise and self.use_triadic):
             out = layout.merge(pairwise if self.use_pairwise else triadic, seq_len)
         else:
@@ -312,10 +305,26 @@ class BlockSelfAttention(HOMAAttentionBase):
 
 
 @dataclass(frozen=True)
+class BlockInputs:
+    """What block attention reads of a batch, built once per forward (`prepare_homa_inputs`).
+
+    Attributes:
+        layout: the block grid ([`BlockLayout`]).
+        pairwise: the pairwise pathway's kernel inputs over the blocks, side by side as (B, H * T) heads of l keys
+            each (eager's or sdpa's, of the mask `block_keys`); None for the triadic type, which has none.
+    """
+
+    layout: BlockLayout
+    pairwise: object = None
+
+
+@dataclass(frozen=True)
 class LinformerInputs:
     """What Linformer attention reads of a batch, built once per forward (`prepare_homa_inputs`).
 
     Attributes:
+        attention: the kernel inputs over the projected keys: eager's or sdpa's, of `own_document_rows` for packed
+            rows, else of every key.
         order: (B, L) long, each row's real tokens in order, then its padding; None without padding or for packed
             rows.
         real_first: (B, L) bool, the token ``order`` puts at each place is real; None where ``order`` is.
@@ -323,27 +332,51 @@ class LinformerInputs:
         num_documents: the most documents a row of a packed batch holds.
     """
 
+    attention: object
     order: torch.Tensor | None = None
     real_first: torch.Tensor | None = None
     segments: DocumentSegments | None = None
     num_documents: int = 1
 
 
+def block_keys(key_mask, num_heads):
+    """The keys each block's queries see, for the pairwise kernel: key_mask (B, T, l) -> (B, H * T, 1, l) bool, the
+    blocks of every head side by side; a block in no use (no real key) sees every slot, so its rows stay finite
+    (its merge weight is 0)."""
+    keys = key_mask | ~key_mask.any(dim=-1, keepdim=True)
+    return keys.unsqueeze(1).expand(-1, num_heads, -1, -1).flatten(1, 2).unsqueeze(-2)
+
+
+def own_document_rows(segments, num_documents, rows_per_document):
+    """(B, 1, L, D * k) bool: a token sees the projected rows of its own document; padding sees every row, so its
+    output stays finite."""
+    row_owner = torch.arange(num_documents * rows_per_document, device=segments.index.device) // rows_per_document
+    return ((row_owner == segments.index[..., None]) | ~segments.real[..., None])[:, None]
+
+
 def prepare_homa_inputs(model, attention_mask, document_ids, hidden_states):
-    """What ``model``'s attention type reads, once per forward: the block grid (blockwise, homa, triadic; anchored on
-    each row's real tokens or, for packed rows, each document's), [`LinformerInputs`] (linformer), or the
-    [`AttentionInputs`] of the pairwise kernels (pairwise)."""
+    """What ``model``'s attention type reads, once per forward, for the kernel ``attn_implementation`` names
+    (`attention.attention_inputs_type`): its inputs (pairwise); [`BlockInputs`], the block grid anchored on each
+    row's real tokens or, for packed rows, each document's (blockwise, homa, triadic); [`LinformerInputs`]
+    (linformer)."""
     config = model.config
+    inputs_type = attention_inputs_type(model, hidden_states)
     if config.attention_type == "pairwise":
-        return prepare_attention_inputs(model, attention_mask, document_ids, hidden_states)
+        return inputs_type.build(attention_mask, document_ids, hidden_states, num_heads=config.num_attention_heads)
     key_valid = real_keys(attention_mask, hidden_states.device)
     batch_size, seq_len = hidden_states.shape[:2]
     real = key_valid if key_valid is not None else torch.ones(batch_size, seq_len, dtype=torch.bool,
                                                               device=hidden_states.device)
-    if config.uses_blocks and document_ids is None:
-        return BlockLayout.from_mask(real, config.block_size, config.block_stride)
     if config.uses_blocks:
-        return BlockLayout.from_documents(real, document_ids.to(real.device), config.block_size, config.block_stride)
+        if document_ids is None:
+            layout = BlockLayout.from_mask(real, config.block_size, config.block_stride)
+        else:
+            layout = BlockLayout.from_documents(real, document_ids.to(real.device), config.block_size,
+                                                config.block_stride)
+        pairwise = None
+        if config.attention_type != "triadic":
+            pairwise = inputs_type.dense(block_keys(layout.key_mask, config.num_attention_heads))
+        return BlockInputs(layout, pairwise)
     if document_ids is not None:
         if torch.compiler.is_exporting():
             raise ValueError(
@@ -352,11 +385,13 @@ def prepare_homa_inputs(model, attention_mask, document_ids, hidden_states):
                 "position_ids and cu_seq_lens, or run packed rows in eager or under torch.compile"
             )
         segments = DocumentSegments.from_ids(real, document_ids.to(real.device).expand(batch_size, -1))
-        return LinformerInputs(segments=segments, num_documents=segments.count)
+        num_documents = segments.count
+        rows = own_document_rows(segments, num_documents, config.linformer_k)
+        return LinformerInputs(inputs_type.dense(rows), segments=segments, num_documents=num_documents)
     if key_valid is None:
-        return LinformerInputs()
+        return LinformerInputs(inputs_type.dense(None))
     order, _ = row_order(key_valid, "lower")
-    return LinformerInputs(order=order, real_first=key_valid.gather(1, order))
+    return LinformerInputs(inputs_type.dense(None), order=order, real_first=key_valid.gather(1, order))
 
 
 ATTENTION_CLASSES = {

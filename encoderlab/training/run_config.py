@@ -199,8 +199,8 @@ class TrainSection:
     eval_batch_size: int | None = None
     attn_implementation: str | None = None
     """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``; checked when the run
-    starts); None: chosen for the run (`attention_choice.choose_attention`: varlen for packed rows on a GPU where the
-    model allows it, else sdpa), logged and written into results.json."""
+    starts); None: chosen for the run (`encoderlab.modeling.attention.choose_attention`: varlen for packed rows on
+    a GPU where the model allows it, else sdpa), logged and written into results.json."""
     torch_compile: bool = False
     """Compile the model with ``torch.compile`` (the Trainer's ``torch_compile``); for GPU runs."""
 

@@ -1,5 +1,10 @@
-"""What the four attention backends share: the triangles of each attention type, the split of every head between
-them, and the checks of the arguments they take.
+"""What the four attention backends share: the rule every one of them implements, the triangles of each attention
+type, the split of every head between them, and the checks of the arguments they take.
+
+The rule (`allowed`): query i may see key j iff both lie in the same document and (key j is a real token or i == j);
+the attention type adds its triangle on top (`TRIANGLES`). A padded query row therefore sees itself, which keeps
+every row finite; nothing downstream reads padded rows. Each backend builds what its kernel reads of the rule from
+the user's ``attention_mask`` (`sdpa.real_keys`) and the documents of packed rows (`document_rows`).
 
 Three attention patterns:
 
@@ -24,6 +29,35 @@ from ...configuration.choices import DUAL_TRIANGLE_ROUTINGS
 
 # Which keys a triangle admits: "all" (bidirectional), "lower" (j <= i) or "upper" (j >= i).
 TRIANGLES = {"bidirectional": ("all",), "causal": ("lower",), "dual_triangle": ("lower", "upper")}
+
+
+def document_rows(document_ids, batch_size, device):
+    """The (B, L) document ids of packed rows (`documents.packed_document_ids`) on ``device``, one row per sequence
+    (ids given as (1, L) are shared by every row); None stays None."""
+    return None if document_ids is None else document_ids.to(device).expand(batch_size, -1)
+
+
+def allowed(triangle, query, key, key_valid=None, query_documents=None, key_documents=None):
+    """True where the query at position ``query`` may see the key at ``key`` (broadcasting tensors): inside
+    ``triangle`` ("all", "lower": j <= i, "upper": j >= i), a real key (``key_valid``) or the query itself, and, for
+    packed rows, the query's document."""
+    inside = {"all": torch.ones_like(query == key), "lower": key <= query, "upper": key >= query}[triangle]
+    if key_valid is not None:
+        inside = inside & (key_valid | (query == key))
+    if query_documents is not None:
+        inside = inside & (query_documents == key_documents)
+    return inside
+
+
+def allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device):
+    """(B or 1, 1, L, L) bool: `allowed` for every (query, key) pair of the batch."""
+    positions = torch.arange(seq_len, device=device)
+    mask = allowed(triangle, positions[:, None], positions[None, :],
+                   None if key_valid is None else key_valid[:, None, None, :],
+                   None if document_ids is None else document_ids[:, None, :, None],
+                   None if document_ids is None else document_ids[:, None, None, :])
+    per_row = key_valid is not None or document_ids is not None
+    return mask.expand(batch_size if per_row else 1, 1, -1, -1)
 
 
 def split_triangles(x, num_triangles, routing):
@@ -112,6 +146,9 @@ def warn_once(topic, message):
 
 __all__ = [
     "TRIANGLES",
+    "document_rows",
+    "allowed",
+    "allowed_mask",
     "split_triangles",
     "merge_triangles",
     "triangle_parts",

@@ -1,21 +1,71 @@
 """The ``eager`` attention backend: materialised (B, H, L, L) scores, the only backend that returns the attention
 probabilities.
 
-It reads ``attention_inputs.allowed``, one (B|1, 1, L, L) bool mask per triangle of the attention type (padding,
-packed documents and the triangle in one tensor, built once per forward). For dual triangle the probabilities have
-2H maps, the first H down (j <= i), the last H up (j >= i): with ``channel_halves`` index h is the first half of
-head h and H + h its second half; with ``head_groups`` index s is sub-head s, half s % 2 of head s // 2.
+It reads [`EagerInputs`]: one (B|1, 1, L, L) bool mask per triangle of the attention type (padding, packed documents
+and the triangle in one tensor: the rule, `common.allowed`, materialised), built once per forward. For dual triangle
+the probabilities have 2H maps, the first H down (j <= i), the last H up (j >= i): with ``channel_halves`` index h
+is the first half of head h and H + h its second half; with ``head_groups`` index s is sub-head s, half s % 2 of
+head s // 2.
 """
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from .common import dense_bias, dropout_probability, grouped, is_training, merge_triangles, triangle_parts
+from .common import (
+    TRIANGLES,
+    allowed_mask,
+    dense_bias,
+    document_rows,
+    dropout_probability,
+    grouped,
+    is_training,
+    merge_triangles,
+    triangle_parts,
+)
+from .sdpa import real_keys
+
+
+@dataclass(frozen=True)
+class EagerInputs:
+    """What the eager kernel reads of one forward.
+
+    Attributes:
+        allowed: {triangle: (B|1, 1|H, L|1, K) bool}, True where a query may see a key; None: every key.
+    """
+
+    implementation: ClassVar[str] = "eager"
+    allowed: dict
+
+    @classmethod
+    def build(cls, attention_mask, document_ids, hidden_states, *, attention_type="bidirectional", num_heads=1):
+        """The rule for every (query, key) pair of the batch.
+
+        Args (every backend's ``build`` takes them):
+            attention_mask: the user's (B, L) mask, 1 for real tokens and 0 for padding, or None.
+            document_ids: (B, L) document ids of packed rows (`documents.packed_document_ids`), or None.
+            hidden_states: (B, L, ...): the batch's size, length, device and dtype.
+            attention_type: ``bidirectional``, ``causal`` or ``dual_triangle``: the triangles the kernel runs.
+            num_heads: heads per triangle (read by flex_attention only).
+        """
+        batch_size, seq_len = hidden_states.shape[:2]
+        device = hidden_states.device
+        key_valid = real_keys(attention_mask, device)
+        document_ids = document_rows(document_ids, batch_size, device)
+        return cls({triangle: allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device)
+                    for triangle in TRIANGLES[attention_type]})
+
+    @classmethod
+    def dense(cls, mask):
+        """Bidirectional attention over a given bool ``mask`` (B|1, H|1, L|1, K), or over every key (None)."""
+        return cls({"all": mask})
 
 
 def eager_attention(query, key, value, allowed, bias, scale, dropout, training):
     """Softmax attention with materialised scores; query/key/value (B, T * H, L, D) grouped by triangle, ``allowed``
-    the T triangles' (B|1, 1, L, L) masks in that order, bias (B|1, H, L, L) or None.
+    the T triangles' (B|1, 1, L, L) masks in that order (or [None]: every key), bias (B|1, H, L, L) or None.
 
     One softmax over all sub-heads, so the probabilities returned are the tensor the output is computed from (a
     gradient with respect to them is the attribution of the output). Returns (output (B, T * H, L, D), probs
@@ -24,9 +74,10 @@ def eager_attention(query, key, value, allowed, bias, scale, dropout, training):
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias.repeat(1, len(allowed), 1, 1)
-    heads_per_triangle = query.shape[1] // len(allowed)
-    allowed = torch.cat([mask.expand(-1, heads_per_triangle, -1, -1) for mask in allowed], dim=1)
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    if allowed[0] is not None:
+        heads_per_triangle = query.shape[1] // len(allowed)
+        allowed = torch.cat([mask.expand(-1, heads_per_triangle, -1, -1) for mask in allowed], dim=1)
+        scores = scores.masked_fill(~allowed, float("-inf"))
     softmax_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     probs = F.dropout(torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype),
                       dropout_probability(training, dropout), training)
@@ -41,7 +92,7 @@ def eager_attention_forward(module, query, key, value, attention_inputs, *, atte
     Args:
         module: the calling attention module (its ``training`` turns dropout on), or None.
         query, key, value: (B, H, L, D). For dual triangle, D is the full head size; it is split here.
-        attention_inputs: the [`AttentionInputs`] of this forward (padding and packed documents).
+        attention_inputs: the forward's inputs of this kernel ([`EagerInputs`]: padding and packed documents).
         attention_type: ``bidirectional``, ``causal`` or ``dual_triangle``.
         routing: which half-width sub-heads go to which triangle (`split_triangles`); dual triangle only.
         bias_module: an additive bias with ``dense``/``score_mod`` (ALiBi, T5) or None; its H matches the logical
@@ -60,4 +111,4 @@ def eager_attention_forward(module, query, key, value, attention_inputs, *, atte
     return output, probs if output_attentions else None
 
 
-__all__ = ["eager_attention", "eager_attention_forward"]
+__all__ = ["EagerInputs", "eager_attention", "eager_attention_forward"]

@@ -8,19 +8,29 @@ attention is two calls on the two halves of every head, each the cost of one cau
 whose ``varlen_attn`` has no ``window_size`` (2.10) the lower triangle is ``is_causal=True`` and the upper one the same
 call on the flattened tokens taken in reverse.
 
-It reads ``attention_inputs.varlen``, the [`VarlenLayout`] of the forward (real-token indices, boundaries, the
-longest document), read from the mask's values once per forward and shared by the layers; under torch.compile that
-read is a graph break.
+It reads [`VarlenInputs`], the layout of the forward (real-token indices, boundaries, the longest document), read
+from the mask's values once per forward and shared by the layers; under torch.compile that read is a graph break.
 
 Not available: additive biases (ALiBi, T5 buckets, DSTG's RP bias), attention dropout, attention probabilities, and
 CPU tensors (torch has no CPU kernel); each is refused with an error naming the alternatives.
 """
 
 import inspect
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from .common import autocast_inputs, is_training, merge_triangles, refuse_probabilities, triangle_parts
+from ..documents import flat_documents
+from .common import (
+    autocast_inputs,
+    document_rows,
+    is_training,
+    merge_triangles,
+    refuse_probabilities,
+    triangle_parts,
+)
+from .sdpa import real_keys
 
 try:
     from torch.nn.attention.varlen import varlen_attn
@@ -32,8 +42,37 @@ _WINDOWS = {"all": (-1, -1), "lower": (-1, 0), "upper": (0, -1)}
 ALTERNATIVES = "use attn_implementation='sdpa', 'eager' or 'flex_attention'"
 
 
+@dataclass(frozen=True)
+class VarlenInputs:
+    """Where a batch's real tokens go in varlen's flattened sequence.
+
+    Attributes:
+        token_index: (T,) long indices into the flattened (B * L) tokens of the real ones, in row order; None when
+            every token is real.
+        cu_seq_lens: (N + 1,) int32 cumulative lengths of the N (row, document) segments of real tokens.
+        max_length: the longest segment.
+    """
+
+    implementation: ClassVar[str] = "varlen"
+    token_index: torch.Tensor | None
+    cu_seq_lens: torch.Tensor
+    max_length: int
+
+    @classmethod
+    def build(cls, attention_mask, document_ids, hidden_states, *, attention_type="bidirectional", num_heads=1):
+        """The batch's real tokens flattened in row order, cut where a row or a document begins; arguments as
+        `eager.EagerInputs.build` (the triangles are window sizes of each call)."""
+        batch_size, seq_len = hidden_states.shape[:2]
+        device = hidden_states.device
+        token_index, starts = flat_documents(document_rows(document_ids, batch_size, device),
+                                             real_keys(attention_mask, device), batch_size, seq_len, device)
+        boundaries = torch.cat([starts.nonzero().squeeze(-1), torch.tensor([starts.numel()], device=device)])
+        max_length = int((boundaries[1:] - boundaries[:-1]).max()) if starts.numel() else 0
+        return cls(token_index=token_index, cu_seq_lens=boundaries.to(torch.int32), max_length=max_length)
+
+
 def flatten(x, layout):
-    """(B, H, L, D) -> (T, H, D), the real tokens in order."""
+    """(B, H, L, D) -> (T, H, D), the real tokens in order of the [`VarlenInputs`] ``layout``."""
     flat = x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
     return flat if layout.token_index is None else flat.index_select(0, layout.token_index)
 
@@ -100,12 +139,12 @@ def varlen_attention_forward(module, query, key, value, attention_inputs, *, att
     query, key, value = autocast_inputs(query, key, value)
     check_varlen_call(query, bias_module, dropout, is_training(module, training))
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
-    layout = attention_inputs.varlen
     outputs = []
     for triangle, (q, k, v) in zip(triangles, parts):
-        output = varlen_triangle(flatten(q, layout), flatten(k, layout), flatten(v, layout), layout, triangle, scale)
-        outputs.append(unflatten(output, layout, q))
+        q_flat, k_flat, v_flat = (flatten(x, attention_inputs) for x in (q, k, v))
+        output = varlen_triangle(q_flat, k_flat, v_flat, attention_inputs, triangle, scale)
+        outputs.append(unflatten(output, attention_inputs, q))
     return merge_triangles(outputs, routing), None
 
 
-__all__ = ["flatten", "unflatten", "varlen_attention_forward"]
+__all__ = ["VarlenInputs", "flatten", "unflatten", "varlen_attention_forward"]
