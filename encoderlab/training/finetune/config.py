@@ -119,6 +119,11 @@ class FinetuneTrainSection:
     padding_free: bool = False
     """Token and sequence classification: batches flattened into one row without padding, position_ids restarting at
     each sequence (transformers' `DataCollatorWithFlattening`); a sequence classifier pools each sequence alone."""
+    attn_implementation: str | None = None
+    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``; checked against the
+    checkpoint when the run starts); None: chosen for the run as pretraining chooses it
+    (`encoderlab.modeling.attention.choose_attention`: varlen for padding-free batches on a GPU in bf16 where the
+    model allows it, else sdpa; a checkpoint of another library keeps its own), and logged."""
 
     def __post_init__(self):
         if not self.lr > 0:

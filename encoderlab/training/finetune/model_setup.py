@@ -187,8 +187,28 @@ def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: boo
     initialised = sorted(initialised)
     if initialised:
         logger.info("Initialised fresh: %s", ", ".join(initialised))
+    attention = choose_finetune_attention(run, model.config)
+    if attention is not None:
+        model.set_attn_implementation(attention.implementation)
+        logger.info(attention.line())
     freeze_parameters(model, run.model.freeze)
     return model, initialised
+
+
+def choose_finetune_attention(run: FinetuneRunConfig, config):
+    """The attention kernel the run trains with (`encoderlab.modeling.attention.choose_attention`, as pretraining):
+    ``train.attn_implementation``, checked against the checkpoint's `config`, or the automatic choice for an
+    encoderlab family; None for a checkpoint of another library, which keeps its own kernel."""
+    import torch
+
+    from ...modeling.attention import choose_attention
+    from ..trainer import cpu_only, use_bf16
+
+    if run.train.attn_implementation is None and not hasattr(config, "attention_blocker"):
+        return None
+    device = "cpu" if cpu_only() else torch.accelerator.current_accelerator().type
+    return choose_attention(config, device, packed=run.train.padding_free, half_precision=use_bf16(run.train.precision),
+                            requested=run.train.attn_implementation)
 
 
 def reinitialise(model, module_names: list[str]) -> set[str]:

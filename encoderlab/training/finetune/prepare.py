@@ -12,8 +12,8 @@ from ..run_config import _build_section
 from ..run_folder import without_load_time_keys
 from .config import DEFAULT_MAX_LENGTH, FinetuneRunConfig
 from .data import SplitSource, record_name
-from .model_setup import (check_head, check_length, config_changes, load_model_config, needs_new_head,
-                          pair_encoding_changes_head)
+from .model_setup import (check_head, check_length, choose_finetune_attention, config_changes, load_model_config,
+                          needs_new_head, pair_encoding_changes_head)
 from .tasks import KindSettings, Task, TaskKind, get_task
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     kind.check_settings(task, settings)
     model_config = load_model_config(run)
     check_head(task, model_config)
+    choose_finetune_attention(run, model_config)  # a kernel the checkpoint cannot run stops the run here
     tokenizer = without_load_time_keys(AutoTokenizer.from_pretrained(run.model.path,
                                                                      trust_remote_code=run.model.trust_remote_code))
     from_data = run.data.max_length is None and residue_alphabet(tokenizer) is not None
