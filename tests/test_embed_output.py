@@ -112,8 +112,10 @@ def test_ctrl_c_on_the_command_line_says_how_to_resume(model, fasta, tmp_path, m
     Interrupt(monkeypatch, after=1)
     argv = ["embed", model, fasta, "--output", str(tmp_path / "out"), "--shard-tokens", "60", "--max-tokens", "128"]
     assert cli.main(argv) == 130
-    assert "`--resume` completes" in caplog.text
-    assert not read_manifest(tmp_path / "out")["complete"]
+    manifest = read_manifest(tmp_path / "out")
+    assert not manifest["complete"] and manifest["counts"]["written"] > 0
+    assert (f"stopped: {manifest['counts']['written']} sequences are written, in whole shards; the same command with "
+            "--resume completes") in caplog.text
 
 
 def test_resume_of_a_complete_output_computes_nothing(model, fasta, tmp_path, monkeypatch):

@@ -89,8 +89,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         manifest = embed(args.model, args.input, args.output, **options)
     except KeyboardInterrupt:
-        logger.warning("stopped: the shards written so far are whole; `--resume` completes %s", args.output)
+        logger.warning(stopped_line(args.output))
         return INTERRUPTED
     counts = manifest["counts"]
     logger.info("%d sequences embedded into %s (%d tokens)", counts["records"], args.output, counts["tokens"])
     return 0
+
+
+def stopped_line(output: str) -> str:
+    """What a Ctrl-C left in `output`, and how to go on."""
+    from .storage import read_manifest
+
+    try:
+        written = read_manifest(output)["counts"]["written"]
+    except FileNotFoundError:
+        return "stopped before anything was written"
+    return (f"stopped: {written} sequences are written, in whole shards; the same command with --resume completes "
+            f"{output}")

@@ -15,7 +15,7 @@ from .checks import RecordChecks
 from .inputs import InputSource, Record
 from .pieces import LengthPolicy, content_ids
 
-TOKENIZE_BLOCK = 1024
+TOKENIZE_BLOCK = 256
 """Records tokenized at once (fast tokenizers work on a batch in parallel)."""
 
 
