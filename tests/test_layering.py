@@ -35,6 +35,8 @@ MODELING_LAYERS = (
 tensors and import nothing of the attention inputs, the task heads or the families; `attention` prepares what they
 read and dispatches to them; each family module holds its own nn.Modules."""
 FAMILIES = ("dta", "dstg", "homa")
+CARRIED = ("modeling", "configuration")
+"""The parts of encoderlab whose modules checkpoints carry as flat copies (encoderlab/export.py)."""
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -42,12 +44,30 @@ def module_name(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, name: str, modules) -> set:
+def import_nodes(tree, outside_try=False) -> list:
+    """The import statements of `tree`; with `outside_try`, those outside ``try`` blocks (optional imports)."""
+    if not outside_try:
+        return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    found = []
+
+    def visit(node):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif not isinstance(node, ast.Try):
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+
+    visit(tree)
+    return found
+
+
+def imported_modules(path: Path, name: str, modules, outside_try=False) -> set:
     """The encoderlab modules that `path` (module `name`) imports, at the top or inside functions (``from .x import
-    name`` counts as an import of ``x.name`` when that is a module)."""
+    name`` counts as an import of ``x.name`` when that is a module); with `outside_try`, not those in ``try``
+    blocks."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in import_nodes(ast.parse(path.read_text(encoding="utf-8")), outside_try):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -60,9 +80,9 @@ def imported_modules(path: Path, name: str, modules) -> set:
     return {module for module in found if module in modules}
 
 
-def import_graph(root: Path = PACKAGE) -> dict:
+def import_graph(root: Path = PACKAGE, outside_try=False) -> dict:
     paths = {module_name(path, root): path for path in root.rglob("*.py")}
-    return {name: imported_modules(path, name, paths) for name, path in paths.items()}
+    return {name: imported_modules(path, name, paths, outside_try) for name, path in paths.items()}
 
 
 def cycles(graph: dict) -> list[set]:
@@ -102,6 +122,23 @@ def cycles(graph: dict) -> list[set]:
                 if len(component) > 1 or node in graph.get(node, ()):
                     found.append(component)
     return found
+
+
+def part_of(module: str) -> str:
+    """``encoderlab.modeling.kernels.sdpa`` -> ``modeling``; "" for the package itself."""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def imports_leaving(graph: dict, parts) -> list[str]:
+    """The imports of a module of one of `parts` from a module of encoderlab outside them."""
+    return [f"{module} imports {target}" for module, targets in sorted(graph.items()) if part_of(module) in parts
+            for target in sorted(targets) if target.startswith("encoderlab") and part_of(target) not in parts]
+
+
+def kernel_readers(graph: dict, part: str) -> list[str]:
+    """The modules of `part` that import an attention kernel's module."""
+    return [f"{module} imports {target}" for module, targets in sorted(graph.items()) if part_of(module) == part
+            for target in sorted(targets) if target.startswith("encoderlab.modeling.kernels")]
 
 
 def layer_of(module: str, layers=LAYERS, package="encoderlab") -> int:
@@ -177,3 +214,28 @@ def test_results_stand_alone(graph):
     for module, targets in graph.items():
         if module.startswith("encoderlab.results"):
             assert all(target.startswith("encoderlab.results") for target in targets), (module, targets)
+
+
+def test_the_code_a_checkpoint_carries_imports_only_itself():
+    """modeling/ and configuration/ import nothing else of encoderlab but optionally (inside a ``try`` block, as
+    `ExportMixin` imports the exporter): a checkpoint carries their flat copies alone (the export rule of
+    encoderlab/export.py and docs/design-notes.md)."""
+    assert not imports_leaving(import_graph(outside_try=True), CARRIED)
+    planted = {"encoderlab.modeling.heads": {"encoderlab.training.lengths", "encoderlab.configuration.choices"}}
+    assert imports_leaving(planted, CARRIED) == ["encoderlab.modeling.heads imports encoderlab.training.lengths"]
+
+
+def test_optional_imports_are_told_from_the_others():
+    source = ("try:\n    from .low import rows\nexcept ImportError:\n    pass\n\n"
+              "def run():\n    from .low import stats\n")
+    assert [node.lineno for node in import_nodes(ast.parse(source), outside_try=True)] == [7]
+    assert len(import_nodes(ast.parse(source))) == 2
+
+
+def test_training_takes_the_kernel_of_a_run_from_modeling_attention(graph):
+    """The kernel of a run is chosen in one place (`encoderlab.modeling.attention.choose_attention`): no module of
+    training/ reads a kernel module to decide it."""
+    assert not kernel_readers(graph, "training")
+    planted = {"encoderlab.training.pretrain": {"encoderlab.modeling.kernels.varlen", "encoderlab.modeling.attention"}}
+    assert kernel_readers(planted, "training") == [
+        "encoderlab.training.pretrain imports encoderlab.modeling.kernels.varlen"]
