@@ -9,8 +9,8 @@ hidden_states, attention_type=, num_heads=)`` turns the user's (B, L) mask and t
 take a given mask (``dense(mask)``: HOMA's blocks and Linformer). A family's forward asks here which inputs to build
 (`attention_inputs_type`), builds them once and hands them unchanged to every layer, whose attention module calls
 ``ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation, eager_attention_forward)`` (transformers
-reads that call in a model's source before it lets ``set_attn_implementation`` switch the kernel). Nothing here reads
-the mask.
+reads that call in a model's source before it lets ``set_attn_implementation`` switch the kernel). A model's mask
+never passes through here: only `attend`, the one call without a model, hands a mask to a backend's ``build``.
 """
 
 from dataclasses import dataclass
@@ -124,7 +124,7 @@ def attend(query, key, value, *, implementation, attention_mask=None, document_i
     check_choice("attn_implementation", implementation, ATTENTION_IMPLEMENTATIONS)
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     implementation = _runnable(implementation, query.device, needs_backward)
-    attention_inputs = ATTENTION_INPUTS[implementation].build(
+    attention_inputs = ATTENTION_INPUTS[implementation].build(  # query as (B, L, H, D): the batch's shape
         attention_mask, document_ids, query.transpose(1, 2), attention_type=attention_type, num_heads=query.shape[1])
     return ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, attention_inputs,
                                                    attention_type=attention_type, bias_module=bias_module,
@@ -134,8 +134,11 @@ def attend(query, key, value, *, implementation, attention_mask=None, document_i
 # ----------------------------------------------------------------------------------------------------------------
 # the kernel of a run
 
+
 @dataclass(frozen=True)
 class AttentionChoice:
+    """The kernel a run uses and why, as the run logs it (`line`)."""
+
     implementation: str
     reason: str
 
