@@ -179,7 +179,7 @@ def run_embed(model_dir, path, out, device, max_tokens, pack=True):
     from encoderlab.embedding import embed, read_pooled
 
     embed(model_dir, str(path), Path(out).with_suffix(""), long="truncate", max_tokens=max_tokens, pack=pack,
-          device=device, progress=False)
+          device=device, overwrite=True, progress=False)
     np.save(out, read_pooled(Path(out).with_suffix(""), "mean")[1])
 
 

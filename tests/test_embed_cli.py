@@ -7,13 +7,7 @@ import numpy as np
 
 from encoderlab import cli
 from encoderlab.embedding import embed, read_manifest, read_pooled
-from encoderlab.embedding.choices import ATTENTION_KERNELS
-from encoderlab.modeling.attention import ATTENTION_IMPLEMENTATIONS
 from test_embed_equality import random_sequences, save_model, write_fasta
-
-
-def test_attention_choices_are_the_models():
-    assert ATTENTION_KERNELS == ATTENTION_IMPLEMENTATIONS
 
 
 def test_every_option_is_a_keyword_of_the_function():

@@ -11,11 +11,13 @@ import pytest
 import torch
 from transformers import AutoModel
 
+import encoderlab.embedding.run as run_module
 import encoderlab.modeling.kernels.varlen as varlen_module
 from encoderlab import DSTGNeoBERTConfig, DSTGNeoBERTForMaskedLM, DTABertConfig, DTABertForMaskedLM, HOMAConfig
 from encoderlab import HOMAForMaskedLM
 from encoderlab.embedding import embed, read_pooled
 from encoderlab.embedding.storage import vectors
+from encoderlab.modeling.attention import AttentionChoice
 from encoderlab.tokenization import esm2_tokenizer
 from test_packing_model import reference_varlen_attn
 
@@ -174,6 +176,9 @@ def test_vectors_equal_each_sequence_alone(name, backend, pack, checkpoints, tmp
     if backend == "flex_attention" and not pack:
         pytest.skip("padded batches through flex_attention: covered by the model tests; packed rows are embed's path")
     monkeypatch.setattr(varlen_module, "varlen_attn", reference_varlen_attn)
+    if backend == "varlen":  # torch has no CPU varlen kernel, so the choice refuses it; the reference kernel runs it
+        monkeypatch.setattr(run_module, "choose_attention",
+                            lambda *args: AttentionChoice("varlen", "the reference kernel on CPU"))
     sequences = random_sequences(LENGTHS)
     fasta = write_fasta(tmp_path / "in.fasta", sequences)
     manifest = embed(str(checkpoints[name]), str(fasta), tmp_path / "out", pooling=POOLINGS, per_token=True,
@@ -224,8 +229,6 @@ def test_truncation_keeps_the_first_tokens_and_says_which(checkpoints, tmp_path)
 def test_ids_and_order_survive_the_length_sort(checkpoints, tmp_path, monkeypatch):
     """The batches run in length order, not input order (so this test means something), and the output rows are in
     input order with their own ids and vectors."""
-    import encoderlab.embedding.run as run_module
-
     ran = []
     original = run_module.batches
 

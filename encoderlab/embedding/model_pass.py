@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..modeling import attention
 from ..modeling.attention import AttentionChoice
-from ..modeling.kernels import varlen
 from ..training.finetune.model_path import check_model_path, not_found_error
 from .batching import Batch
 
@@ -71,21 +71,11 @@ def revision_of(path: str, config) -> str | None:
 
 
 def choose_attention(config, device_type: str, packed: bool, bf16: bool, named: str | None) -> AttentionChoice:
-    """The kernel embedding runs, by the rule `encoderlab.training.attention_choice` gives pretraining: varlen for
-    packed rows on a GPU in bf16 where the model allows it (``config.varlen_blocker``), else sdpa; a named one is
-    kept."""
-    if named is not None:
-        return AttentionChoice(named, "set by --attention")
-    if device_type != "cuda":
-        return AttentionChoice("sdpa", f"the kernel for {device_type}")
-    if not packed:
-        return AttentionChoice("sdpa", "the fastest on padded batches (--no-pack)")
-    blocker = ("this torch has no torch.nn.attention.varlen" if varlen.TORCH_VARLEN_ATTN is None
-               else None if bf16 else "--precision fp32, and FlashAttention needs bf16")
-    blocker = blocker or config.varlen_blocker
-    if blocker is not None:
-        return AttentionChoice("sdpa", f"packed rows, but varlen cannot run this model: {blocker}")
-    return AttentionChoice("varlen", "the fastest on packed rows on a GPU; --attention chooses another")
+    """The kernel embedding runs: the one choice pretraining and fine-tuning make
+    (`encoderlab.modeling.attention.choose_attention`), for inference: varlen for packed rows on a GPU in bf16 where
+    the model allows it, else sdpa; a kernel named with ``--attention`` is kept once checked."""
+    return attention.choose_attention(config, device_type, packed=packed, half_precision=bf16, training=False,
+                                      requested=named, setting="--attention")
 
 
 def layer_numbers(layers, num_layers: int) -> list[int]:
