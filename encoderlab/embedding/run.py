@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "encoderlab-embeddings/1"
 DEFAULT_MAX_TOKENS = {"cpu": 8192, "cuda": 65536}
-"""Positions per batch, padding included. On a CPU the linear layers run as fast at 8,192 as beyond; the GPU value
-is a guess until bench/bench_embed.py --device cuda has run."""
+"""Positions per batch, padding included: twice ESM's extraction default on a CPU; the GPU value is a guess until
+bench/bench_embed.py --device cuda has run."""
 POOLED_SHARD_TOKENS = 1 << 20
 TOKEN_SHARD_BYTES = 1 << 28
 """A shard's per-token vectors are held until it is written: about this many bytes of float32."""
