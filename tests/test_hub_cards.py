@@ -1,20 +1,25 @@
 """Model cards of pretraining runs, `encoderlab publish --dry-run`, and offline loading by repo id."""
 
+import copy
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 from huggingface_hub import ModelCard
 
 from encoderlab.cli import main
-from encoderlab.hub_cards.card import build_model_card, validate_model_card
+from encoderlab.hub_cards import card as card_module
+from encoderlab.hub_cards.card import TEMPLATES, build_model_card, validate_model_card
 from encoderlab.hub_cards.publish import public_run_config, stage_run
 from encoderlab.training.pretrain import pretrain
-from encoderlab.run_files import LOAD_TIME_KEYS, MARKER_FILE, read_run_config, read_run_record
+from encoderlab.run_files import LOAD_TIME_KEYS, MARKER_FILE, RunRecord, read_run_config, read_run_record
 
 from test_pretrain import ENV, tiny_run
 
@@ -76,6 +81,80 @@ def test_publish_dry_run_writes_the_upload_folder(run_dir, tmp_path, capsys):
     # The CLI turns the ValueError into one error line and exit status 1.
     assert main(["publish", str(run_dir), "--repo-id", "tiny-dta", "--dry-run", str(tmp_path / "x")]) == 1
     assert "must look like ORG/NAME" in capsys.readouterr().err
+
+
+def with_results(record, **changes):
+    """A copy of `record` whose results.json has `changes` (a value None deletes the key)."""
+    results = copy.deepcopy(record.results)
+    results.update(changes)
+    return dataclasses.replace(record, results={key: value for key, value in results.items() if value is not None})
+
+
+def test_long_length_and_factor_come_from_the_results(run_dir):
+    record = read_run_record(run_dir)
+    assert (record.results["seq_len"], record.results["long_len"]) == (32, 128)
+    written = with_results(record, seq_len=None, long_len=None,
+                           lengths={"seq_len": 32, "long_factor": 3, "long_seq_len": 96})
+    derived = with_results(record, long_len=64)  # a run that wrote no ``lengths``: the factor from its two lengths
+    for changed, long_len, factor in ((written, 96, 3), (derived, 64, 2)):
+        text = build_model_card(changed).text
+        assert f'32 ("short", 1x) and {long_len} ("long", {factor}x) tokens' in text
+        assert f"documents with at least {long_len} tokens" in text
+        assert f"| test | {long_len} |" in text and "| test | 32 |" in text
+
+
+def finetune_record(**results):
+    """The record of a fine-tuning run of a three-label classifier on local files, with `results` changed."""
+    source = {"origin": "local", "name": "train.csv", "articles": None, "whole_hub_split": False, "capped": False,
+              "examples": 64, "available": 64}
+    return RunRecord(
+        config={"model_type": "dta_bert", "id2label": {"0": "a", "1": "b", "2": "c"}},
+        results={"task": "own", "pipeline_tag": "text-classification", "problem_type": "single_label_classification",
+                 "main_metric": "accuracy", "label_names": ["a", "b", "c"], "metrics": {"validation": {"accuracy": 0.5}},
+                 "best_point": {"lr": 1e-3}, "grid": [{"lr": 1e-3, "accuracy": 0.5}], "steps": 8, "best_step": 8,
+                 "eval_steps": 4, "data": {"train": source, "validation": {**source, "name": "dev.csv"}},
+                 "initialised_weights": [], "base_checkpoint": "acme/base", "base_model": "acme/base", **results},
+        run={"data": {"max_length": 64}, "train": {}}, folder="runs/own")  # fmt: skip
+
+
+def test_lora_snippet_loads_the_base_with_the_models_labels():
+    text = build_model_card(finetune_record(lora={"r": 4, "alpha": 16.0, "dropout": 0.0})).text
+    assert 'from_pretrained("acme/base", num_labels=3)' in text
+    assert "Full fine-tuning" not in text
+    assert "- Full fine-tuning: every weight was trained." in build_model_card(finetune_record()).text
+
+
+def strict_render(template, values, card):
+    """The card's text rendered again from `template`, an undefined name raising instead of rendering as ""."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    rendered = environment.from_string((TEMPLATES / template).read_text(encoding="utf-8"))
+    return rendered.render(card_data=card.data.to_yaml(), **values)
+
+
+@pytest.mark.parametrize("kind", ["pretraining", "finetuning", "finetuning_lora"])
+def test_templates_name_only_values_the_card_passes(run_dir, kind):
+    """from_template renders a misspelt or missing name as nothing: every name each template uses is passed."""
+    if kind == "pretraining":
+        record = read_run_record(run_dir)
+        values = card_module._pretraining_values(record, "tiny-dta", "acme/tiny-dta")
+    else:
+        record = finetune_record(lora={"r": 4, "alpha": 16.0, "dropout": 0.0} if kind.endswith("lora") else None)
+        values = card_module._finetune_values(record, "own", "acme/own")
+    card = build_model_card(record, repo_id="acme/" + values["model_name"])
+    assert strict_render(kind.split("_")[0] + ".md", values, card) == str(card)
+
+
+def test_the_templates_ship_with_the_package():
+    """setup.cfg's package_data names the card templates, so an installed (non-editable) package has them."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    patterns = config["options.package_data"]["encoderlab.hub_cards"].split(",")
+    templates = sorted(path.name for path in TEMPLATES.iterdir())
+    assert templates == ["finetuning.md", "pretraining.md"]
+    assert all(any((TEMPLATES / name).relative_to(TEMPLATES.parent).match(p.strip()) for p in patterns)
+               for name in templates)
 
 
 def mark_as_checkpoints(folder):

@@ -1,12 +1,17 @@
 """Model cards (`huggingface_hub.ModelCard`) for pretraining and fine-tuning runs.
 
 `build_model_card(record)` takes what `encoderlab pretrain` saved (``config.json``, ``results.json``,
-``run_config.yaml``), read by `encoderlab.run_files.read_run_record`, and writes a card with Hub metadata (pipeline tag ``fill-mask``) and a body:
-how to load the model with and without encoderlab, the architecture, training data, tokenizer, token budget,
-results at 1x and 4x the training length, limitations and the citation of the family's paper. A fine-tuning run
-(``encoderlab finetune``: its results.json names a ``task``) gets the card of `build_finetune_card`: the task's
-pipeline tag, ``base_model`` (a Hub id only), where each split's data came from, the grid, the weights initialised
-fresh and, with LoRA, the adapter.
+``run_config.yaml``), read by `encoderlab.run_files.read_run_record`, and writes a card with Hub metadata (pipeline
+tag ``fill-mask``) and a body: how to load the model with and without encoderlab, the architecture, training data,
+tokenizer, token budget, results at the training length and the long evaluation length, limitations and the
+citation of the family's paper. A fine-tuning run (``encoderlab finetune``: its results.json names a ``task``) gets
+the card of `build_finetune_card`: the task's pipeline tag, ``base_model`` (a Hub id only), where each split's data
+came from, the grid, the weights initialised fresh and, with LoRA, the adapter.
+
+The bodies are Jinja templates (templates/pretraining.md, templates/finetuning.md) that
+`ModelCard.from_template` fills in with the values of `_pretraining_values` and `_finetune_values`: the prose is in
+the templates, each value that depends on the run (a table, a sentence that differs by case) comes from one small
+function here.
 
 A card claims only what was done. The model-index (the Hub's evaluation results) names a Hub dataset only for a
 split scored whole from that dataset's split, under the Hub's metric names (`HUB_METRIC_NAMES`); local files and
@@ -15,7 +20,6 @@ is scored on held-out documents of the corpus, never a Hub split, so its card ha
 `validate_model_card` checks a card offline; `ModelCard.validate` asks the Hub.
 """
 
-import json
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -50,6 +54,8 @@ ARCHITECTURE_FIELDS = (
 )  # fmt: skip
 """config.json fields shown in the architecture table, where the family has them."""
 
+TEMPLATES = Path(__file__).parent / "templates"
+"""The Jinja templates of the card bodies (`ModelCard.from_template`), shipped with the package."""
 LENGTHS = ("short", "long")
 PACKING_WORDS = {"pack": "documents packed into rows of exactly", "chunk": "windows of at most",
                  "truncate": "the first window of each document, at most"}
@@ -92,134 +98,78 @@ def _citation(family: str) -> str:
     return f"*{paper['title']}*{link}\n\n```bibtex\n@article{{{paper['key']},\n" + ",\n".join(fields) + "\n}\n```"
 
 
-def _body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
-    family = config["model_type"]
-    architecture = _table(
-        [("field", "value")] + [(name, config[name]) for name in ARCHITECTURE_FIELDS if name in config]
-    )
-    results_rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.",
-                     "copy-or-unigram floor acc.")]
-    floor = results.get("copy_or_unigram_floor", {})  # absent from the results of runs from before the floor
+def _lengths(results: dict) -> tuple[int, int, int]:
+    """(training length, long evaluation length, long factor) of a pretraining run: results.json's ``lengths``, or,
+    in a run that wrote none, its ``seq_len`` and ``long_len`` (the long length is the training length times a whole
+    factor, ``data.long_factor``)."""
+    if "lengths" in results:
+        lengths = results["lengths"]
+        return lengths["seq_len"], lengths["long_seq_len"], lengths["long_factor"]
+    return results["seq_len"], results["long_len"], results["long_len"] // results["seq_len"]
+
+
+def _mlm_rows(results: dict) -> list[tuple]:
+    """The Results table of a pretraining run: each split at both lengths; the test split also with the unigram
+    baseline and the copy-or-unigram floor ("missing" in the results of a run from before the floor)."""
+    seq_len, long_len, _ = _lengths(results)
+    tokens = {"short": seq_len, "long": long_len}
+    floor = results.get("copy_or_unigram_floor", {})
+    rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.",
+             "copy-or-unigram floor acc.")]
     for split in ("validation", "test"):
         for length in LENGTHS:
-            m = results[split][length]
-            tokens = results["seq_len"] if length == "short" else results["long_len"]
-            baseline = f"{results['unigram_baseline'][length]:.4f}" if split == "test" else ""
-            floor_cell = (f"{floor[length]:.4f}" if length in floor else "missing") if split == "test" else ""
-            results_rows.append(
-                (split, tokens, f"{m['mlm_loss']:.4f}", f"{m['accuracy']:.4f}", f"{m['micro_f1']:.4f}",
-                 f"{m['mcc']:.4f}", baseline, floor_cell)
-            )  # fmt: skip
-    plan, train, tokenizer = results["plan"], run["train"], run["tokenizer"]
-    tokenizer_name = public_name(tokenizer["path"]) if tokenizer["path"] else tokenizer["name"]
-    drope = (
-        f"positions switched off (DroPE) from optimizer step {results['drope_step']}"
-        if results.get("drope_step") is not None
-        else "no DroPE switch"
-    )
-    return f"""
-# {model_name}
+            scores = [f"{results[split][length][metric]:.4f}" for metric in ("mlm_loss", "accuracy", "micro_f1", "mcc")]
+            references = ["", ""]
+            if split == "test":
+                references = [f"{results['unigram_baseline'][length]:.4f}",
+                              f"{floor[length]:.4f}" if length in floor else "missing"]
+            rows.append((split, tokens[length], *scores, *references))
+    return rows
 
-A `{family}` encoder pretrained with masked language modelling by
-encoderlab (`encoderlab pretrain`).
 
-## How to load
+def _drope_text(results: dict) -> str:
+    if results.get("drope_step") is None:
+        return "no DroPE switch"
+    return f"positions switched off (DroPE) from optimizer step {results['drope_step']}"
 
-With encoderlab installed (`pip install encoderlab`), importing it registers the family:
 
-```python
-import encoderlab  # registers {family} with the transformers Auto classes
-from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
-
-model = AutoModelForMaskedLM.from_pretrained("{repo_id}")
-tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
-fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
-```
-
-Without encoderlab, the checkpoint carries its own modelling code:
-
-```python
-from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-# trust_remote_code for both: config.json names the checkpoint's own classes
-model = AutoModelForMaskedLM.from_pretrained("{repo_id}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
-```
-
-## Architecture
-
-{architecture}
-
-## Training data
-
-- Source: {_dataset_name(run)}; documents split by document (no document in two splits):
-  {results['documents']['train']} train, {results['documents']['validation']} validation,
-  {results['documents']['test']} test documents (split seed {train['seed']}).
-- Training examples: {PACKING_WORDS.get(run['data']['packing'], 'windows of at most')} {results['seq_len']} tokens \
-(`{run['data']['packing']}` packing).
-- Evaluation: the validation and test documents with at least {results['long_len']} tokens, cut into windows of
-  {results['seq_len']} ("short", 1x) and {results['long_len']} ("long", 4x) tokens, masked once with a fixed seed.
-
-## Tokenizer
-
-`{tokenizer_name}` with {config['vocab_size']} tokens (saved with the model; loads with
-`AutoTokenizer`). Masking: {run['mlm']['probability']:.0%} of non-special tokens,
-{run['mlm']['mask_replace_prob']:.0%} replaced by the mask token, {run['mlm']['random_replace_prob']:.0%} by a
-random token.
-
-## Training
-
-- Token budget: {plan['token_budget']:,} non-padding tokens -> {plan['max_steps']} optimizer steps of
-  {plan['examples_per_step']} examples; actually trained on **{results['tokens_seen']:,}** non-padding tokens
-  ({plan['epochs']:.1f} epochs of the training split).
-- Optimizer: `{run['optimizer']['name']}` (AdamW lr {run['optimizer']['lr']}, Muon lr {run['optimizer']['muon_lr']}
-  where used); schedule `{train['schedule']}` (warmup {train['warmup_fraction']:.0%},
-  cooldown {train['cooldown_fraction']:.0%}); {drope}.
-- Sequence length {results['seq_len']}, {train['batch_size']} examples per device, seed {train['seed']}.
-
-## Results
-
-Masked-token metrics (over masked positions only) on this run's held-out documents (no Hub dataset split);
-micro-F1 equals accuracy for single-label prediction.
-The unigram baseline always predicts the most frequent training token
-(`{results['unigram_baseline']['token']}`). The copy-or-unigram floor, on the same test masks as the model,
-copies every input token that is not the mask token (kept tokens are then right) and predicts that most
-frequent token at the mask tokens; a model at or below it does no better than that rule.
-
-{_table(results_rows)}
-
-![training curves](training_curves.png)
-
-## Limitations
-
-- Evaluated only by masked-token prediction on held-out documents of the pretraining corpus; no downstream task.
-- Small runs (such as the demo) see a tiny corpus for many epochs: expect memorised phrasing and weak transfer.
-- The model only knows the language/alphabet of its tokenizer and corpus and inherits the corpus' biases.
-
-## Citation
-
-{_citation(family)}
-"""
+def _pretraining_values(record: RunRecord, model_name: str, repo_id: str) -> dict:
+    """What templates/pretraining.md fills in."""
+    config, results, run = record.config, record.results, record.run
+    seq_len, long_len, long_factor = _lengths(results)
+    tokenizer, packing = run["tokenizer"], run["data"]["packing"]
+    return {
+        "model_name": model_name, "repo_id": repo_id, "family": config["model_type"],
+        "architecture": _table([("field", "value")] + [(name, config[name]) for name in ARCHITECTURE_FIELDS
+                                                       if name in config]),
+        "dataset": _dataset_name(run), "documents": results["documents"], "train": run["train"],
+        "packing": packing, "packing_words": PACKING_WORDS.get(packing, "windows of at most"),
+        "seq_len": seq_len, "long_len": long_len, "long_factor": long_factor,
+        "tokenizer_name": public_name(tokenizer["path"]) if tokenizer["path"] else tokenizer["name"],
+        "vocab_size": config["vocab_size"], "mlm": run["mlm"], "plan": results["plan"],
+        "tokens_seen": results["tokens_seen"], "optimizer": run["optimizer"], "drope": _drope_text(results),
+        "unigram_token": results["unigram_baseline"]["token"], "results_table": _table(_mlm_rows(results)),
+        "citation": _citation(config["model_type"]),
+    }  # fmt: skip
 
 
 def build_model_card(record: RunRecord, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
     """The model card of a finished run, from its `record` (`encoderlab.run_files.read_run_record`); `repo_id` is
     used in the loading snippets."""
-    config, results, run = record.config, record.results, record.run
-    if "task" in results:
+    if "task" in record.results:
         return build_finetune_card(record, repo_id, license)
     model_name = repo_id.split("/")[-1] if repo_id else record.name
-    source = run["data"]["source"]
+    source = record.run["data"]["source"]
     data = ModelCardData(
         model_name=model_name,
         pipeline_tag="fill-mask",
         library_name="transformers",
         license=license,
-        tags=["encoderlab", config["model_type"], "masked-lm", "fill-mask"],
+        tags=["encoderlab", record.config["model_type"], "masked-lm", "fill-mask"],
         datasets=[source] if source != "embedded" and not is_local_path(source) else None,
     )
-    body = _body(model_name, config, results, run, repo_id or record.folder)
-    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)
+    values = _pretraining_values(record, model_name, repo_id or record.folder)
+    return ModelCard.from_template(data, template_path=TEMPLATES / "pretraining.md", **values)
 
 
 def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
@@ -410,94 +360,36 @@ def _seen_text(results: dict) -> str:
     return f"; {seen['seen']:,} {seen['unit']} drawn in training ({seen['epochs']:.2f} epochs{unit})"
 
 
-def _finetune_body(model_name: str, config: dict, results: dict, run: dict, repo_id: str) -> str:
-    tag, family = results["pipeline_tag"], config["model_type"]
-    auto_class = AUTO_CLASS_OF_TAG[tag]
-    metric_rows = _metric_rows(results)
-    grid_rows = [tuple(results["grid"][0])] + [tuple(point.values()) for point in results["grid"]]
-    initialised = ", ".join(f"`{name}`" for name in results["initialised_weights"]) or "none"
-    pipeline_snippet = (f'classify = pipeline("{tag}", model=model, tokenizer=tokenizer)'
-                        if tag != "question-answering" else
-                        "# transformers 5 has no extractive QA pipeline: use `encoderlab predict qa` or\n"
-                        "# encoderlab.training.finetune.predict_qa.answer_questions")
-    remote_code = "" if "auto_map" not in config else (
-        f'Without encoderlab: `{auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)` (and the same '
-        "for `AutoTokenizer`): the checkpoint carries its modelling code.\n\n"
-    )
-    lora = results.get("lora")
-    lora_text = "Full fine-tuning: every weight was trained."
-    if lora:
-        lora_text = f"""LoRA (rank {lora['r']}, alpha {lora['alpha']}, dropout {lora['dropout']}) on the encoder's
-linear layers through `peft`, with the task head trained in full. The weights in this repository are the adapter merged
-into the base model (they load without `peft`); the adapter alone is in `adapter/`:
+def _num_labels(config: dict) -> int:
+    """The number of labels of a task model's config.json (its ``id2label``; a regression head has one)."""
+    return len(config.get("id2label") or {}) or 1
 
-```python
-from peft import PeftModel
-from transformers import {auto_class}
 
-base = {auto_class}.from_pretrained("{results.get('base_model') or 'BASE_CHECKPOINT'}", \
-num_labels={config.get('num_labels', 1)})
-model = PeftModel.from_pretrained(base, "{repo_id}", subfolder="adapter")
-```"""
-    return f"""
-# {model_name}
-
-{_base_model_text(results)} (a `{family}` encoder) fine-tuned on **{results['task']}**
-({results['problem_type']}) with `encoderlab finetune`.
-
-## How to use
-
-```python
-import encoderlab  # registers {family} with the transformers Auto classes (skip it for transformers' own families)
-from transformers import {auto_class}, AutoTokenizer, pipeline
-
-model = {auto_class}.from_pretrained("{repo_id}")
-tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
-{pipeline_snippet}
-```
-
-{remote_code}{_output_text(results)}
-
-## Data
-
-{_data_section(results)}
-
-## Training
-
-- Task: `{results['task']}`; examples per split as in Data above.
-- Inputs: at most {results.get('max_length', {}).get('tokens', run['data']['max_length'])} tokens with the
-  tokenizer's special tokens, as the pipeline encodes them.{_pair_text(config)}
-- Best grid point: {results['best_point']}; {results['steps']} optimizer steps, best checkpoint at
-  {_best_checkpoint_text(results)} (validation `{results['main_metric']}`, evaluated every {results['eval_steps']}
-  steps); the results below are that checkpoint's.
-- Weights initialised fresh (not in the base checkpoint): {initialised}.
-- {_layer_decay_text(run['train'])}
-- {lora_text}
-
-Every grid point (validation `{results['main_metric']}`):
-
-{_table(grid_rows)}
-
-## Results
-
-{_baseline_text(results)}{_table(metric_rows)}
-
-![dev curve](dev_curve.png)
-
-## Limitations
-
-- Scores are on the splits listed above only; small CPU-budget runs are far from converged.
-- The model inherits the biases of its pretraining corpus and of the fine-tuning data.
-
-## Citation
-
-{_citation(family)}
-"""
+def _finetune_values(record: RunRecord, model_name: str, repo_id: str) -> dict:
+    """What templates/finetuning.md fills in."""
+    config, results, run = record.config, record.results, record.run
+    grid = results["grid"]
+    return {
+        "model_name": model_name, "repo_id": repo_id, "family": config["model_type"], "task": results["task"],
+        "problem_type": results["problem_type"], "pipeline_tag": results["pipeline_tag"],
+        "auto_class": AUTO_CLASS_OF_TAG[results["pipeline_tag"]], "base_model": _base_model_text(results),
+        "remote_code": "auto_map" in config, "output": _output_text(results), "data_section": _data_section(results),
+        "max_length": results.get("max_length", {}).get("tokens", run["data"]["max_length"]),
+        "pair_encoding": _pair_text(config), "best_point": results["best_point"], "steps": results["steps"],
+        "best_checkpoint": _best_checkpoint_text(results), "main_metric": results["main_metric"],
+        "eval_steps": results["eval_steps"],
+        "initialised": ", ".join(f"`{name}`" for name in results["initialised_weights"]) or "none",
+        "layer_decay": _layer_decay_text(run["train"]), "lora": results.get("lora"),
+        "lora_base": results.get("base_model") or "BASE_CHECKPOINT", "num_labels": _num_labels(config),
+        "grid_table": _table([tuple(grid[0])] + [tuple(point.values()) for point in grid]),
+        "baseline": _baseline_text(results), "metrics_table": _table(_metric_rows(results)),
+        "citation": _citation(config["model_type"]),
+    }  # fmt: skip
 
 
 def build_finetune_card(record: RunRecord, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
     """The model card of a finished ``encoderlab finetune`` run, from its `record`."""
-    config, results, run = record.config, record.results, record.run
+    config, results = record.config, record.results
     model_name = repo_id.split("/")[-1] if repo_id else record.name
     tags = ["encoderlab", config["model_type"], results["task"]] + (["lora", "peft"] if results.get("lora") else [])
     data = ModelCardData(
@@ -511,5 +403,5 @@ def build_finetune_card(record: RunRecord, repo_id: str | None = None, license: 
                          if source["origin"] == "hub"}) or None,
         eval_results=_finetune_eval_results(results) or None,  # an empty list would write an empty model-index
     )
-    body = _finetune_body(model_name, config, results, run, repo_id or record.folder)
-    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n" + body)
+    values = _finetune_values(record, model_name, repo_id or record.folder)
+    return ModelCard.from_template(data, template_path=TEMPLATES / "finetuning.md", **values)
