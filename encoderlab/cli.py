@@ -40,13 +40,17 @@ SUBCOMMANDS = {
         "dstg": ("encoderlab.experiments.dstg_cli", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
     },
     "plot": {
-        "attention": ("encoderlab.evaluation.attention_maps", "per-layer, per-head attention maps of a checkpoint"),
+        "attention": ("encoderlab.evaluation.attention_maps_cli", "per-layer, per-head attention maps of a checkpoint"),
     },
     "analyze": {
-        "dstg-probes": ("encoderlab.evaluation.dstg.probes", "per-layer structural probes (DSTG paper, Tables 2-4)"),
-        "dstg-heads": ("encoderlab.evaluation.dstg.heads", "head taxonomy by component ablation (DSTG paper, Fig. 2)"),
-        "dstg-geometry": ("encoderlab.evaluation.dstg.geometry", "PCA / DCT of a learned position table, AP states"),
-        "dstg-components": ("encoderlab.evaluation.dstg.components", "per-head attention maps of each DSTG component"),
+        "dstg-probes": ("encoderlab.evaluation.dstg.probes_cli",
+                        "per-layer structural probes (DSTG paper, Tables 2-4)"),
+        "dstg-heads": ("encoderlab.evaluation.dstg.heads_cli",
+                       "head taxonomy by component ablation (DSTG paper, Fig. 2)"),
+        "dstg-geometry": ("encoderlab.evaluation.dstg.geometry_cli",
+                          "PCA / DCT of a learned position table, AP states"),
+        "dstg-components": ("encoderlab.evaluation.dstg.components_cli",
+                            "per-head attention maps of each DSTG component"),
     },
     "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {

@@ -137,7 +137,7 @@ def test_drop_needs_cycles_after_the_switch(tmp_path):
 
 def test_attention_maps_write_one_png_per_layer(tmp_path):
     from encoderlab import DTABertConfig, DTABertModel
-    from encoderlab.evaluation.attention_maps import plot_attention
+    from encoderlab.evaluation.attention_figures import plot_attention
     from encoderlab.tokenization import esm2_tokenizer
 
     tokenizer = esm2_tokenizer()

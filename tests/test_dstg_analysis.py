@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 
 from encoderlab import DSTGNeoBERTConfig, DSTGNeoBERTForMaskedLM
 from encoderlab.cli import main as cli_main
-from encoderlab.evaluation.dstg import documents, geometry, heads, probes
+from encoderlab.evaluation.dstg import documents, figures, geometry, heads, probes
 from encoderlab.experiments import dstg as experiment
 from encoderlab.training.pretrain import load_run_config
 from figure_checks import assert_png_drawn
@@ -136,7 +136,7 @@ def test_kl_ablation_of_a_zero_component_is_zero_and_matches_a_direct_reference(
     assert torch.allclose(heads.ablation_kl(logits, key_mask)["ap"][1], kl["ap"][1])
     shares = heads.normalise(np.array([[[1.0, 3.0, 0.0], [0.0, 0.0, 0.0]]]))
     assert shares.tolist() == [[[0.25, 0.75, 0.0], [0.0, 0.0, 0.0]]]
-    assert np.allclose(heads.ternary_xy([[1, 0, 0], [0, 1, 0], [0, 0, 1]]), [[0, 1, 0.5], [0, 0, np.sqrt(3) / 2]])
+    assert np.allclose(figures.ternary_xy([[1, 0, 0], [0, 1, 0], [0, 0, 1]]), [[0, 1, 0.5], [0, 0, np.sqrt(3) / 2]])
 
 
 def tiny_dstg(**overrides):
@@ -326,6 +326,21 @@ def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
     assert cli_main(["analyze", "dstg-geometry", *rope]) == 1
     assert "0 learned position tables" in capsys.readouterr().err
     assert cli_main(["analyze", "dstg-probes", *rope, "--documents", "10", "--seeds", "0"]) == 0
+
+
+@pytest.mark.parametrize("argv,error", [
+    (["dstg-probes", "--documents", "4"], "--documents=4 must be >= 5"),
+    (["dstg-probes", "--length", "2"], "--length=2 must be >= 3"),
+    (["dstg-probes", "--alpha", "0"], "--alpha=0.0 must be > 0"),
+    (["dstg-probes", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
+    (["dstg-heads", "--documents", "0"], "--documents=0 must be >= 1"),
+    (["dstg-heads", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
+    (["dstg-components", "--part-length", "0"], "--part-length=0 must be >= 1"),
+])
+def test_subcommands_refuse_bad_values_before_loading_the_model(argv, error, tmp_path, capsys):
+    """The model folder does not exist: the option's own error comes first, naming the option and its value."""
+    assert cli_main(["analyze", *argv, "--model", str(tmp_path / "no-model"), "--out-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"encoderlab: error: {error} (--debug shows the traceback)"]
 
 
 # ------------------------------------------------------------------------------------------------ experiment

@@ -1,117 +1,28 @@
-"""Attention-map plots: one PNG per layer with the attention pattern of every head for one input text.
+"""The attention maps of a checkpoint on one input text: every layer's attention probabilities, per head.
 
 Dual triangle attention returns 2H maps per layer (index h is the down half of head h, attending to j <= i;
-H + h its up half, attending to j >= i); they are drawn side by side, one row per head, so each head's two
-triangles read as one picture. Other attention types get a near-square grid of heads.
-
-Run as ``encoderlab plot attention CHECKPOINT "some text"``.
+H + h its up half, attending to j >= i). The figures are drawn by `attention_figures`; the command is
+``encoderlab plot attention CHECKPOINT "some text"`` (`attention_maps_cli`).
 """
 
-import logging
-import math
-from pathlib import Path
-
-from ..results.plots import pyplot
-
-logger = logging.getLogger(__name__)
-
-MAX_TOKEN_LABELS = 40
-"""Sequences up to this many tokens get their tokens written on the axes; longer ones would be unreadable."""
+import torch
+from transformers import AutoModel, AutoTokenizer
 
 
 def load(checkpoint):
     """Model (eager attention, eval mode) and tokenizer; eager is the only implementation that returns maps."""
-    from transformers import AutoModel, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModel.from_pretrained(checkpoint, attn_implementation="eager")
     return model.eval(), tokenizer
 
 
+@torch.no_grad()
 def attention_maps(model, tokenizer, text):
     """Tokens and a tuple with one (maps, L, L) tensor per layer for `text`."""
-    import torch
-
-    with torch.no_grad():
-        encoded = tokenizer(text, return_tensors="pt")
-        encoded.pop("token_type_ids", None)
-        outputs = model(**encoded, output_attentions=True)
-        if not outputs.attentions or outputs.attentions[0] is None:
-            raise ValueError(f"{type(model).__name__} returned no attention maps; it needs eager attention")
-        tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
-        return tokens, tuple(layer[0].float() for layer in outputs.attentions)
-
-
-def panel_layout(num_maps, dual_triangle):
-    """(rows, columns, titles) of the per-layer figure."""
-    if dual_triangle:
-        heads = num_maps // 2
-        titles = [f"head {h} {half}" for h in range(heads) for half in ("down (j<=i)", "up (j>=i)")]
-        return heads, 2, titles
-    columns = math.ceil(math.sqrt(num_maps))
-    return math.ceil(num_maps / columns), columns, [f"head {h}" for h in range(num_maps)]
-
-
-def panel_order(num_maps, dual_triangle):
-    """Map indices in panel order: for dual triangle, down half h next to its up half H + h."""
-    if not dual_triangle:
-        return list(range(num_maps))
-    heads = num_maps // 2
-    return [index for h in range(heads) for index in (h, heads + h)]
-
-
-def plot_layer(maps, tokens, dual_triangle, title, path):
-    plt = pyplot()
-
-    rows, columns, titles = panel_layout(maps.shape[0], dual_triangle)
-    label_tokens = len(tokens) <= MAX_TOKEN_LABELS
-    cell = 3.2 if label_tokens else 2.4
-    figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(cell * columns, cell * rows + 0.4))
-    for axis in axes.flat:
-        axis.axis("off")
-    for axis, index, panel_title in zip(axes.flat, panel_order(maps.shape[0], dual_triangle), titles):
-        axis.axis("on")
-        axis.imshow(maps[index].numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
-        axis.set_title(panel_title, fontsize=8)
-        if label_tokens:
-            positions = range(len(tokens))
-            axis.set_xticks(positions, tokens, rotation=90, fontsize=6)
-            axis.set_yticks(positions, tokens, fontsize=6)
-        axis.set_xlabel("key", fontsize=7)
-        axis.set_ylabel("query", fontsize=7)
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def plot_attention(checkpoint, text, out_dir, layers=None):
-    """Writes ``layer_XX.png`` for each requested layer (all by default) into `out_dir`; returns the paths."""
-    model, tokenizer = load(checkpoint)
-    tokens, maps = attention_maps(model, tokenizer, text)
-    layers = list(range(len(maps))) if layers is None else list(layers)
-    bad = [layer for layer in layers if not 0 <= layer < len(maps)]
-    if bad:
-        raise ValueError(f"layers {bad} out of range: the model has {len(maps)} layers (0..{len(maps) - 1})")
-    dual_triangle = getattr(model.config, "attention_type", None) == "dual_triangle"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for layer in layers:
-        path = out_dir / f"layer_{layer:02d}.png"
-        plot_layer(maps[layer], tokens, dual_triangle, f"{Path(checkpoint).name} layer {layer}", path)
-        paths.append(path)
-    return paths
-
-
-def add_arguments(parser):
-    parser.add_argument("checkpoint", help="saved model folder (save_pretrained) with its tokenizer")
-    parser.add_argument("text", help="input text to attend over")
-    parser.add_argument("--out-dir", type=Path, default=Path("runs/attention_maps"))
-    parser.add_argument("--layers", nargs="+", type=int, default=None, help="layer indices (default: all)")
-
-
-def run(args):
-    for path in plot_attention(args.checkpoint, args.text, args.out_dir, args.layers):
-        logger.info("wrote %s", path)
-    return 0
+    encoded = tokenizer(text, return_tensors="pt")
+    encoded.pop("token_type_ids", None)
+    outputs = model(**encoded, output_attentions=True)
+    if not outputs.attentions or outputs.attentions[0] is None:
+        raise ValueError(f"{type(model).__name__} returned no attention maps; it needs eager attention")
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+    return tokens, tuple(layer[0].float() for layer in outputs.attentions)

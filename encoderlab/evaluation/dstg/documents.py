@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...training.sources import load_documents
+
 logger = logging.getLogger(__name__)
 
 TARGETS = ("position", "segment", "intra_segment")
@@ -31,6 +33,12 @@ TARGET_LABELS = {"position": "token-level AP (Table 2)", "segment": "segment-lev
 SEGMENT_END = re.compile(r"[.!?](?=\s|$)|\n")
 DEFAULT_TEXT = Path("../shared/data/text/wikitext2_test.txt")
 """The WikiText-2 test split beside the project (see ../shared/data/README.md); the embedded corpus otherwise."""
+FIT_DOCUMENTS, SCORE_DOCUMENTS = 400, 100
+"""The paper's probe documents: each probe is fitted on 400 and scored on the other 100."""
+PAPER_DOCUMENTS = FIT_DOCUMENTS + SCORE_DOCUMENTS
+"""The documents of every analysis in the paper (the head taxonomy averages over all 500)."""
+SPLIT_SEEDS = (0, 1, 2, 3, 4)
+"""The seeds of the paper's five random fit/score splits of the probe documents."""
 
 
 @dataclass
@@ -127,8 +135,6 @@ def build_probe_documents(texts, tokenizer, length, count=None):
 def load_texts(source=None, limit=None):
     """Texts for probe documents: `source` (a text file, folder, Hub dataset id or ``embedded``, as
     `encoderlab.training.sources.load_documents` reads them), by default WikiText-2 where present."""
-    from ...training.sources import load_documents
-
     if source is None:
         source = str(DEFAULT_TEXT) if DEFAULT_TEXT.is_file() else "embedded"
     return list(load_documents(source, limit=limit))

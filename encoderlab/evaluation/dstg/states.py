@@ -2,14 +2,14 @@
 probe documents, for the DSTG analyses."""
 
 import numpy as np
+import torch
+import transformers
+from transformers import AutoModel, AutoTokenizer
 
 
 def load_checkpoint(path):
     """(model in eval mode, tokenizer) of a checkpoint folder or Hub id. The bare encoder is loaded (an MLM or
     task checkpoint gives its encoder)."""
-    import transformers
-    from transformers import AutoModel, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(path)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the load report lists an MLM checkpoint's head as unused
@@ -37,8 +37,7 @@ def model_length(model):
 
 
 def batches(documents, batch_size):
-    import torch
-
+    """(batch, length) tensors of the input ids of `batch_size` documents at a time (of one length)."""
     for start in range(0, len(documents), batch_size):
         chunk = documents[start:start + batch_size]
         yield torch.tensor([document.input_ids for document in chunk])
@@ -52,8 +51,6 @@ def layer_states(model, documents, batch_size=16):
     lengths = {len(document.input_ids) for document in documents}
     if len(lengths) != 1:
         raise ValueError(f"probe documents must have one length, got {sorted(lengths)}")
-    import torch
-
     collected = {}
     for input_ids in batches(documents, batch_size):
         with torch.no_grad():
