@@ -28,7 +28,7 @@ SUBCOMMANDS = {
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "config-path": ("encoderlab.training.launch", "print the path of a shipped accelerate config (ddp, fsdp2, ...)"),
     "demo": ("encoderlab.training.demo", "pretrain, evaluate, save and reload a small DTA-BERT on CPU"),
-    "convert-routing": ("encoderlab.modeling.convert", "re-route a DTA-BERT checkpoint without RoPE"),
+    "convert-routing": ("encoderlab.convert_routing_cli", "re-route a DTA-BERT checkpoint without RoPE"),
     "experiment": {
         "argmax": ("encoderlab.experiments.argmax_cli", "the DTA paper's argmax position probe (experiment 1)"),
         "mlm": (

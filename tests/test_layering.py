@@ -19,7 +19,7 @@ LAYERS = (
     ("embedding",),  # encoderlab embed: a checkpoint's vectors of a corpus
     ("evaluation",),
     ("experiments",),
-    ("cli",),
+    ("cli", "convert_routing_cli"),  # the command line; convert-routing's command sits outside the carried modeling/
 )
 """Top-level parts of encoderlab, lowest first: a module may import its own layer and the ones below it."""
 

@@ -1,6 +1,7 @@
 """The dual-triangle head routings (``dual_triangle_routing``) against a literal dense implementation of each, the
 weight converter between them, and the option itself."""
 
+import json
 import math
 
 import pytest
@@ -9,8 +10,9 @@ import torch
 from encoderlab import DTABertConfig, DTABertForMaskedLM, DTABertForSequenceClassification
 from encoderlab.cli import main as cli_main
 from encoderlab.configuration.homa import HOMAConfig
+from encoderlab.convert_routing_cli import load_checkpoint
 from encoderlab.modeling.attention import attend
-from encoderlab.modeling.convert import check_convertible, convert_routing, load_checkpoint, routing_permutation
+from encoderlab.modeling.convert import check_convertible, convert_routing, routing_permutation
 from encoderlab.modeling.positions import ALiBiBias
 from naive_reference import padding_mask
 
@@ -300,6 +302,18 @@ def test_convert_routing_command(tmp_path):
                      "--out", str(tmp_path / "converted")]) == 1  # refuses to overwrite
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_checkpoint(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("architecture", ["DTA_AUTO_CLASSES", "DTABertPreTrainedModel", "HOMAModel"])
+def test_convert_routing_loads_only_a_dta_bert_model_class(tmp_path, architecture):
+    """The architecture config.json names must be one of DTA-BERT's model classes, not any name of its module."""
+    DTABertForSequenceClassification(tiny_config(2, "head_groups", position_embedding_type="none")).save_pretrained(
+        tmp_path / "source")
+    config_file = tmp_path / "source" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "architectures": [architecture]}))
+    with pytest.raises(ValueError, match=f"holds a dta_bert model \\({architecture}\\); the head routing is a "
+                                         "DTA-BERT option"):
+        load_checkpoint(tmp_path / "source")
 
 
 # ------------------------------------------------------------------------------------------------------ config

@@ -14,17 +14,18 @@ routing reads that slot gives the same function. RoPE is such a thing: it rotate
 own frequency, so moving channels changes the frequency they turn at. The conversion is refused there (except with
 one head, where both routings route the same channels).
 
-Usage::
+In Python: `convert_routing(model, "head_groups")`; on the command line (`encoderlab.convert_routing_cli`)::
 
     encoderlab convert-routing runs/dta-none --routing head_groups --out runs/dta-none-head-groups
-
-or `convert_routing(model, "head_groups")` in Python.
 """
 
 import copy
-from pathlib import Path
 
-from ..configuration.choices import DUAL_TRIANGLE_ROUTINGS  # torch is imported where used: `--help` stays light
+import torch
+
+from ..configuration.choices import DUAL_TRIANGLE_ROUTINGS
+from ..configuration.dta import DTABertConfig
+from .dta import DTABertAttention, DTABertModel
 
 
 def _slot_blocks(routing, num_heads):
@@ -37,8 +38,6 @@ def _slot_blocks(routing, num_heads):
 def routing_permutation(num_heads, head_dim, source, target):
     """Channel order (hidden_size,) long: ``new = old[..., order]`` moves every triangle slot's channels from
     where `source` reads them to where `target` does."""
-    import torch
-
     half = head_dim // 2
     source_blocks, target_blocks = _slot_blocks(source, num_heads), _slot_blocks(target, num_heads)
     block_order = [0] * (2 * num_heads)
@@ -49,8 +48,6 @@ def routing_permutation(num_heads, head_dim, source, target):
 
 def check_convertible(config, target):
     """Raises a ValueError naming the field and value when converting `config` to `target` is not an equivalence."""
-    from ..configuration.dta import DTABertConfig
-
     if not isinstance(config, DTABertConfig):
         raise ValueError(f"model_type={getattr(config, 'model_type', None)!r}: the head routing is a DTA-BERT "
                          "option (dta_bert)")
@@ -69,73 +66,34 @@ def check_convertible(config, target):
         )
 
 
+@torch.no_grad()
 def convert_routing(model, target):
     """A copy of `model` (any DTA-BERT model class) that computes the same function with
     ``dual_triangle_routing=target``. Raises a ValueError where no such copy exists (`check_convertible`)."""
-    import torch
-
-    from .dta import DTABertAttention, DTABertModel
-
-    with torch.no_grad():
-        config = model.config
-        check_convertible(config, target)
-        converted = copy.deepcopy(model)
-        converted.config.dual_triangle_routing = target
-        source = config.dual_triangle_routing
-        if source == target:
-            return converted
-        order = routing_permutation(config.num_attention_heads, config.head_dim, source, target)
-        hidden = config.hidden_size
-        qkv_order = torch.cat([order + part * hidden for part in range(3)])  # the same order within Q, K and V
-        for module in converted.modules():
-            if isinstance(module, DTABertAttention):
-                _permute(module.qkv.weight, qkv_order, dim=0)
-                if module.qkv.bias is not None:
-                    _permute(module.qkv.bias, qkv_order, dim=0)
-                _permute(module.out_proj.weight, order, dim=1)
-            elif isinstance(module, DTABertModel) and config.value_embeddings:
-                for table in module.value_embeddings:  # added to V channel by channel
-                    _permute(table.weight, order, dim=1)
+    config = model.config
+    check_convertible(config, target)
+    converted = copy.deepcopy(model)
+    converted.config.dual_triangle_routing = target
+    source = config.dual_triangle_routing
+    if source == target:
         return converted
+    order = routing_permutation(config.num_attention_heads, config.head_dim, source, target)
+    hidden = config.hidden_size
+    qkv_order = torch.cat([order + part * hidden for part in range(3)])  # the same order within Q, K and V
+    for module in converted.modules():
+        if isinstance(module, DTABertAttention):
+            _permute(module.qkv.weight, qkv_order, dim=0)
+            if module.qkv.bias is not None:
+                _permute(module.qkv.bias, qkv_order, dim=0)
+            _permute(module.out_proj.weight, order, dim=1)
+        elif isinstance(module, DTABertModel) and config.value_embeddings:
+            for table in module.value_embeddings:  # added to V channel by channel
+                _permute(table.weight, order, dim=1)
+    return converted
 
 
 def _permute(parameter, order, dim):
     parameter.copy_(parameter.index_select(dim, order.to(parameter.device)))
 
 
-def add_arguments(parser):
-    parser.add_argument("checkpoint", type=Path, help="a saved DTA-BERT folder (save_pretrained)")
-    parser.add_argument("--routing", required=True, choices=DUAL_TRIANGLE_ROUTINGS, help="the routing to convert to")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the converted model (and tokenizer)")
-
-
-def load_checkpoint(path):
-    """The DTA-BERT model saved in `path`, as the class it was saved from (``config.architectures``)."""
-    from transformers import AutoConfig
-
-    from ..configuration.dta import DTABertConfig
-    from . import dta
-
-    if not (Path(path) / "config.json").is_file():
-        raise FileNotFoundError(f"{path} has no config.json: give a folder written by save_pretrained")
-    config = AutoConfig.from_pretrained(path)
-    architecture = (config.architectures or ["DTABertModel"])[0]
-    if not isinstance(config, DTABertConfig) or architecture not in dta.__all__:
-        raise ValueError(f"{path} holds a {config.model_type} model ({architecture}); the head routing is a "
-                         "DTA-BERT option (dta_bert)")
-    return getattr(dta, architecture).from_pretrained(path)
-
-
-def run(args):
-    from transformers import AutoTokenizer
-
-    if args.out.exists() and any(args.out.iterdir()):
-        raise FileExistsError(f"--out {args.out} is not empty; choose a new folder")
-    convert_routing(load_checkpoint(args.checkpoint), args.routing).save_pretrained(args.out)
-    if any(args.checkpoint.glob("tokenizer*")):
-        AutoTokenizer.from_pretrained(args.checkpoint).save_pretrained(args.out)
-    print(f"wrote {args.out} (dual_triangle_routing={args.routing!r})")
-    return 0
-
-
-__all__ = ["check_convertible", "convert_routing", "load_checkpoint", "routing_permutation"]
+__all__ = ["check_convertible", "convert_routing", "routing_permutation"]
