@@ -95,7 +95,8 @@ def test_long_length_and_factor_come_from_the_results(run_dir):
     assert (record.results["seq_len"], record.results["long_len"]) == (32, 128)
     written = with_results(record, seq_len=None, long_len=None,
                            lengths={"seq_len": 32, "long_factor": 3, "long_seq_len": 96})
-    derived = with_results(record, long_len=64)  # a run that wrote no ``lengths``: the factor from its two lengths
+    # a run from before results.json had ``lengths``: the factor comes from its two lengths
+    derived = with_results(record, lengths=None, long_len=64)
     for changed, long_len, factor in ((written, 96, 3), (derived, 64, 2)):
         text = build_model_card(changed).text
         assert f'32 ("short", 1x) and {long_len} ("long", {factor}x) tokens' in text
@@ -110,9 +111,10 @@ def finetune_record(**results):
     return RunRecord(
         config={"model_type": "dta_bert", "id2label": {"0": "a", "1": "b", "2": "c"}},
         results={"task": "own", "pipeline_tag": "text-classification", "problem_type": "single_label_classification",
-                 "main_metric": "accuracy", "label_names": ["a", "b", "c"], "metrics": {"validation": {"accuracy": 0.5}},
-                 "best_point": {"lr": 1e-3}, "grid": [{"lr": 1e-3, "accuracy": 0.5}], "steps": 8, "best_step": 8,
-                 "eval_steps": 4, "data": {"train": source, "validation": {**source, "name": "dev.csv"}},
+                 "main_metric": "accuracy", "label_names": ["a", "b", "c"],
+                 "metrics": {"validation": {"accuracy": 0.5}}, "best_point": {"lr": 1e-3},
+                 "grid": [{"lr": 1e-3, "accuracy": 0.5}], "steps": 8, "best_step": 8, "eval_steps": 4,
+                 "data": {"train": source, "validation": {**source, "name": "dev.csv"}},
                  "initialised_weights": [], "base_checkpoint": "acme/base", "base_model": "acme/base", **results},
         run={"data": {"max_length": 64}, "train": {}}, folder="runs/own")  # fmt: skip
 
