@@ -252,3 +252,26 @@ def test_ids_and_order_survive_the_length_sort(checkpoints, tmp_path, monkeypatc
     expected = expected_outputs(model, esm2_tokenizer(), sequences)
     torch.testing.assert_close(torch.from_numpy(found), torch.stack([record[2]["mean"] for record in expected]),
                                atol=TOLERANCE, rtol=0)
+
+
+def test_a_model_of_another_library_runs_padded_batches_only(tmp_path):
+    """A transformers BERT knows no packed rows (its attention would cross documents): refused packed by name, and
+    right with --no-pack."""
+    from transformers import BertConfig, BertModel
+
+    tokenizer = esm2_tokenizer(model_max_length=MAX_LENGTH)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=MAX_LENGTH,
+                         pad_token_id=tokenizer.pad_token_id)).save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    sequences = random_sequences([5, 40, 17, 1], seed=8)
+    fasta = write_fasta(tmp_path / "in.fasta", sequences)
+    with pytest.raises(ValueError, match="a 'bert' model, not of an encoderlab family: .* pass --no-pack"):
+        embed(str(tmp_path / "bert"), str(fasta), tmp_path / "out", progress=False)
+    embed(str(tmp_path / "bert"), str(fasta), tmp_path / "out", pack=False, pooling=["mean", "cls"], progress=False)
+    model = AutoModel.from_pretrained(tmp_path / "bert", attn_implementation="eager").eval()
+    expected = expected_outputs(model, tokenizer, sequences)
+    for pooling in ("mean", "cls"):
+        torch.testing.assert_close(torch.from_numpy(read_pooled(tmp_path / "out", pooling)[1]),
+                                   torch.stack([record[2][pooling] for record in expected]), atol=TOLERANCE, rtol=0)

@@ -11,7 +11,6 @@ import pytest
 from encoderlab import cli
 from encoderlab.embedding import embed, read_pooled
 from encoderlab.embedding.inputs import open_source
-from encoderlab.tokenization import esm2_tokenizer
 from test_embed_equality import MAX_LENGTH, save_model, write_fasta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,6 +81,20 @@ def test_a_dataset_streamed_with_its_columns(protein_model, reference, tmp_path)
     found_ids, found = embedded(protein_model, folder, tmp_path, input_format="hub")
     assert found_ids == reference[0]
     np.testing.assert_allclose(found, reference[1], atol=1e-6, rtol=0)
+
+
+def test_a_dataset_without_declared_features_takes_its_columns_from_the_first_row(monkeypatch):
+    """A streamed dataset may declare no features (column_names None): the columns are the first row's keys."""
+    import datasets
+
+    import encoderlab.embedding.inputs as inputs
+
+    def rows():
+        yield from ({"accession": name, "protein": seq} for name, seq in SEQUENCES.items())
+
+    monkeypatch.setattr(inputs, "hub_dataset", lambda source: datasets.IterableDataset.from_generator(rows))
+    source = open_source("someone/proteins", kind="hub", split="train")
+    assert (source.column, source.id_column) == ("protein", "accession")
 
 
 def test_columns_named_when_they_cannot_be_inferred(tmp_path):

@@ -223,3 +223,21 @@ def test_layers_are_numbered_from_the_embeddings():
     assert layer_numbers(["all"], 2) == [0, 1, 2]
     with pytest.raises(ValueError, match=r"--layers 7: this model has layers 0 \(the embeddings\) to 6"):
         layer_numbers([7], 6)
+
+
+def test_the_revision_of_sharded_weights_covers_every_shard(model, tmp_path):
+    """A folder saved in several weights shards is named by all of them: a change in the last shard changes it."""
+    from transformers import AutoModel
+
+    folder = tmp_path / "sharded"
+    AutoModel.from_pretrained(model).save_pretrained(folder, max_shard_size="20KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    config = AutoModel.from_pretrained(folder).config
+    before = model_pass.revision_of(str(folder), config)
+    with open(shards[-1], "r+b") as handle:
+        handle.seek(-1, 2)
+        last = handle.read(1)
+        handle.seek(-1, 2)
+        handle.write(bytes([last[0] ^ 1]))
+    assert before.startswith("sha256:") and model_pass.revision_of(str(folder), config) != before

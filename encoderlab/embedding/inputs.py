@@ -140,7 +140,8 @@ def pick_column(names: list[str], given: str | None, expected: tuple[str, ...], 
 
 def column_names(source: InputSource) -> list[str]:
     if source.kind == "hub":
-        return list(hub_dataset(source).column_names or [])
+        dataset = hub_dataset(source)
+        return list(dataset.column_names or next(iter(dataset), {}))  # no declared features: the first row's
     with open_text(source.path) as handle:
         if source.kind == "jsonl":
             first = next((line for line in handle if line.strip()), None)

@@ -22,7 +22,8 @@ from ..modeling.attention import AttentionChoice
 from ..training.finetune.model_path import check_model_path, not_found_error
 from .batching import Batch
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
+"""The weights files of a checkpoint folder (shards included), safetensors first, as transformers loads them."""
 
 
 def load_checkpoint(path: str):
@@ -55,18 +56,19 @@ def load_encoder(path: str, config):
 
 
 def revision_of(path: str, config) -> str | None:
-    """The Hub commit of a Hub checkpoint, or ``sha256:`` of a local folder's weights file: the output names the
-    weights it came from."""
+    """The Hub commit of a Hub checkpoint, or ``sha256:`` of a local folder's weights files (every shard, in name
+    order): the output names the weights it came from."""
     folder = Path(path).expanduser()
     if not folder.is_dir():
         return getattr(config, "_commit_hash", None)
-    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
-    if weights is None:
+    weights = next((found for pattern in WEIGHT_PATTERNS if (found := sorted(folder.glob(pattern)))), [])
+    if not weights:
         return None
     digest = hashlib.sha256()
-    with open(weights, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
+    for file in weights:
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
     return f"sha256:{digest.hexdigest()}"
 
 

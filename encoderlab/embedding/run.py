@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
+import transformers
 from tqdm.auto import tqdm
 
 from .. import __version__
+from ..configuration.base import EncoderConfig
 from ..run_files import public_name
 from .batching import batches
 from .checks import RecordChecks
@@ -107,6 +109,9 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
     check_choices(pooling, dtype, device, precision, attention, max_tokens, overlap, shard_tokens)
     source = open_source(input, input_format, column, id_column, split, subset)
     config, tokenizer = load_checkpoint(model)
+    if pack and not isinstance(config, EncoderConfig):
+        raise ValueError(f"MODEL={model!r} is a {config.model_type!r} model, not of an encoderlab family: it does not "
+                         "take packed rows (its attention would cross from one sequence into the next); pass --no-pack")
     device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     if device_type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine has no CUDA device torch can use; pass --device cpu")
@@ -194,8 +199,6 @@ def resolve_max_length(max_length: int | None, config) -> int:
 
 
 def new_manifest(settings: dict, config, source, found: Survey, choice, tokenizer) -> dict:
-    import transformers
-
     num_layers = config.num_hidden_layers
     return {
         "format": FORMAT,
