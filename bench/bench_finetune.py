@@ -103,7 +103,8 @@ def plain_trainer_run(checkpoint: Path, out: Path, steps: int, examples: int, ev
 def encoderlab_run(checkpoint: Path, out: Path, steps: int, examples: int, eval_examples: int) -> dict:
     import json
 
-    from encoderlab.training.finetune.run import finetune, load_finetune_config
+    from encoderlab.training.finetune.config import load_finetune_config
+    from encoderlab.training.finetune.pipeline import finetune
 
     run = load_finetune_config("sst2", str(checkpoint), None, [
         f"data.path={GLUE}", f"data.train_limit={examples}", f"data.eval_limit={eval_examples}",

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.modeling.homa import HOMAForTokenClassification
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
 

@@ -99,7 +99,7 @@ def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_dat
     def no_training(*args, **kwargs):
         raise AssertionError("a finished row was trained again")
 
-    monkeypatch.setattr("encoderlab.training.finetune.run.finetune", no_training)
+    monkeypatch.setattr("encoderlab.training.finetune.pipeline.finetune", no_training)
     assert experiment.sweep(arms, ["rte"], [0, 1], out, overrides=overrides) == []
     assert read_results(out / experiment.RUNS_CSV) == saved
     monkeypatch.undo()
@@ -120,22 +120,21 @@ def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_dat
 def test_interrupted_run_resumes_through_the_job(shared_data, tiny_dta, tmp_path, monkeypatch):  # noqa: F811
     """A run folder left by an interrupted sweep is continued with the job's --resume (not started over)."""
     from encoderlab.training.finetune import pipeline
-    from encoderlab.training.finetune import run as job
 
     out = tmp_path / "sweep"
     arms = experiment.parse_models([f"dta={tiny_dta}"])
     calls = []
-    original = job.finetune
+    original = pipeline.finetune
 
     def interrupted_once(run, *, resume=False):
         calls.append(resume)
         if len(calls) == 1:
-            pipeline.check_run_folder(run.output_dir, job.COMMAND, resume, run)
-            pipeline.start_run_folder(pipeline.Path(run.output_dir), job.COMMAND, run)
+            pipeline.check_run_folder(run.output_dir, pipeline.COMMAND, resume, run.to_dict())
+            pipeline.start_run_folder(pipeline.Path(run.output_dir), pipeline.COMMAND, run.to_dict())
             raise KeyboardInterrupt  # the folder is claimed, nothing trained yet
         return original(run, resume=resume)
 
-    monkeypatch.setattr(job, "finetune", interrupted_once)
+    monkeypatch.setattr(pipeline, "finetune", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         experiment.sweep(arms, ["rte"], [0], out, overrides=glue_overrides(shared_data))
     assert not (out / experiment.RUNS_CSV).exists()

@@ -332,7 +332,7 @@ def test_initializer_is_validated():
 
 
 def test_finetune_freeze_patterns_fix_exactly_the_matching_parameters():
-    from encoderlab.training.finetune.run import freeze_parameters
+    from encoderlab.training.finetune.model_setup import freeze_parameters
 
     model = HOMAForTokenClassification(HOMAConfig(**TINY_MODEL, num_labels=3))
     freeze_parameters(model, experiment.FROZEN_PATTERNS)

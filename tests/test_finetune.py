@@ -17,7 +17,10 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_sq
 
 from encoderlab.cli import main
 from encoderlab.metrics import load_metric
-from encoderlab.training.finetune.run import finetune, glue_table, load_finetune_config, task_list
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.report import glue_table
+from encoderlab.training.finetune.run import task_list
 from encoderlab.training.finetune.tokens import encode_words, word_windows
 from figure_checks import assert_png_drawn
 from remote_code import without_encoderlab

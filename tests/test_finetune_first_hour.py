@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from encoderlab.cli import main
-from encoderlab.training.finetune.config import FinetuneRunConfig
-from encoderlab.training.finetune.point import evaluation_interval
-from encoderlab.training.finetune.run import LIST_WIDTH, finetune, load_finetune_config, task_list
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.point import schedule
+from encoderlab.training.finetune.run import LIST_WIDTH, task_list
 from tiny_checkpoints import save_tiny_dta_mlm
 
 
@@ -186,15 +187,12 @@ def test_the_task_list_fits_in_100_columns_and_names_every_default(capsys):
 
 
 def test_stsb_cpu_default_evaluates_five_times_not_seventeen():
-    run = FinetuneRunConfig(task="stsb")
-    run.train.max_steps, run.train.batch_size = 300, 32
-    interval = evaluation_interval(run, train_size=5749, batch_size=32, world_size=1)
+    interval = schedule(train_size=5749, examples_per_step=32, epochs=10.0, max_steps=300).eval_steps
     assert math.ceil(300 / interval) == 5
-    run.train.max_steps = None  # ten epochs: still 5 evaluations, at most 10 per epoch, one every 500 steps at least
-    assert evaluation_interval(run, 5749, 32, 1) == math.ceil(10 * 180 / 5)
-    assert evaluation_interval(run, 400_000, 32, 1) == 500
-    run.train.eval_steps = 7
-    assert evaluation_interval(run, 5749, 32, 1) == 7
+    # ten epochs: still 5 evaluations, at most 10 per epoch, one every 500 steps at least
+    assert schedule(5749, 32, 10.0).eval_steps == math.ceil(10 * 180 / 5)
+    assert schedule(400_000, 32, 10.0).eval_steps == 500
+    assert schedule(5749, 32, 10.0, eval_steps=7).eval_steps == 7
 
 
 # ---------------------------------------------------------------------------------------------

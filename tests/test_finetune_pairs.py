@@ -12,7 +12,8 @@ import pytest
 import torch
 import yaml
 
-from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 from remote_code import without_encoderlab
 from test_finetune import first_rows, quick_run
 from tiny_checkpoints import save_tiny_dta_mlm

@@ -5,7 +5,8 @@ comparing class names."""
 import pytest
 
 from encoderlab.training.finetune.config import load_finetune_config
-from encoderlab.training.finetune.point import training_arguments
+from encoderlab.training.finetune.pipeline import point_recipe
+from encoderlab.training.finetune.point import Point, schedule, training_arguments
 from encoderlab.training.finetune.tasks import KINDS, KindSettings, TaskKind, get_kind, get_task
 
 
@@ -72,8 +73,10 @@ def test_each_kind_says_its_evaluation_splits():
                                          ("secondary_structure", ["labels"])])
 def test_the_trainer_reads_the_kinds_label_fields(task, fields, tmp_path):
     run = load_finetune_config(task, "unused")
-    point = dict(lr=run.train.lr, batch_size=run.train.batch_size, weight_decay=run.train.weight_decay)
-    args = training_arguments(run, point, tmp_path, 5, 10, get_task(task).kind_object(), "f1")
+    point = Point(lr=run.train.lr, batch_size=run.train.batch_size, weight_decay=run.train.weight_decay)
+    steps = schedule(train_size=100, examples_per_step=point.batch_size, epochs=1.0, max_steps=10, eval_steps=5)
+    args = training_arguments(point, steps, point_recipe(run), tmp_path, get_task(task).kind_object().label_fields,
+                              "f1")
     assert args.label_names == fields
 
 

@@ -20,7 +20,10 @@ from encoderlab.tokenization.protein import tape_iupac_tokenizer
 from encoderlab.training import text_files
 from encoderlab.training.finetune.model_setup import load_model
 from encoderlab.training.finetune.predict import check_residues, classify, tag
-from encoderlab.training.finetune.run import finetune, format_results, load_finetune_config, prepare
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.prepare import prepare
+from encoderlab.training.finetune.report import format_results
 from encoderlab.training.sources import load_documents
 from encoderlab.training.text_files import first_undecodable
 from tiny_checkpoints import save_tiny_dta_mlm
@@ -253,7 +256,7 @@ def test_a_placeholder_head_of_another_size_gets_the_one_line_error(placeholder_
     run = load_finetune_config("text-classification", str(placeholder_head), None,
                                [*overrides, "model.new_head=true"])
     prepared = prepare(run)
-    model, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert model.config.num_labels == 6 and initialised and all(n.startswith("classifier.") for n in initialised)
 
 
@@ -261,8 +264,8 @@ def test_a_placeholder_head_of_the_same_size_is_kept(placeholder_head, tmp_path)
     run = load_finetune_config("text-classification", str(placeholder_head), None,
                                own_labels(tmp_path, ["high", "low", "mid"]))
     prepared = prepare(run)
-    assert not prepared.new_head
-    _, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert not prepared.model.new_head
+    _, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert initialised == []
 
 
@@ -372,7 +375,7 @@ def test_a_pretraining_corpus_that_is_not_utf8_is_named_with_the_offset(tmp_path
 
 
 def test_squad_files_and_qa_inputs_that_are_not_utf8_are_named_with_the_offset(tmp_path):
-    from encoderlab.training.finetune.predict_qa import read_questions
+    from encoderlab.training.finetune.predict_qa_cli import read_questions
     from encoderlab.training.finetune.squad import read_squad_json
 
     squad = tmp_path / "train.json"

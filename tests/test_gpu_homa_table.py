@@ -160,7 +160,7 @@ def test_tape_root_reads_plain_csv_in_place_and_unpacks_gzipped_splits(experimen
 
 def write_run(run_dir, log):
     """A finished finetune run folder as far as the timing reads it: results.json and the best point's log."""
-    from encoderlab.training.finetune.run import POINT_RESULTS, point_name
+    from encoderlab.training.finetune.point import POINT_RESULTS, point_name
 
     point = {"lr": 1e-4, "batch_size": 16, "weight_decay": 0.0}
     (run_dir / "grid" / point_name(point)).mkdir(parents=True)

@@ -10,7 +10,8 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from encoderlab.training.finetune.layer_decay import layer_decay_groups, parameter_depths
-from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 from tiny_checkpoints import save_tiny_dta_mlm
 
 LR, DECAY = 1e-2, 0.5

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from encoderlab.cli import main
-from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.run_files import MARKER_FILE
 from tiny_checkpoints import save_tiny_dta_mlm
 

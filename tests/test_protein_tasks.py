@@ -12,7 +12,9 @@ from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
 from encoderlab.training.finetune.predict import tag
-from encoderlab.training.finetune.run import finetune, load_finetune_config, prepare
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.prepare import prepare
 from encoderlab.training.finetune.tokens import TokenKind
 
 RESIDUES = "ACDEFGHIKLMNPQRSTVWY"

@@ -17,7 +17,7 @@ import torch
 
 from encoderlab import DTABertConfig, DTABertForQuestionAnswering
 from encoderlab.tokenization.text import train_bpe_tokenizer
-from encoderlab.training.finetune import predict_qa, squad
+from encoderlab.training.finetune import predict_qa, predict_qa_cli, squad
 from tiny_checkpoints import save_tiny_dta_mlm
 
 V2_FILE = ("squad", "dev-v2.0-first5.json")
@@ -561,23 +561,23 @@ def test_bad_input_gives_clear_errors(tmp_path, bpe_tokenizer):
 
 def predict_args(**values):
     parser = argparse.ArgumentParser()
-    predict_qa.add_arguments(parser)
+    predict_qa_cli.add_arguments(parser)
     argv = [item for key, value in values.items() for item in (f"--{key.replace('_', '-')}", str(value))]
     return parser.parse_args(argv)
 
 
 def test_predict_command_errors(tmp_path):
     with pytest.raises(ValueError, match="either --input FILE or --question"):
-        predict_qa.run(predict_args(model=tmp_path, input="x.jsonl", question="q"))
+        predict_qa_cli.run(predict_args(model=tmp_path, input="x.jsonl", question="q"))
     with pytest.raises(ValueError, match="give --question and --context"):
-        predict_qa.run(predict_args(model=tmp_path, question="q"))
+        predict_qa_cli.run(predict_args(model=tmp_path, question="q"))
     with pytest.raises(ValueError, match="--input=.*does not exist"):
-        predict_qa.run(predict_args(model=tmp_path, input=tmp_path / "none.jsonl"))
+        predict_qa_cli.run(predict_args(model=tmp_path, input=tmp_path / "none.jsonl"))
     (tmp_path / "q.jsonl").write_text('{"question": "q"}\n')
     with pytest.raises(ValueError, match="record 0 must be an object with 'question' and 'context'"):
-        predict_qa.run(predict_args(model=tmp_path, input=tmp_path / "q.jsonl"))
+        predict_qa_cli.run(predict_args(model=tmp_path, input=tmp_path / "q.jsonl"))
     with pytest.raises(ValueError, match="--model=.*is not a checkpoint folder: the local folder .* does not exist"):
-        predict_qa.run(predict_args(model=tmp_path / "no_model", question="q", context="c"))
+        predict_qa_cli.run(predict_args(model=tmp_path / "no_model", question="q", context="c"))
 
 
 def test_threshold_setting_of_a_v2_model_turns_answers_off(bpe_tokenizer):

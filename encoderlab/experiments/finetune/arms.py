@@ -67,7 +67,8 @@ def split_overrides(overrides, tasks) -> tuple[list[str], dict]:
 
 def expand_tasks(tasks, common_overrides, config) -> list[str]:
     """``glue`` -> every GLUE task with train and dev files in data.path (as ``encoderlab finetune --task glue``)."""
-    from ...training.finetune.run import glue_tasks_found, load_finetune_config
+    from ...training.finetune.config import load_finetune_config
+    from ...training.finetune.pipeline import glue_tasks_found
 
     expanded = []
     for task in tasks:

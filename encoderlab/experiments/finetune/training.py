@@ -43,7 +43,7 @@ def untrained_checkpoint(arm: ModelArm, seed: int, out_dir: Path, trust_remote_c
 
 def task_score(task, metrics: dict) -> float:
     """100 x the GLUE leaderboard metric for a GLUE task, else the task's main metric."""
-    from ...training.finetune.run import GLUE_SCORE_METRICS
+    from ...training.finetune.report import GLUE_SCORE_METRICS
 
     if task.group == "glue":
         keys = GLUE_SCORE_METRICS.get(task.name, ("accuracy",))
@@ -52,7 +52,8 @@ def task_score(task, metrics: dict) -> float:
 
 def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, config, overrides, setup):
     """Fine-tune one (model, task, seed) through the job (resuming its interrupted run) and return its CSV row."""
-    from ...training.finetune.run import finetune, load_finetune_config
+    from ...training.finetune.config import load_finetune_config
+    from ...training.finetune.pipeline import finetune
     from ...training.finetune.tasks import get_task
     from ...run_files import MARKER_FILE, RESULTS_FILE
     from ...training.run_folder import RunFinished
@@ -81,7 +82,7 @@ def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, co
 def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
     """The jobs not yet in the CSV, every run config checked (by the job's own loader) before anything is
     written; rows of the CSV made with another checkpoint or other settings are an error."""
-    from ...training.finetune.run import load_finetune_config
+    from ...training.finetune.config import load_finetune_config
 
     common, per_task = split_overrides(overrides, tasks)
     task_overrides = {task: [*common, *per_task[task]] for task in tasks}
@@ -110,7 +111,7 @@ def sweep(arms, tasks, seeds, out_dir: Path, config=None, overrides=(), workers=
     """Train every (model, task, seed) missing from the CSV; returns the rows appended."""
     from tqdm.auto import tqdm
 
-    from ...training.finetune.run import load_finetune_config
+    from ...training.finetune.config import load_finetune_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = plan(arms, tasks, seeds, out_dir, config, overrides)

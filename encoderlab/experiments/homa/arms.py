@@ -236,7 +236,7 @@ def setup_hash(settings: HomaSweepConfig, task: str) -> str:
 def check_arm(settings: HomaSweepConfig, arm: Arm) -> None:
     """The arm's model config and run config, checked before anything is trained."""
     from ...configuration.homa import HOMAConfig
-    from ...training.finetune.run import load_finetune_config
+    from ...training.finetune.config import load_finetune_config
 
     try:
         HOMAConfig(**model_options(settings, arm))

@@ -151,7 +151,7 @@ def train_arm(settings_dict: dict, arm_dict: dict, seed: int, out_dir: str, sour
 
 def best_point_log(run_dir: Path, results: dict) -> list:
     """The Trainer log of the run's best grid point (``grid/<point>/point_results.json``)."""
-    from ...training.finetune.run import POINT_RESULTS, point_name
+    from ...training.finetune.point import POINT_RESULTS, point_name
 
     path = run_dir / "grid" / point_name(results["best_point"]) / POINT_RESULTS
     return json.loads(path.read_text(encoding="utf-8"))["log_history"]

@@ -1,28 +1,51 @@
 """The model of a fine-tuning run: checks of the checkpoint against the task before anything is written (its
-head's problem type and labels, ``model.new_head``, the position table), loading it with the task's head, freezing
-(``model.freeze``) and LoRA (``lora``)."""
+head's problem type and labels, ``model.new_head``, the position table), the `ModelPlan` those checks decide, and
+loading the checkpoint by it with the task's head, freezing (``model.freeze``) and LoRA (``lora``)."""
 
 import copy
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...configuration.choices import pair_encoding
-from .config import FinetuneRunConfig, LoraSection
+from .model_path import check_model_path, not_found_error
 from .tasks import Task, TaskKind
+
+if TYPE_CHECKING:  # only for annotations: `encoderlab finetune --help` must not import torch
+    from ...modeling.attention import AttentionChoice
 
 logger = logging.getLogger(__name__)
 
 
-def load_model_config(run: FinetuneRunConfig):
+@dataclass(frozen=True)
+class ModelPlan:
+    """How every grid point builds its model from the checkpoint, decided once before the run folder is touched
+    (`encoderlab.training.finetune.prepare`)."""
+
+    path: str
+    """The checkpoint: a folder or a Hub model id (``model.path``)."""
+    trust_remote_code: bool = False
+    new_head: bool = False
+    """The task head is initialised fresh: the checkpoint's was trained for other labels or another pair encoding."""
+    config_changes: dict = field(default_factory=dict)
+    """``model.config`` as checked against the checkpoint, with the tokenizer's separator id where needed."""
+    attention: "AttentionChoice | None" = None
+    """The kernel the run trains with (`choose_finetune_attention`); None: a checkpoint of another library keeps
+    its own."""
+    freeze: tuple[str, ...] = ()
+    """``model.freeze``: patterns of the parameters kept fixed."""
+    lora: dict | None = None
+    """``lora`` (r, alpha, dropout, target_modules) for LoRA on the encoder, or None: full fine-tuning."""
+
+
+def load_model_config(path: str, trust_remote_code: bool = False):
     """The checkpoint's config; a missing local path or an unreachable Hub id is a ValueError naming model.path."""
     from transformers import AutoConfig
 
-    from .model_path import check_model_path, not_found_error
-
-    path = run.model.path
     check_model_path(path)  # a typo'd local path is named as such, before any Hub call
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=run.model.trust_remote_code)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except OSError as error:
         if Path(path).is_dir():
             raise ValueError(f"model.path={path!r} could not be loaded as a checkpoint: {error}") from None
@@ -51,12 +74,12 @@ def trained_label_names(config) -> list[str] | None:
     return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
 
 
-def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -> bool:
+def needs_new_head(task: Task, kind: TaskKind, config, path: str, new_head: bool) -> bool:
     """True when the checkpoint's head, of the kind this task loads, cannot serve the data's labels as it is: trained
     for other label names, or of another size (a head with transformers' placeholder names keeps its classes for
-    the data's labels only when their number agrees). Then the head is initialised fresh with
-    ``model.new_head=true``, and without it the run stops before anything is written. (A head of another kind, e.g.
-    a token classifier for a sequence task, is not loaded at all.)"""
+    the data's labels only when their number agrees). Then the head is initialised fresh with `new_head`
+    (``model.new_head=true``), and without it the run stops before anything is written; `path` is ``model.path``.
+    (A head of another kind, e.g. a token classifier for a sequence task, is not loaded at all.)"""
     head = kind.auto_class.removeprefix("AutoModel")  # "ForSequenceClassification"
     named_head = any(name.endswith(head) for name in config.architectures or ())
     labels = None if task.label_names is None else list(task.label_names)
@@ -68,8 +91,8 @@ def needs_new_head(run: FinetuneRunConfig, task: Task, kind: TaskKind, config) -
     resized = named_head and config.num_labels != outputs  # transformers would stop at the weights' shapes
     if not (relabelled or resized):
         return False
-    if not run.model.new_head:
-        raise ValueError(head_mismatch(run.model.path, config, labels, trained))
+    if not new_head:
+        raise ValueError(head_mismatch(path, config, labels, trained))
     logger.warning("model.path's %d-label head was trained for the labels %s; the labels here are %s: training a "
                    "freshly initialised head (model.new_head=true)", config.num_labels, head_labels(config),
                    labels or "a score (regression)")
@@ -95,75 +118,83 @@ def head_mismatch(path: str, config, labels: list[str] | None, trained: list[str
             f"freshly initialised head{same}")
 
 
-def config_changes(run: FinetuneRunConfig, config, tokenizer, has_pairs: bool) -> dict:
-    """``model.config`` checked against the checkpoint's config before anything is written: every field must exist
-    and the changed config must validate. Separately encoded pairs (``classifier_pair_encoding="separate"``) apply to
-    pair tasks only (on a single-text task, such as SST-2 in ``--task glue``, the setting is left out and logged) and
-    need the tokenizer's separator id, filled in when the checkpoint has none."""
-    changes = dict(run.model.config)
+def with_changes(config, changes: dict):
+    """A copy of the checkpoint's `config` with `changes` set: the config every grid point's model will have."""
+    changed = copy.deepcopy(config)
+    for key, value in changes.items():
+        setattr(changed, key, value)
+    return changed
+
+
+def config_changes(requested: dict, config, tokenizer, has_pairs: bool, task_name: str) -> dict:
+    """``model.config`` (`requested`) checked against the checkpoint's config before anything is written: every
+    field must exist and the changed config must validate. Separately encoded pairs
+    (``classifier_pair_encoding="separate"``) apply to pair tasks only (on a single-text task, such as SST-2 in
+    ``--task glue``, the setting is left out and logged) and need the tokenizer's separator id, filled in when the
+    checkpoint has none."""
+    changes = dict(requested)
     unknown = sorted(key for key in changes if not hasattr(config, key))
     if unknown:
         raise ValueError(f"model.config: the checkpoint's config has no field(s) {unknown}")
     if not has_pairs and changes.get("classifier_pair_encoding") == "separate":
         logger.info("task %r has one text per example: model.config.classifier_pair_encoding='separate' does not "
-                    "apply, its texts are read as usual", run.task)
+                    "apply, its texts are read as usual", task_name)
         del changes["classifier_pair_encoding"]
     if pair_encoding(config, changes) == "separate" and not has_pairs:
         raise ValueError(f"model.path's sequence head reads pairs encoded separately (classifier_pair_encoding="
-                         f"'separate'), but task {run.task!r} has one text per example; fine-tune it from a checkpoint "
-                         "without that head, or set model.config.classifier_pair_encoding=joint with "
+                         f"'separate'), but task {task_name!r} has one text per example; fine-tune it from a "
+                         "checkpoint without that head, or set model.config.classifier_pair_encoding=joint with "
                          "model.new_head=true")
     if pair_encoding(config, changes) == "separate" and getattr(config, "sep_token_id", None) is None \
             and "sep_token_id" not in changes:
         changes["sep_token_id"] = tokenizer.sep_token_id
-    changed = copy.deepcopy(config)
-    for key, value in changes.items():
-        setattr(changed, key, value)
-    validate = getattr(changed, "validate", None)
+    validate = getattr(with_changes(config, changes), "validate", None)
     if validate is not None:
         validate()
     return changes
 
 
-def pair_encoding_changes_head(run: FinetuneRunConfig, config, changes: dict) -> bool:
+def pair_encoding_changes_head(config, changes: dict, new_head: bool) -> bool:
     """True when ``model.config`` switches the pair encoding of a checkpoint whose sequence head is trained: the head
-    reads joint pairs (hidden_size wide) or separate ones (4x), so it is initialised fresh, and only with
-    ``model.new_head=true``."""
+    reads joint pairs (hidden_size wide) or separate ones (4x), so it is initialised fresh, and only with `new_head`
+    (``model.new_head=true``)."""
     before, after = pair_encoding(config), pair_encoding(config, changes)
     trained = any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
     if before == after or not trained:
         return False
-    if not run.model.new_head:
+    if not new_head:
         raise ValueError(f"model.config.classifier_pair_encoding={after!r}, but model.path's sequence head was "
                          f"trained for {before!r} pairs and has another input width; set model.new_head=true to "
                          "train a freshly initialised head")
     return True
 
 
-def check_length(run: FinetuneRunConfig, config, max_length: int | None = None) -> None:
-    """``data.max_length`` (every input, and every SQuAD window; `max_length`: the value the run chose when the run
-    config gives none) fits the checkpoint's position limits."""
+def check_length(config, max_length: int) -> None:
+    """``data.max_length`` (every input, and every SQuAD window; the value the run chose when the run config gives
+    none) fits the checkpoint's position limits."""
     from ..lengths import check_lengths_fit
 
-    check_lengths_fit(config, {"data.max_length": max_length or run.data.max_length}, limit_prefix="the checkpoint's ",
+    check_lengths_fit(config, {"data.max_length": max_length}, limit_prefix="the checkpoint's ",
                       remedy="lower data.max_length")
 
 
-def check_fsdp_launch(run: FinetuneRunConfig) -> None:
-    """An FSDP launch that cannot train as configured stops here (`encoderlab.training.fsdp.check_launch`)."""
+def check_fsdp_launch(path: str, trust_remote_code: bool, precision: str, lora_r: int | None) -> None:
+    """An FSDP launch that cannot train as configured stops here (`encoderlab.training.fsdp.check_launch`):
+    `precision` is ``train.precision``, `lora_r` is ``lora.r``."""
     from transformers import AutoModel
 
     from .. import fsdp
 
-    if fsdp.fsdp_requested() and run.lora.r is not None:
-        raise ValueError(f"lora.r={run.lora.r}: LoRA under FSDP is not supported; fine-tune without FSDP")
-    fsdp.check_launch(run.train.precision, lambda: AutoModel.from_config(
-        load_model_config(run), trust_remote_code=run.model.trust_remote_code))
+    if fsdp.fsdp_requested() and lora_r is not None:
+        raise ValueError(f"lora.r={lora_r}: LoRA under FSDP is not supported; fine-tune without FSDP")
+    fsdp.check_launch(precision, lambda: AutoModel.from_config(load_model_config(path, trust_remote_code),
+                                                               trust_remote_code=trust_remote_code))
 
 
-def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: bool = False, changes=None):
-    """The checkpoint with the task's head (initialised fresh with `new_head`) and its config changed by `changes`
-    (`config_changes`); returns (model, names of the weights initialised fresh)."""
+def load_model(plan: ModelPlan, task: Task, kind: TaskKind):
+    """The checkpoint with the task's head, as `plan` says: the head initialised fresh (``new_head``), the config
+    changed, the attention kernel set, the ``freeze`` patterns fixed; returns (model, names of the weights initialised
+    fresh). LoRA is `with_lora`'s."""
     import transformers
 
     auto_class = getattr(transformers, kind.auto_class)
@@ -176,39 +207,38 @@ def load_model(run: FinetuneRunConfig, task: Task, kind: TaskKind, new_head: boo
                       label2id={name: index for index, name in enumerate(names)})
     if task.problem_type in ("single_label_classification", "multi_label_classification", "regression"):
         labels["problem_type"] = task.problem_type
-    model, info = auto_class.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code,
-                                             output_loading_info=True, ignore_mismatched_sizes=new_head,
-                                             **labels, **(changes or {}))
+    model, info = auto_class.from_pretrained(plan.path, trust_remote_code=plan.trust_remote_code,
+                                             output_loading_info=True, ignore_mismatched_sizes=plan.new_head,
+                                             **labels, **plan.config_changes)
     # mismatched: a head of another size, only loaded past with `new_head` (entries are names or (name, shapes))
     mismatched = {entry if isinstance(entry, str) else entry[0] for entry in info.get("mismatched_keys", ())}
     initialised = set(info["missing_keys"]) | mismatched
-    if new_head:
+    if plan.new_head:
         initialised |= reinitialise(model, head_module_names(model))
     initialised = sorted(initialised)
     if initialised:
         logger.info("Initialised fresh: %s", ", ".join(initialised))
-    attention = choose_finetune_attention(run, model.config)
-    if attention is not None:
-        model.set_attn_implementation(attention.implementation)
-        logger.info(attention.line())
-    freeze_parameters(model, run.model.freeze)
+    if plan.attention is not None:
+        model.set_attn_implementation(plan.attention.implementation)
+        logger.info(plan.attention.line())
+    freeze_parameters(model, plan.freeze)
     return model, initialised
 
 
-def choose_finetune_attention(run: FinetuneRunConfig, config):
+def choose_finetune_attention(config, requested: str | None = None, *, packed: bool = False, precision: str = "auto"):
     """The attention kernel the run trains with (`encoderlab.modeling.attention.choose_attention`, as pretraining):
-    ``train.attn_implementation``, checked against the checkpoint's `config`, or the automatic choice for an
-    encoderlab family; None for a checkpoint of another library, which keeps its own kernel."""
+    `requested` (``train.attn_implementation``), checked against the `config` the model will have, or the automatic
+    choice for an encoderlab family from `packed` (``train.padding_free``) and `precision` (``train.precision``);
+    None for a checkpoint of another library, which keeps its own kernel."""
     import torch
 
     from ...modeling.attention import choose_attention
     from ..trainer import cpu_only, use_bf16
 
-    if run.train.attn_implementation is None and not hasattr(config, "attention_blocker"):
+    if requested is None and not hasattr(config, "attention_blocker"):
         return None
     device = "cpu" if cpu_only() else torch.accelerator.current_accelerator().type
-    return choose_attention(config, device, packed=run.train.padding_free, half_precision=use_bf16(run.train.precision),
-                            requested=run.train.attn_implementation)
+    return choose_attention(config, device, packed=packed, half_precision=use_bf16(precision), requested=requested)
 
 
 def reinitialise(model, module_names: list[str]) -> set[str]:
@@ -245,18 +275,18 @@ def head_module_names(model) -> list[str]:
             if name != model.base_model_prefix and any(True for _ in module.parameters())]
 
 
-def with_lora(model, lora: LoraSection):
-    """The model wrapped by peft: LoRA on the encoder's linear layers, the task head trained in full."""
+def with_lora(model, r: int, alpha: float, dropout: float, target_modules: list[str]):
+    """The model wrapped by peft: LoRA of rank `r` on `target_modules` (default: the encoder's linear layers), the
+    task head trained in full."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     heads = head_module_names(model)
-    targets = list(lora.target_modules) or sorted({
+    targets = list(target_modules) or sorted({
         name.split(".")[-1] for name, module in model.named_modules()
         if isinstance(module, torch.nn.Linear) and name.split(".")[0] not in heads
     })
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                        modules_to_save=heads)
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, modules_to_save=heads)
     model = get_peft_model(model, config)
     model.print_trainable_parameters()
     return model

@@ -1,5 +1,6 @@
 """One fine-tuning run from its typed run config to its folder (`finetune`), and every GLUE task in turn
-(`finetune_glue`).
+(`finetune_glue`). Here and in `prepare` the run config is read; the modules below them take its values, or the
+small frozen values built from them (`Point`, `Schedule`, `Recipe`, `ModelPlan`).
 
 1. every key and value is checked, then the model path, the task's data files and the output folder, before
    anything is read or written (`config`, `model_setup`, `prepare`);
@@ -18,6 +19,7 @@ With ``resume`` an interrupted run continues with the same run config: finished 
 unfinished one resumes from its last checkpoint.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +27,9 @@ from pathlib import Path
 from ..run_folder import check_run_folder, start_run_folder
 from .config import DEFAULT_OUTPUT_ROOT, FinetuneRunConfig, load_finetune_config
 from .model_setup import check_fsdp_launch
-from .point import grid_points, point_name, train_point
+from .point import Recipe, grid_points, schedule, train_point
 from .prepare import prepare
+from .prepared import Prepared
 from .report import drop_point_model, glue_table, run_results, save_run
 from .tasks import tasks_in_group
 
@@ -47,29 +50,48 @@ def finetune(run: FinetuneRunConfig, *, resume: bool = False, overwrite: bool = 
     from ..trainer import cpu_only
 
     run_dir = Path(run.output_dir)
-    check_fsdp_launch(run)
-    check_run_folder(run_dir, COMMAND, resume, run, overwrite)
+    check_fsdp_launch(run.model.path, run.model.trust_remote_code, run.train.precision, run.lora.r)
+    check_run_folder(run_dir, COMMAND, resume, run.to_dict(), overwrite)
     prepared = prepare(run)
     state = PartialState(cpu=cpu_only())
     state.wait_for_everyone()  # every rank has checked before the main process writes
     if state.is_main_process:
-        start_run_folder(run_dir, COMMAND, run, overwrite)
+        start_run_folder(run_dir, COMMAND, run.to_dict(), overwrite)
     state.wait_for_everyone()
-    main = prepared.task.main_metric
+    points, best = train_grid(run, prepared, run_dir, state)
+    results = run_results(prepared, points, best)
+    if state.is_main_process:
+        save_run(run_dir, prepared, best, results)
+        if not run.search.keep_all_models:  # last: the run folder now holds the best point's model
+            drop_point_model(run_dir, best)
+    state.wait_for_everyone()
+    return FinetuneResult(run_dir=run_dir, results=results)
+
+
+def train_grid(run: FinetuneRunConfig, prepared: Prepared, run_dir: Path, state) -> tuple[list[dict], dict]:
+    """Every point of the grid in turn, each with its `Schedule`; returns every point's results and the best point's
+    (the highest validation main metric). A beaten point's model is deleted as soon as a better one has finished,
+    unless ``search.keep_all_models``."""
+    recipe, main = point_recipe(run), prepared.task.main_metric
     points, best = [], None
-    for point in grid_points(run):
-        points.append(train_point(run, point, prepared, run_dir / "grid" / point_name(point), state.num_processes))
+    for point in grid_points(run.search.lr or [run.train.lr], run.search.batch_size or [run.train.batch_size],
+                             run.search.weight_decay or [run.train.weight_decay]):
+        steps = schedule(len(prepared.features["train"]),
+                         point.batch_size * run.train.gradient_accumulation_steps * state.num_processes,
+                         run.train.epochs, run.train.max_steps, run.train.eval_steps)
+        points.append(train_point(point, steps, recipe, prepared, run_dir / "grid" / point.name))
         if best is None or points[-1]["metrics"]["validation"][main] > best["metrics"]["validation"][main]:
             beaten, best = best, points[-1]
         else:
             beaten = points[-1]
         if beaten is not None and not run.search.keep_all_models and state.is_main_process:
             drop_point_model(run_dir, beaten)
-    results = run_results(run, prepared, points, best)
-    if state.is_main_process:
-        save_run(run_dir, run, prepared, points, best, results)
-    state.wait_for_everyone()
-    return FinetuneResult(run_dir=run_dir, results=results)
+    return points, best
+
+
+def point_recipe(run: FinetuneRunConfig) -> Recipe:
+    """The `Recipe` every grid point trains with: the ``train`` values of its fields' names."""
+    return Recipe(**{field.name: getattr(run.train, field.name) for field in dataclasses.fields(Recipe)})
 
 
 def glue_tasks_found(data_path: str | None) -> list:

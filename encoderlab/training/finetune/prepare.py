@@ -1,41 +1,44 @@
-"""Everything a fine-tuning run needs before its first grid point, built once and before the run folder is touched:
-the task as the run config and the data make it (`resolve_task`, label names read from the data), the kind's
-validated ``task_options`` (`KindSettings`), the tokenizer, the raw splits and their features (`Prepared`)."""
+"""Everything a fine-tuning run needs before its first grid point, built once and before the run folder is touched
+(`prepare`, which reads the run config and hands its values down): the task as the run config and the data make it
+(`resolve_task`, label names read from the data), the kind's validated ``task_options`` (`KindSettings`), the
+tokenizer, the raw splits and their features, and how each point builds its model (`ModelPlan`), as one
+`Prepared`."""
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 
 from ...configuration.choices import pair_encoding
 from ..lengths import position_limits
-from ..run_config import _build_section
+from ..run_config import build_section
 from ..run_folder import without_load_time_keys
 from .config import DEFAULT_MAX_LENGTH, FinetuneRunConfig
-from .data import SplitSource, record_name
-from .model_setup import (check_head, check_length, choose_finetune_attention, config_changes, load_model_config,
-                          needs_new_head, pair_encoding_changes_head)
+from .data import record_name
+from .model_setup import (ModelPlan, check_head, check_length, choose_finetune_attention, config_changes,
+                          load_model_config, needs_new_head, pair_encoding_changes_head, with_changes)
+from .prepared import Prepared
 from .tasks import KindSettings, Task, TaskKind, get_task
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_task(run: FinetuneRunConfig) -> Task:
-    """The registered task with what the run config says about own data (problem type, label names)."""
-    task = get_task(run.task)
+def resolve_task(name: str, problem_type: str | None = None, label_names: list[str] = ()) -> Task:
+    """The registered task `name` with what the run config says about own data: ``data.problem_type`` and
+    ``data.label_names``."""
+    task = get_task(name)
     changes = {}
-    if run.data.problem_type is not None:
+    if problem_type is not None:
         if task.name != "text-classification":
             raise ValueError(f"data.problem_type is for own data (--task text-classification); task {task.name!r} "
                              f"is {task.problem_type}")
         metric = {"regression": ("regression", None, "spearmanr"),
                   "multi_label_classification": ("classification", "multilabel", "micro_f1")}
-        name, config, main = metric.get(run.data.problem_type, (task.metric, task.metric_config, task.main_metric))
-        changes.update(problem_type=run.data.problem_type, metric=name, metric_config=config, main_metric=main)
-    if run.data.label_names:
-        if task.label_names and tuple(run.data.label_names) != task.label_names:
-            raise ValueError(f"data.label_names={run.data.label_names} differs from task {task.name!r}'s "
+        metric_name, config, main = metric.get(problem_type, (task.metric, task.metric_config, task.main_metric))
+        changes.update(problem_type=problem_type, metric=metric_name, metric_config=config, main_metric=main)
+    if label_names:
+        if task.label_names and tuple(label_names) != task.label_names:
+            raise ValueError(f"data.label_names={list(label_names)} differs from task {task.name!r}'s "
                              f"{list(task.label_names)}")
-        changes["label_names"] = tuple(run.data.label_names)
+        changes["label_names"] = tuple(label_names)
     return dataclasses.replace(task, **changes)
 
 
@@ -46,7 +49,7 @@ def kind_options(kind: TaskKind, raw_options: dict):
         if raw_options:
             raise ValueError(f"task_options {sorted(raw_options)} given, but this task kind takes none")
         return None
-    return _build_section("task_options", kind.options, raw_options)
+    return build_section("task_options", kind.options, raw_options)
 
 
 MAX_TRUNCATED_SHARE = 0.05
@@ -54,43 +57,13 @@ MAX_TRUNCATED_SHARE = 0.05
 (an explicit ``data.max_length`` truncates as asked, each split's count in the log)."""
 
 
-@dataclass
-class Prepared:
-    """The task, its kind and its data, built once for every grid point by `prepare`; nothing is written."""
-
-    task: Task
-    """The registered task with the run config's own-data settings and the label names read from the data."""
-    kind: TaskKind
-    settings: KindSettings
-    """The kind's settings; ``settings.data.max_length`` is the length the run uses (given, or chosen)."""
-    tokenizer: object
-    """The checkpoint's tokenizer, ``model_max_length`` set to the run's ``data.max_length``."""
-    raw: object
-    """`datasets.DatasetDict` of the raw examples of every split read."""
-    features: dict
-    """Split -> `datasets.Dataset` of model features."""
-    eval_splits: list[str]
-    """Splits scored at the end besides validation."""
-    sources: dict[str, SplitSource]
-    """Split -> where its examples came from, how many were kept."""
-    new_head: bool = False
-    """The checkpoint's head is initialised fresh (``model.new_head``): trained for other labels or pair encoding."""
-    config_changes: dict = dataclasses.field(default_factory=dict)
-    """``model.config`` as checked against the checkpoint, with the tokenizer's separator id where needed."""
-    max_length_chosen: str = "data.max_length"
-    """How ``data.max_length`` was set: ``data.max_length`` (the run config), ``default``, ``the data's longest
-    sequence`` or ``the checkpoint's position limit``."""
-    residues: dict | None = None
-    """Split -> `encoderlab.tokenization.residues.ResidueCounts` as a dict (protein tokenizers), else None."""
-
-
 def prepare(run: FinetuneRunConfig) -> Prepared:
-    """Checks, then data read and turned into features; nothing is written."""
+    """Checks, then data read and turned into features, and the model plan; nothing is written."""
     from transformers import AutoTokenizer
 
     from ...tokenization.residues import residue_alphabet  # here: --help must not import transformers
 
-    task = resolve_task(run)
+    task = resolve_task(run.task, run.data.problem_type, run.data.label_names)
     kind = task.kind_object()
     if run.train.padding_free and not kind.padding_free:
         raise ValueError(f"train.padding_free=true applies to token and sequence classification; task {task.name!r} "
@@ -99,19 +72,23 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     data = dataclasses.replace(run.data, max_length=run.data.max_length or DEFAULT_MAX_LENGTH)
     settings = KindSettings(data=data, task_options=kind_options(kind, run.task_options))
     kind.check_settings(task, settings)
-    model_config = load_model_config(run)
+    model_config = load_model_config(run.model.path, run.model.trust_remote_code)
     check_head(task, model_config)
-    choose_finetune_attention(run, model_config)  # a kernel the checkpoint cannot run stops the run here
+    # chosen once, for the config every point's model will have; a kernel it cannot run stops the run here
+    attention = choose_finetune_attention(with_changes(model_config, run.model.config), run.train.attn_implementation,
+                                          packed=run.train.padding_free, precision=run.train.precision)
     tokenizer = without_load_time_keys(AutoTokenizer.from_pretrained(run.model.path,
                                                                      trust_remote_code=run.model.trust_remote_code))
     from_data = run.data.max_length is None and residue_alphabet(tokenizer) is not None
     if not from_data:
-        check_length(run, model_config, data.max_length)
+        check_length(model_config, data.max_length)
     raw, sources = kind.load(task, data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
-    changes = config_changes(run, model_config, tokenizer, "text_pair" in raw["train"].column_names)
-    new_head = needs_new_head(run, task, kind, model_config) or pair_encoding_changes_head(run, model_config, changes)
+    changes = config_changes(run.model.config, model_config, tokenizer, "text_pair" in raw["train"].column_names,
+                             task.name)
+    new_head = needs_new_head(task, kind, model_config, run.model.path, run.model.new_head) or \
+        pair_encoding_changes_head(model_config, changes, run.model.new_head)
     if pair_encoding(model_config, changes) == "separate":  # the second text gets its own [CLS], as when alone
         from ...tokenization.pairs import with_separate_pair_template  # here: --help must not import transformers
 
@@ -120,14 +97,16 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     chosen = "data.max_length" if run.data.max_length is not None else "default"
     if from_data:
         max_length, chosen = length_from_data(kind, raw, tokenizer, model_config)
-        check_length(run, model_config, max_length)
+        check_length(model_config, max_length)
         settings = dataclasses.replace(settings, data=dataclasses.replace(data, max_length=max_length))
     # Saved with the model: the pipelines and `encoderlab predict` then cut inputs where fine-tuning did.
     tokenizer.model_max_length = settings.data.max_length
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = kind.eval_splits(task, run.data, raw)
-    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, new_head, changes, chosen,
-                    residues)
+    model = ModelPlan(path=run.model.path, trust_remote_code=run.model.trust_remote_code, new_head=new_head,
+                      config_changes=changes, attention=attention, freeze=tuple(run.model.freeze),
+                      lora=None if run.lora.r is None else dataclasses.asdict(run.lora))
+    return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, model, chosen, residues)
 
 
 def residue_counts(kind: TaskKind, raw, sources: dict, tokenizer, policy: str) -> dict | None:

@@ -2,29 +2,28 @@
 point (`save_run`: model, metrics.csv, dev_curve.png, grid.csv / grid.png, the model card), and the GLUE table."""
 
 import csv
-import dataclasses
 import shutil
 from pathlib import Path
 
 from ...results.plots import pyplot
 from ...run_files import read_run_record
 from ..run_folder import base_model_record, write_results
-from .config import FinetuneRunConfig
 from .point import ADAPTER_DIR, point_name
-from .prepare import Prepared
+from .prepared import Prepared
 
 GRID_CSV, GRID_PLOT, DEV_CURVE = "grid.csv", "grid.png", "dev_curve.png"
 
 
-def run_results(run: FinetuneRunConfig, prepared: Prepared, points: list, best: dict) -> dict:
+def run_results(prepared: Prepared, points: list, best: dict) -> dict:
+    """results.json of a run: the task, the data, the best point's results (`best`) and every point's main metric."""
     task = prepared.task
     return {
         "task": task.name, "kind": task.kind, "problem_type": task.problem_type, "metric": task.metric,
         "metric_config": task.metric_config, "main_metric": task.main_metric,
         "label_names": None if task.label_names is None else list(task.label_names),
-        **base_model_record(run.model.path), **data_record(prepared.sources),
+        **base_model_record(prepared.model.path), **data_record(prepared.sources),
         "pipeline_tag": prepared.kind.pipeline_tag,
-        "lora": None if run.lora.r is None else dataclasses.asdict(run.lora),
+        "lora": prepared.model.lora,
         "examples": {split: len(prepared.raw[split]) for split in prepared.raw},
         "max_length": {"tokens": prepared.settings.data.max_length, "chosen": prepared.max_length_chosen},
         "residues": prepared.residues,
@@ -68,15 +67,15 @@ def data_record(sources: dict) -> dict:
             "hub_dataset": whole[0]["name"] if whole else None, "hub_config": whole[0]["config"] if whole else None}
 
 
-def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: list, best: dict,
-             results: dict) -> None:
+def save_run(run_dir: Path, prepared: Prepared, best: dict, results: dict) -> None:
+    """The best point's model (and LoRA adapter), results.json, metrics.csv, the plots and the model card."""
     from encoderlab.hub_cards.card import build_model_card
 
     from ..metrics import write_metrics_csv
 
     best_dir = run_dir / "grid" / point_name(best["point"])
     shutil.copytree(best_dir / "model", run_dir, dirs_exist_ok=True)
-    if run.lora.r is not None:
+    if prepared.model.lora is not None:
         shutil.copytree(best_dir / ADAPTER_DIR, run_dir / ADAPTER_DIR, dirs_exist_ok=True)
     write_results(run_dir, results)
     write_metrics_csv(best["log_history"], run_dir / "metrics.csv")
@@ -84,8 +83,6 @@ def save_run(run_dir: Path, run: FinetuneRunConfig, prepared: Prepared, points: 
                    title=f"{prepared.task.name}: {point_name(best['point'])}")
     write_grid(results["grid"], prepared.task.main_metric, run_dir)
     build_model_card(read_run_record(run_dir)).save(run_dir / "README.md")
-    if not run.search.keep_all_models:  # last: the run folder now holds the best point's model, the others are gone
-        drop_point_model(run_dir, best)
 
 
 def drop_point_model(run_dir: Path, point: dict) -> None:

@@ -6,11 +6,15 @@ A run is described like a pretraining run: a YAML/JSON file of sections (`config
 
 - `config`: the run config's sections and `load_finetune_config`;
 - `tasks`: the task registry and the `TaskKind` protocol (`sequence`, `tokens`, `squad` implement it);
-- `model_setup`: checks of the checkpoint, loading it with the task's head, ``model.freeze``, LoRA;
-- `prepare`: the task, its kind's settings and the data, built once before anything is written;
-- `point`: training and scoring one grid point;
+- `model_setup`: checks of the checkpoint, the `ModelPlan` they decide, loading it with the task's head,
+  ``model.freeze``, LoRA;
+- `prepare`: the task, its kind's settings, the data and the model plan, built once before anything is written
+  (`prepared.Prepared`);
+- `point`: training and scoring one grid point (`Point`, `Schedule`, `Recipe`); `layer_decay`: its optimizer;
 - `report`: results.json, the run folder, plots, the GLUE table;
 - `pipeline`: `finetune` (one run, every grid point) and `finetune_glue`.
+
+Only `config`, `prepare`, `pipeline` and this module read the run config; the others take values.
 
 ``--resume`` continues an interrupted run with the same run config: finished grid points are read back, the
 unfinished one resumes from its last checkpoint.
@@ -22,21 +26,11 @@ import textwrap
 from pathlib import Path
 
 from ..run_folder import check_run_folder
-from .config import FinetuneDataSection, FinetuneRunConfig, check_data_files, load_finetune_config
+from .config import check_data_files, load_finetune_config
 from .model_path import check_model_path
-from .model_setup import freeze_parameters, load_model
-from .pipeline import COMMAND, FinetuneResult, finetune, finetune_glue, glue_tasks_found
-from .point import POINT_RESULTS, point_name, step_limit
-from .prepare import prepare
-from .report import GLUE_SCORE_METRICS, format_results, glue_table
+from .pipeline import COMMAND, finetune, finetune_glue
+from .report import format_results
 from .tasks import all_tasks
-
-__all__ = [  # the fine-tuning API as `encoderlab.training.finetune.run` has always offered it
-    "COMMAND", "GLUE_SCORE_METRICS", "POINT_RESULTS", "FinetuneDataSection", "FinetuneResult", "FinetuneRunConfig",
-    "add_arguments", "finetune", "finetune_glue", "format_results", "freeze_parameters", "glue_table",
-    "glue_tasks_found", "load_finetune_config", "load_model", "point_name", "prepare", "run", "step_limit", "task_list",
-]
-
 
 LIST_WIDTH = 100
 """Columns of ``finetune --list``: it fits a terminal and a docs page."""
@@ -102,7 +96,7 @@ def check(args: argparse.Namespace) -> None:
     check_model_path(config.model.path)
     check_data_files(config.data)
     if args.task != "glue":  # each GLUE task has a folder of its own
-        check_run_folder(Path(config.output_dir), COMMAND, args.resume, config, args.overwrite)
+        check_run_folder(Path(config.output_dir), COMMAND, args.resume, config.to_dict(), args.overwrite)
 
 
 def run(args: argparse.Namespace) -> int:
