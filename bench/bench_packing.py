@@ -99,8 +99,7 @@ def measured_work(kind: str, corpus: str, source: Path, cache: Path) -> dict:
     import torch
     from accelerate import PartialState
 
-    from encoderlab.training.pretrain import run_tokenizer
-    from encoderlab.training.shards import load_or_build_shards
+    from encoderlab.training.pretrain import run_shards, run_tokenizer
 
     run = run_config(corpus, source, cache)
     imported = time.perf_counter()
@@ -114,14 +113,15 @@ def measured_work(kind: str, corpus: str, source: Path, cache: Path) -> dict:
         train = tokenize_to_examples(splits["train"], tokenizer, run.train.seq_len, mode="chunk")
         return {"rows": len(train), "seconds": time.perf_counter() - imported, "peak_rss_mib": peak_rss_mib()}
     tokenizer = run_tokenizer(run, None, PartialState())
-    shards = load_or_build_shards(run, tokenizer)
+    shards = run_shards(run, tokenizer)
     if kind == "build":
         return {"rows": len(shards.train), "fill_rate": shards.info["fill_rate"], "tokens": shards.info["train_tokens"],
                 "seconds": time.perf_counter() - imported, "peak_rss_mib": peak_rss_mib()}
     from encoderlab.training.packing import PackedMLMCollator
     from encoderlab.training.trainer import plan_steps
 
-    plan = plan_steps(shards.train, run, 1)
+    plan = plan_steps(shards.train, token_budget=run.train.token_budget,
+                      examples_per_step=run.train.batch_size * run.train.gradient_accumulation_steps)
     collator = PackedMLMCollator(tokenizer, row_length=run.train.seq_len, mask_on_device=True)
     loader = torch.utils.data.DataLoader(shards.train, batch_size=32, shuffle=True, collate_fn=collator,
                                          generator=torch.Generator().manual_seed(0))
@@ -235,7 +235,7 @@ def models_for(tokenizer, seq_len: int, families=FAMILIES) -> dict:
     import torch
     from transformers import ModernBertConfig, ModernBertForMaskedLM
 
-    from encoderlab.training.pretrain import family_classes
+    from encoderlab.training.model_config import family_classes
 
     models = {}
     for family in families:

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 
 SUBCOMMANDS = {
-    "pretrain": ("encoderlab.training.pretrain", "pretrain a masked-language model from a run config"),
+    "pretrain": ("encoderlab.training.pretrain_command", "pretrain a masked-language model from a run config"),
     "prepare-data": ("encoderlab.training.prepare_data", "tokenize a run config's corpus into cached shards, only"),
     "publish": ("encoderlab.hub_cards.publish", "upload a run folder to the Hugging Face Hub"),
     "config-path": ("encoderlab.training.launch", "print the path of a shipped accelerate config (ddp, fsdp2, ...)"),
@@ -54,9 +54,9 @@ SUBCOMMANDS = {
     },
     "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {
-        "qa": ("encoderlab.training.finetune.predict_qa", "answers (text, score, character span) of a QA model"),
-        "classify": ("encoderlab.training.finetune.predict", "labels or scores of a sequence-classification model"),
-        "tokens": ("encoderlab.training.finetune.predict", "one label per word or residue of a token classifier"),
+        "qa": ("encoderlab.training.finetune.predict_qa_cli", "answers (text, score, character span) of a QA model"),
+        "classify": ("encoderlab.training.finetune.predict_cli", "labels or scores of a sequence-classification model"),
+        "tokens": ("encoderlab.training.finetune.predict_cli", "one label per word or residue of a token classifier"),
     },
     "embed": ("encoderlab.embedding.options", "per-sequence and per-token embeddings of a FASTA, table, text or Hub "
               "dataset"),

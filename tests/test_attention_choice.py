@@ -18,7 +18,6 @@ from encoderlab.modeling.attention import choose_attention
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
 from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
-from encoderlab.training.finetune.config import FinetuneRunConfig, FinetuneTrainSection
 from encoderlab.training.finetune.model_setup import choose_finetune_attention
 from encoderlab.training.pretrain import RunConfig, validate_run
 from test_packing_model import reference_varlen_attn
@@ -155,24 +154,20 @@ def test_pretraining_checks_the_named_kernel_against_the_model_before_it_starts(
         validate_run(run)
 
 
-def finetune_run(**train):
-    return FinetuneRunConfig(task="sst2", train=FinetuneTrainSection(**train))
-
-
 def test_fine_tuning_has_the_setting_and_the_same_choice():
     config = MODELS["dta dual triangle rope"][1]
     with pytest.raises(ValueError, match="train.attn_implementation='flash' is not supported; allowed values"):
-        choose_finetune_attention(finetune_run(attn_implementation="flash"), config)
-    assert choose_finetune_attention(finetune_run(), config) == choose_attention(
+        choose_finetune_attention(config, "flash")
+    assert choose_finetune_attention(config) == choose_attention(
         config, "cpu", packed=False, half_precision=False)
-    assert choose_finetune_attention(finetune_run(attn_implementation="eager"), config).implementation == "eager"
+    assert choose_finetune_attention(config, "eager").implementation == "eager"
     with pytest.raises(ValueError, match="train.attn_implementation='flex_attention' cannot run this model"):
-        choose_finetune_attention(finetune_run(attn_implementation="flex_attention"), MODELS["homa blockwise"][1])
+        choose_finetune_attention(MODELS["homa blockwise"][1], "flex_attention")
 
 
 def test_a_checkpoint_of_another_library_keeps_its_kernel_unless_one_is_named():
     bert = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24)
-    assert choose_finetune_attention(finetune_run(padding_free=True), bert) is None
-    assert choose_finetune_attention(finetune_run(attn_implementation="eager"), bert).implementation == "eager"
+    assert choose_finetune_attention(bert, packed=True) is None
+    assert choose_finetune_attention(bert, "eager").implementation == "eager"
     with pytest.raises(ValueError, match="'varlen' cannot run this model: varlen is encoderlab's kernel"):
-        choose_finetune_attention(finetune_run(attn_implementation="varlen"), bert)
+        choose_finetune_attention(bert, "varlen")

@@ -111,6 +111,14 @@ MISTAKES = {
                                         "--model='./runs/squad' is not a checkpoint folder"),
     "publish: no saved model": ("publish {tmp}/no_model --repo-id me/model", "holds no saved model (config.json)"),
     "publish: bad repo id": ("publish {classifier} --repo-id model", "--repo-id='model' must look like ORG/NAME"),
+    "convert-routing: no saved model": ("convert-routing {tmp}/no_model --routing head_groups --out {tmp}/out",
+                                        "has no config.json"),
+    "convert-routing: output folder taken": ("convert-routing {classifier} --routing head_groups --out {tmp}/notes",
+                                             "is not empty; choose a new folder"),
+    "analyze dstg-probes: too few documents": ("analyze dstg-probes --model {tmp}/no_model --documents 4",
+                                               "--documents=4 must be >= 5"),
+    "analyze dstg-components: empty parts": ("analyze dstg-components --model {tmp}/no_model --part-length 0",
+                                             "--part-length=0 must be >= 1"),
 }
 
 
@@ -182,11 +190,11 @@ def test_what_is_read_without_torch_matches_the_imported_classes():
     from encoderlab.configuration.source_fields import family_fields
     from encoderlab.registry import FAMILIES
     from encoderlab.tokenization import TOKENIZER_BUILDERS
-    from encoderlab.training.pretrain import _config_fields
+    from encoderlab.training.model_config import config_fields
     from encoderlab.training.run_config import TOKENIZER_NAMES
 
     assert sorted(TOKENIZER_NAMES) == sorted(TOKENIZER_BUILDERS)
     read = family_fields()
     assert sorted(read) == sorted(config_class.model_type for config_class in FAMILIES)
     for config_class in FAMILIES:
-        assert read[config_class.model_type] == _config_fields(config_class), config_class.model_type
+        assert read[config_class.model_type] == config_fields(config_class), config_class.model_type

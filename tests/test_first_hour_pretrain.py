@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +17,8 @@ from encoderlab import HOMAConfig, cli
 from encoderlab.training import demo
 from encoderlab.training.finetune.model_setup import check_length
 from encoderlab.training.lengths import position_limits
-from encoderlab.training.pretrain import interrupted, pretrain
+from encoderlab.training.pretrain import pretrain
+from encoderlab.training.pretrain_command import interrupted
 from encoderlab.training.run_config import bundled_config_names
 from encoderlab.run_files import MARKER_FILE, RUN_CONFIG_FILE
 from encoderlab.training.run_folder import last_checkpoint, start_run_folder
@@ -78,13 +78,12 @@ def test_position_limits_are_the_models_own():
     linformer = HOMAConfig(attention_type="linformer", position_embedding_type="none", max_position_embeddings=40)
     assert [(longest, "linformer" in why) for longest, why in position_limits(linformer)] == [(40, True)]
     for max_length, fits in ((40, True), (41, False)):
-        finetune_run = SimpleNamespace(data=SimpleNamespace(max_length=max_length))
         if fits:
-            check_length(finetune_run, linformer)
+            check_length(linformer, max_length)
         else:
             with pytest.raises(ValueError, match=r"data.max_length=41 exceeds the checkpoint's max_position_embeddings"
                                r"=40 \(linformer"):
-                check_length(finetune_run, linformer)
+                check_length(linformer, max_length)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,20 +140,20 @@ def test_output_dir_and_overwrite_replace_a_run_only_once_the_new_one_can_start(
 
 def test_pretrain_after_the_demo_is_pointed_at_another_folder(tmp_path, capsys):
     demo_dir = tmp_path / "demo"
-    start_run_folder(demo_dir, "demo", tiny_run(demo_dir))
+    start_run_folder(demo_dir, "demo", tiny_run(demo_dir).to_dict())
     message = error_of(["pretrain", "--config", "demo", "--output-dir", str(demo_dir)], capsys)
     assert "holds an `encoderlab demo` run" in message and "--output-dir DIR" in message and "--overwrite" in message
 
 
 def test_the_demo_replaces_an_earlier_demo_only_once_the_new_run_can_start(tmp_path, capsys):
     earlier = tmp_path / "demo"
-    start_run_folder(earlier, "demo", tiny_run(earlier))
+    start_run_folder(earlier, "demo", tiny_run(earlier).to_dict())
     bad_source = f"data.source={tmp_path / 'missing.txt'}"
     assert cli.main(["demo", "--output-dir", str(earlier), "--set", bad_source]) == 1
     assert "missing.txt' does not exist" in capsys.readouterr().err
     assert (earlier / MARKER_FILE).is_file() and (earlier / RUN_CONFIG_FILE).is_file()  # the earlier demo is kept
     # another job's run is replaced only with --overwrite; a folder of other files never
-    start_run_folder(tmp_path / "pretrained", "pretrain", tiny_run(tmp_path / "pretrained"))
+    start_run_folder(tmp_path / "pretrained", "pretrain", tiny_run(tmp_path / "pretrained").to_dict())
     assert "--overwrite to replace it" in error_of(["demo", "--output-dir", str(tmp_path / "pretrained")], capsys)
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "notes.txt").write_text("mine")
@@ -245,7 +244,7 @@ def test_ctrl_c_prints_how_to_resume_and_the_resume_is_quiet_and_piped_logs_are_
 def test_the_interrupted_message_says_where_the_run_stands(tmp_path):
     run = tiny_run(tmp_path / "run")
     assert "nothing was written" in interrupted(run, "CMD")
-    start_run_folder(tmp_path / "run", "pretrain", run)
+    start_run_folder(tmp_path / "run", "pretrain", run.to_dict())
     assert interrupted(run, "CMD") == ("Interrupted: no checkpoint yet (resuming trains from step 0); continue with: "
                                        "CMD")
     (tmp_path / "run" / "checkpoint-8").mkdir()

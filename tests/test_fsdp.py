@@ -167,7 +167,8 @@ def test_fsdp2_config_gives_the_plugin_and_trainer_settings_expected(monkeypatch
     # The Trainer takes the launch's FSDP and precision from the environment, not from its own arguments.
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    args = training_arguments(tiny_run(tmp_path / "run", train={"precision": "bf16"}), max_steps=10)
+    run = tiny_run(tmp_path / "run", train={"precision": "bf16"})
+    args = training_arguments(run.train, run.output_dir, max_steps=10)
     assert args.mixed_precision == "bf16" and not args.fsdp and args.fsdp_plugin_args is None
     ddp = fsdp.launch_environment(accelerate_config_path("ddp"))
     assert not fsdp.fsdp_requested(ddp) and ddp["ACCELERATE_MIXED_PRECISION"] == "bf16"
@@ -236,7 +237,8 @@ def test_fsdp_run_on_cpu_stops_before_anything_is_written(monkeypatch, tmp_path)
 
 
 def test_fsdp_finetune_on_cpu_stops_before_anything_is_written(monkeypatch, tmp_path):
-    from encoderlab.training.finetune.run import finetune, load_finetune_config
+    from encoderlab.training.finetune.config import load_finetune_config
+    from encoderlab.training.finetune.pipeline import finetune
 
     run = load_finetune_config("sst2", str(tmp_path / "model"), overrides=[f"output_dir={tmp_path / 'run'}",
                                                                           "train.precision=bf16"])  # fmt: skip

@@ -239,3 +239,47 @@ def test_training_takes_the_kernel_of_a_run_from_modeling_attention(graph):
     planted = {"encoderlab.training.pretrain": {"encoderlab.modeling.kernels.varlen", "encoderlab.modeling.attention"}}
     assert kernel_readers(planted, "training") == [
         "encoderlab.training.pretrain imports encoderlab.modeling.kernels.varlen"]
+
+
+FINETUNE = "encoderlab.training.finetune"
+FINETUNE_RUN_CONFIG_READERS = ("config", "prepare", "pipeline", "run")
+"""The modules of fine-tuning that read its run config: `config` defines it, `prepare` and `pipeline` hand its values
+down, `run` is the command. Every other module of training/finetune/ takes values and imports none of them."""
+
+
+def run_config_readers_imported(graph: dict, package=FINETUNE, readers=FINETUNE_RUN_CONFIG_READERS) -> list[str]:
+    """The imports of a module that reads the run config by another module of `package`."""
+    readers = {f"{package}.{name}" for name in readers}
+    return [f"{module} imports {target}" for module, targets in sorted(graph.items())
+            if module.startswith(package + ".") and module not in readers for target in sorted(targets & readers)]
+
+
+def test_finetune_leaf_modules_take_values_not_the_run_config(graph):
+    """Only the orchestration of fine-tuning reads the run config; nothing below it climbs back up to it."""
+    assert {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS} <= graph.keys()
+    assert not run_config_readers_imported(graph)
+    planted = {f"{FINETUNE}.point": {f"{FINETUNE}.config", f"{FINETUNE}.tasks"},
+               f"{FINETUNE}.pipeline": {f"{FINETUNE}.config", f"{FINETUNE}.point"}}
+    assert run_config_readers_imported(planted) == [f"{FINETUNE}.point imports {FINETUNE}.config"]
+
+
+TRAINING = "encoderlab.training"
+PRETRAIN_RUN_CONFIG_READERS = ("pretrain", "pretrain_command", "prepare_data", "demo")
+"""The modules of pretraining that read its run config (`run_config`): `pretrain` hands its values down, the others
+are commands. Every other module of training/ (data, shards, collator, Trainer, optimizer, lengths, run folder) takes
+values; so do fine-tuning's modules but its readers, which the test above names."""
+
+
+def run_config_importers(graph: dict, readers=PRETRAIN_RUN_CONFIG_READERS) -> list[str]:
+    """The modules of training/, but `readers` and fine-tuning's, that import the run-config module."""
+    allowed = {f"{TRAINING}.{name}" for name in readers} | {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS}
+    return sorted(module for module, targets in graph.items() if module.startswith(TRAINING + ".")
+                  and module not in allowed and f"{TRAINING}.run_config" in targets)
+
+
+def test_training_leaf_modules_take_values_not_the_run_config(graph):
+    """Only the orchestration and the commands of pretraining and fine-tuning read the run config."""
+    assert {f"{TRAINING}.{name}" for name in PRETRAIN_RUN_CONFIG_READERS} <= graph.keys()
+    assert run_config_importers(graph) == []
+    planted = {f"{TRAINING}.trainer": {f"{TRAINING}.run_config"}, f"{TRAINING}.pretrain": {f"{TRAINING}.run_config"}}
+    assert run_config_importers(planted) == [f"{TRAINING}.trainer"]

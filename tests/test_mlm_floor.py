@@ -19,7 +19,8 @@ from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.collator import IGNORE_INDEX, MLMCollator
 from encoderlab.training.metrics import copy_or_unigram_floor, evaluation_floor, unigram_baseline_accuracy
 from encoderlab.training.packing import PackedMLMCollator
-from encoderlab.training.pretrain import format_results, pretrain
+from encoderlab.training.pretrain import pretrain
+from encoderlab.training.pretrain_command import format_results
 from encoderlab.training.shards import unigram_argmax_of
 
 from test_pretrain import tiny_run
@@ -188,9 +189,9 @@ def test_pretrain_reports_the_floor_of_its_own_evaluation_batches(tmp_path, monk
 
     test_sets, final_results = {}, pretraining._final_results
 
-    def recording_final_results(run, trainer, data, plan, tokenizer):  # keeps the test sets the run scored
+    def recording_final_results(trainer, data, *values):  # keeps the test sets the run scored
         test_sets.update(data.test_sets)
-        return final_results(run, trainer, data, plan, tokenizer)
+        return final_results(trainer, data, *values)
 
     monkeypatch.setattr(pretraining, "_final_results", recording_final_results)
     floors = {}

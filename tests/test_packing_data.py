@@ -179,7 +179,7 @@ def test_bad_packed_rows_fail_clearly(esm):
 
 @pytest.mark.parametrize("family", ["dta_bert", "homa"])
 def test_packed_mlm_loss_is_the_token_weighted_loss_of_the_documents_alone(esm, family):
-    from encoderlab.training.pretrain import family_classes
+    from encoderlab.training.model_config import family_classes
 
     config_class, model_class = family_classes(family)
     torch.manual_seed(0)

@@ -10,7 +10,8 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 
 from encoderlab import DTABertConfig, DTABertForSequenceClassification, DTABertForTokenClassification
 from encoderlab.tokenization import build_tokenizer
-from encoderlab.training.finetune.run import finetune, load_finetune_config
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.sequence import SequenceKind
 from encoderlab.training.finetune.squad import QuestionAnsweringKind
 from encoderlab.training.finetune.tokens import PaddingFreeTokenCollator, TokenKind

@@ -164,7 +164,7 @@ def test_output_dir_that_holds_no_run_is_never_touched(tmp_path):
 
 def test_resume_of_a_run_stopped_before_its_first_checkpoint_trains_from_step_zero(tmp_path):
     run = tiny_run(tmp_path / "run")
-    start_run_folder(tmp_path / "run", "pretrain", run)  # what a run killed before its first checkpoint leaves
+    start_run_folder(tmp_path / "run", "pretrain", run.to_dict())  # left by a run killed before its first checkpoint
     with pytest.raises(ValueError, match="holds an `encoderlab pretrain` run, not an `encoderlab demo` run"):
         pretrain(run, resume=True, command="demo")
     results = pretrain(run, resume=True).results
@@ -190,8 +190,8 @@ def test_overrides_and_bundled_configs():
 
 
 def test_plan_steps_counts_non_padding_tokens():
-    run = RunConfig.from_dict({"train": {"batch_size": 4, "token_budget": 1000, "gradient_accumulation_steps": 2}})
-    plan = plan_steps({"input_ids": [[1] * 30, [1] * 10]}, run, world_size=2)
+    # 4 examples per device x 2 accumulated micro-steps x 2 processes
+    plan = plan_steps({"input_ids": [[1] * 30, [1] * 10]}, token_budget=1000, examples_per_step=16)
     assert plan["mean_example_tokens"] == 20 and plan["examples_per_step"] == 16
     assert plan["max_steps"] == 4  # ceil(1000 / (20 * 16))
     assert plan["expected_tokens"] == 4 * 320
@@ -345,7 +345,7 @@ KILLER = """
 RESUMER = """
     import json, sys
     from transformers import TrainerCallback
-    import encoderlab.training.pretrain as pretrain_module
+    import encoderlab.training.trainer as trainer_module
     from encoderlab.cli import main
 
     class RecordSteps(TrainerCallback):
@@ -358,9 +358,9 @@ RESUMER = """
         def on_step_end(self, args, state, control, **kwargs):
             RecordSteps.trained += 1
 
-    build_trainer = pretrain_module.build_trainer
-    pretrain_module.build_trainer = lambda run, model, tokenizer, data, plan, callbacks=(): build_trainer(
-        run, model, tokenizer, data, plan, [*callbacks, RecordSteps()])
+    build_trainer = trainer_module.build_trainer
+    trainer_module.build_trainer = lambda *args, callbacks=(), **kwargs: build_trainer(
+        *args, callbacks=[*callbacks, RecordSteps()], **kwargs)
     code = main(sys.argv[2:])  # encoderlab pretrain ... --resume, in this process
     with open(sys.argv[1], "w") as record:
         json.dump({"start": RecordSteps.start, "trained": RecordSteps.trained}, record)

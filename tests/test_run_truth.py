@@ -24,7 +24,9 @@ from encoderlab.cli import main
 from encoderlab.hub_cards.card import _data_section, _finetune_eval_results, validate_model_card
 from encoderlab.hub_cards.publish import stage_run
 from encoderlab.training.finetune import data as finetune_data
-from encoderlab.training.finetune.run import FinetuneDataSection, finetune, format_results, load_finetune_config
+from encoderlab.training.finetune.config import FinetuneDataSection, load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.report import format_results
 from encoderlab.training.finetune.tasks import get_task
 from encoderlab.run_files import PUBLISHED_FILE
 from encoderlab.training.run_folder import base_model_record
@@ -324,7 +326,7 @@ def test_data_test_file_names_keep_a_single_test_prefix():
 
 
 def test_glue_table_says_which_dev_sets_were_capped():
-    from encoderlab.training.finetune.run import glue_table
+    from encoderlab.training.finetune.report import glue_table
 
     whole = {"examples": 1043, "available": 1043, "capped": False, "limit_key": None, "limit": 1000}
     capped = {"examples": 1000, "available": 9815, "capped": True, "limit_key": "data.eval_limit", "limit": 1000}

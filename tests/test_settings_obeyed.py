@@ -14,8 +14,11 @@ import pytest
 import torch
 
 from encoderlab.cli import main
-from encoderlab.training.finetune.run import (finetune, load_finetune_config, load_model, point_name, prepare,
-                                              step_limit)
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.model_setup import load_model
+from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.point import point_name, schedule
+from encoderlab.training.finetune.prepare import prepare
 from tiny_checkpoints import save_tiny_dta_mlm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,14 +77,11 @@ def own_data(tmp_path, labels=("bad", "good"), rows=20):
 def test_epochs_cut_the_cpu_default_step_budget(tiny_dta, tmp_path):
     run = load_finetune_config("text-classification", str(tiny_dta), None, ["train.epochs=1", "train.batch_size=8"])
     assert run.train.max_steps == 300, "the task's CPU default sets a step budget"
-    assert step_limit(run, train_size=20, batch_size=8, world_size=1) == 3  # one epoch of 20 rows in batches of 8
-    assert step_limit(run, train_size=20, batch_size=8, world_size=2) == 2
-    run.train.epochs = 1.5
-    assert step_limit(run, train_size=20, batch_size=8, world_size=1) == 5  # ceil(1.5 * 3), as the Trainer counts
-    run.train.epochs, run.train.max_steps = 10.0, 4
-    assert step_limit(run, train_size=20, batch_size=8, world_size=1) == 4  # the step budget ends first
-    run.train.max_steps = None
-    assert step_limit(run, train_size=20, batch_size=8, world_size=1) == -1  # epochs alone (the Trainer's -1)
+    assert schedule(20, 8, run.train.epochs, run.train.max_steps).max_steps == 3  # one epoch of 20 rows in batches of 8
+    assert schedule(20, 2 * 8, run.train.epochs, run.train.max_steps).max_steps == 2  # two processes
+    assert schedule(20, 8, 1.5, 300).max_steps == 5  # ceil(1.5 * 3), as the Trainer counts
+    assert schedule(20, 8, 10.0, 4).max_steps == 4  # the step budget ends first
+    assert schedule(20, 8, 10.0, None).max_steps == -1  # epochs alone (the Trainer's -1)
 
 
 def test_a_run_with_epochs_1_trains_one_epoch_only(tiny_dta, tmp_path):
@@ -116,8 +116,8 @@ def test_the_same_labels_keep_the_trained_head(sentiment_classifier, tmp_path):
     run = load_finetune_config("text-classification", str(sentiment_classifier), None,
                                own_data(tmp_path, labels=("negative", "positive")))
     prepared = prepare(run)
-    assert not prepared.new_head
-    model, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert not prepared.model.new_head
+    model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert initialised == []
     saved = load_head(sentiment_classifier)
     assert all(torch.equal(model.state_dict()[key], value) for key, value in saved.items())
@@ -136,8 +136,8 @@ def test_new_head_true_initialises_the_head_fresh_and_says_so(sentiment_classifi
     overrides = [*own_data(tmp_path, labels=(0, 5)), "model.new_head=true"]
     run = load_finetune_config("text-classification", str(sentiment_classifier), None, overrides)
     prepared = prepare(run)
-    assert prepared.new_head
-    model, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert prepared.model.new_head
+    model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     saved = load_head(sentiment_classifier)
     assert set(initialised) == set(saved), "every head weight is listed as initialised fresh"
     state = model.state_dict()
@@ -162,7 +162,7 @@ def test_new_head_with_another_number_of_labels(sentiment_classifier, tmp_path):
     run = load_finetune_config("text-classification", str(sentiment_classifier), None,
                                [*overrides, "model.new_head=true"])
     prepared = prepare(run)
-    model, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert model.config.id2label == {0: "0", 1: "5", 2: "7"} and model.classifier.out_proj.out_features == 3
     assert set(initialised) == set(load_head(sentiment_classifier))
 
@@ -175,8 +175,8 @@ def test_a_head_of_another_kind_is_not_a_relabelling(sentiment_classifier, tmp_p
                  "data.text_columns=[review]", "data.label_column=stars"]
     run = load_finetune_config("token-classification", str(sentiment_classifier), None, overrides)
     prepared = prepare(run)
-    assert not prepared.new_head
-    _, initialised = load_model(run, prepared.task, prepared.kind, prepared.new_head)
+    assert not prepared.model.new_head
+    _, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert initialised and all(name.startswith("classifier.") for name in initialised)
 
 
@@ -209,8 +209,8 @@ def test_finetune_help_names_the_output_folder(capsys):
     assert "--output-dir" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module", ["encoderlab.training.finetune.predict", "encoderlab.training.finetune.run",
-                                    "encoderlab.training.finetune.predict_qa"])
+@pytest.mark.parametrize("module", ["encoderlab.training.finetune.predict_cli", "encoderlab.training.finetune.run",
+                                    "encoderlab.training.finetune.predict_qa_cli"])
 def test_every_option_has_help_text(module):
     import importlib
 

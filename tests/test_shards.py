@@ -17,12 +17,12 @@ from datasets.table import MemoryMappedTable
 
 from encoderlab import cli
 from encoderlab.tokenization import build_tokenizer
-from encoderlab.training import pretrain as pretrain_module
 from encoderlab.training import shards as shards_module
+from encoderlab.training import tokenizer_cache
 from encoderlab.training.data import assign_split, document_windows, evaluation_sets, tokenize_to_examples
 from encoderlab.training.sources import load_documents
-from encoderlab.training.pretrain import RunConfig, prepare_data
-from encoderlab.training.shards import load_or_build_shards, shard_directory
+from encoderlab.training.pretrain import RunConfig, prepare_data, run_lengths, run_shard_spec, run_shards
+from encoderlab.training.shards import cache_root, shard_directory
 from tiny_checkpoints import assert_same_saved_weights
 
 
@@ -62,6 +62,11 @@ def protein_run(source, cache, train=None, **data):
     })
 
 
+def directory_of(run, tokenizer):
+    """The shard folder of `run` and `tokenizer` in the run's cache."""
+    return shard_directory(cache_root(run.data.cache_dir), run_shard_spec(run), tokenizer)
+
+
 @pytest.fixture(scope="module")
 def esm():
     return build_tokenizer("esm2", model_max_length=4096)
@@ -78,7 +83,7 @@ def windows_of_rows(dataset):
 
 def test_a_folder_of_fasta_files_becomes_packed_memory_mapped_shards(tmp_path, fasta_folder, esm):
     run = protein_run(fasta_folder, tmp_path / "cache")
-    shards = load_or_build_shards(run, esm)
+    shards = run_shards(run, esm)
     documents = list(load_documents(fasta_folder))
     assert len(documents) == 203 and "WWWW" not in documents  # the hidden file is skipped
     rule = dict(validation_size=0.2, test_size=0.2, seed=run.train.seed)
@@ -111,7 +116,7 @@ def test_the_evaluation_and_test_sets_are_cut_from_their_own_documents(tmp_path,
     for text in load_documents(fasta_folder):
         by_split[assign_split(text, **rule)].append(text)
     for split, sets in (("validation", data.eval_sets), ("test", data.test_sets)):
-        expected = evaluation_sets(by_split[split], tokenizer, run, split)
+        expected = evaluation_sets(by_split[split], tokenizer, run_lengths(run), run.data.max_eval_examples, split)
         assert sets["long"]["input_ids"] == expected["long"]["input_ids"], split
         short = collections.Counter(map(tuple, expected["short"]["input_ids"]))
         assert collections.Counter(windows_of_rows(sets["short"])) == short, split  # packed into rows
@@ -119,51 +124,51 @@ def test_the_evaluation_and_test_sets_are_cut_from_their_own_documents(tmp_path,
 
 
 def test_truncation_counts_the_tokens_it_drops(tmp_path, fasta_folder, esm):
-    shards = load_or_build_shards(protein_run(fasta_folder, tmp_path / "cache", packing="truncate"), esm)
+    shards = run_shards(protein_run(fasta_folder, tmp_path / "cache", packing="truncate"), esm)
     rule = dict(validation_size=0.2, test_size=0.2, seed=0)
     train = [text for text in load_documents(fasta_folder) if assign_split(text, **rule) == "train"]
     _, stats = tokenize_to_examples(train, esm, 64, mode="truncate", return_stats=True)
     assert shards.info["truncated_tokens"] == stats.dropped_tokens > 0
     assert len(shards.train) == stats.examples and "dropped_tokens" not in shards.train.column_names
-    assert load_or_build_shards(protein_run(fasta_folder, tmp_path / "cache"), esm).info["truncated_tokens"] == 0
+    assert run_shards(protein_run(fasta_folder, tmp_path / "cache"), esm).info["truncated_tokens"] == 0
 
 
 def test_rows_do_not_depend_on_the_number_of_tokenizing_processes(tmp_path, fasta_folder, esm):
-    one = load_or_build_shards(protein_run(fasta_folder, tmp_path / "one"), esm)
-    two = load_or_build_shards(protein_run(fasta_folder, tmp_path / "two", num_proc=2), esm)
+    one = run_shards(protein_run(fasta_folder, tmp_path / "one"), esm)
+    two = run_shards(protein_run(fasta_folder, tmp_path / "two", num_proc=2), esm)
     assert one.directory.name == two.directory.name  # num_proc is not part of the cache key: it changes nothing
     assert two.train[:] == one.train[:] and two.info["token_counts"] == one.info["token_counts"]
 
 
 def test_shards_are_reused_and_rebuilt_when_the_corpus_changes(tmp_path, fasta_folder, esm, monkeypatch):
     run = protein_run(fasta_folder, tmp_path / "cache")
-    first = load_or_build_shards(run, esm)
-    monkeypatch.setattr(shards_module, "build_shards", lambda *args: pytest.fail("rebuilt a complete cache"))
-    again = load_or_build_shards(run, esm)
+    first = run_shards(run, esm)
+    monkeypatch.setattr(shards_module, "build_shards", lambda *args, **kwargs: pytest.fail("rebuilt a complete cache"))
+    again = run_shards(run, esm)
     assert again.directory == first.directory and again.train[:]["input_ids"] == first.train[:]["input_ids"]
-    assert shard_directory(protein_run(fasta_folder, tmp_path / "cache", packing="chunk"), esm) != first.directory
+    assert directory_of(protein_run(fasta_folder, tmp_path / "cache", packing="chunk"), esm) != first.directory
     with (fasta_folder / "a.fasta").open("a") as handle:
         handle.write(">new\nMKTAYIAKQR\n")
-    assert shard_directory(run, esm) != first.directory
+    assert directory_of(run, esm) != first.directory
 
 
 def test_a_same_size_edit_of_a_corpus_file_builds_new_shards(tmp_path, fasta_folder, esm):
     run = protein_run(fasta_folder, tmp_path / "cache")
-    first = load_or_build_shards(run, esm)
+    first = run_shards(run, esm)
     corpus = fasta_folder / "a.fasta"
     before = corpus.stat()
     text = corpus.read_text()
     corpus.write_text(text.replace("A", "W"))  # new residues, not one byte more or less
     os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
     assert corpus.stat().st_size == before.st_size and "A" in text
-    edited = load_or_build_shards(run, esm)
+    edited = run_shards(run, esm)
     assert edited.directory != first.directory
     assert edited.info["token_counts"] != first.info["token_counts"]  # the edit is read, not the old cache
     corpus.write_text(text)  # the old content under a newer mtime: built again too, it may differ from the cache
-    assert shard_directory(run, esm) not in (first.directory, edited.directory)
+    assert directory_of(run, esm) not in (first.directory, edited.directory)
 
 
-# One case per field of `shards.shard_spec`: (field, data settings, train settings) of a run that differs from
+# One case per field of `shards.cache_key`: (field, data settings, train settings) of a run that differs from
 # protein_run only there; "source" and "tokenizer" are swapped in by the test.
 SPEC_CHANGES = [
     ("source", {"source": "a.fasta"}, {}),
@@ -183,7 +188,7 @@ SPEC_CHANGES = [
 
 
 def test_the_cases_below_cover_every_field_of_the_shard_spec(tmp_path, fasta_folder, esm):
-    fields = set(shards_module.shard_spec(protein_run(fasta_folder, tmp_path / "cache"), esm))
+    fields = set(shards_module.cache_key(run_shard_spec(protein_run(fasta_folder, tmp_path / "cache")), esm))
     assert {field for field, _, _ in SPEC_CHANGES} == fields - {"format"}
 
 
@@ -195,21 +200,22 @@ def test_every_field_of_the_shard_spec_keys_the_cache(tmp_path, fasta_folder, es
     source = fasta_folder / data.pop("source") if "source" in data else fasta_folder
     changed = protein_run(source, tmp_path / "cache", train, **data)
     tokenizer = build_tokenizer("tape_iupac", model_max_length=4096) if field == "tokenizer" else esm
-    spec, changed_spec = shards_module.shard_spec(base, esm), shards_module.shard_spec(changed, tokenizer)
+    spec = shards_module.cache_key(run_shard_spec(base), esm)
+    changed_spec = shards_module.cache_key(run_shard_spec(changed), tokenizer)
     assert [key for key in spec if spec[key] != changed_spec[key]] == [field]
-    assert shard_directory(changed, tokenizer) != shard_directory(base, esm)
+    assert directory_of(changed, tokenizer) != directory_of(base, esm)
 
 
 def test_a_failed_build_leaves_nothing_and_a_second_builder_keeps_the_first(tmp_path, fasta_folder, esm):
     cache = tmp_path / "cache"
     too_long = protein_run(fasta_folder, cache, long_factor=50)  # no document has 50 x 64 tokens
     with pytest.raises(ValueError, match=r"No validation document has >= 3200 tokens \(data.long_factor=50"):
-        load_or_build_shards(too_long, esm)
+        run_shards(too_long, esm)
     assert list(cache.iterdir()) == []
     run = protein_run(fasta_folder, cache)
-    directory = shard_directory(run, esm)
-    shards_module.build_shards(run, esm, directory)
-    shards_module.build_shards(run, esm, directory)  # as a second process racing the first would
+    directory = directory_of(run, esm)
+    shards_module.build_shards(run_shard_spec(run), esm, directory)
+    shards_module.build_shards(run_shard_spec(run), esm, directory)  # as a second process racing the first would
     assert [p.name for p in cache.iterdir()] == [directory.name]
 
 
@@ -225,7 +231,7 @@ def test_parquet_shards_stream_as_a_hub_dataset_would(tmp_path, esm):
     source = tmp_path / "parquet"
     streamed = list(load_documents(source, streaming=True))
     assert sorted(streamed) == sorted(texts) and streamed == list(load_documents(source, streaming=False))
-    shards = load_or_build_shards(protein_run(source, tmp_path / "cache", streaming=True), esm)
+    shards = run_shards(protein_run(source, tmp_path / "cache", streaming=True), esm)
     assert sum(shards.info["documents"].values()) == len(texts)
 
 
@@ -260,8 +266,8 @@ def test_prepare_data_command_leaves_what_pretrain_uses(tmp_path, monkeypatch, c
     printed = json.loads(capsys.readouterr().out)
     assert printed["fill_rate"] > 0.98 and printed["documents"]["train"] > 0
     assert not (tmp_path / "run").exists()  # the run folder is pretrain's
-    monkeypatch.setattr(shards_module, "build_shards", lambda *args: pytest.fail("shards built twice"))
-    monkeypatch.setattr(pretrain_module, "build_tokenizer_for_run", lambda *args: pytest.fail("tokenizer rebuilt"))
+    monkeypatch.setattr(shards_module, "build_shards", lambda *args, **kwargs: pytest.fail("shards built twice"))
+    monkeypatch.setattr(tokenizer_cache, "build_tokenizer_for_run", lambda *args: pytest.fail("tokenizer rebuilt"))
     run = RunConfig.from_dict(json.loads(config.read_text()))
     tokenizer, data = prepare_data(run, None, PartialState())  # what pretrain reads before it claims its folder
     assert str(data.train.cache_files[0]["filename"]).startswith(printed["directory"])

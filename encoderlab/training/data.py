@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 import datasets
 
+from .lengths import PretrainLengths
+from .sources import load_documents
+
 
 if TYPE_CHECKING:  # only for annotations: loading documents should not need to import transformers
     from transformers import PreTrainedTokenizerBase
@@ -70,6 +73,35 @@ def assign_split(text: str, *, validation_size: float, test_size: float, seed: i
     if position < validation_size + test_size:
         return "test"
     return "train"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A run's documents and the rule that places each in a split: where `load_documents` reads them (the ``data``
+    section's ``source``, ``text_field``, ``split``, ``streaming`` and ``limit``) and `assign_split`'s sizes and
+    seed (``data.validation_size``, ``data.test_size``, ``train.seed``)."""
+
+    source: str
+    text_field: str | None
+    split: str
+    streaming: bool
+    limit: int | None
+    validation_size: float
+    test_size: float
+    seed: int
+
+    def documents(self) -> Iterator[str]:
+        """Every document of the source, in its order (streamed when `streaming`)."""
+        return load_documents(self.source, text_field=self.text_field, split=self.split, streaming=self.streaming,
+                              limit=self.limit)
+
+    def split_of(self, text: str) -> str:
+        """The split of one document (`assign_split`)."""
+        return assign_split(text, validation_size=self.validation_size, test_size=self.test_size, seed=self.seed)
+
+    def documents_of(self, split: str) -> Iterator[str]:
+        """The documents of one split, streamed."""
+        return (text for text in self.documents() if self.split_of(text) == split)
 
 
 def split_documents(
@@ -298,27 +330,27 @@ def _tokenize_batch(
     return examples
 
 
-def evaluation_sets(documents: Iterable[str], tokenizer, run, split: str) -> dict:
-    """Windows of 1x and `long_factor` x the training length (of `run`, a pretraining run config) from the
-    documents long enough for the latter.
+def evaluation_sets(documents: Iterable[str], tokenizer, lengths: PretrainLengths, max_examples: int,
+                    split: str) -> dict:
+    """Windows of the `lengths.evaluation` lengths (1x and `long_factor` x the training length) from the documents
+    long enough for the long ones.
 
-    `documents` may be a stream: it is read until both sets hold ``data.max_eval_examples`` windows.
+    `documents` may be a stream: it is read until both sets hold `max_examples` windows (``data.max_eval_examples``).
     """
-    long_len = run.train.seq_len * run.data.long_factor
-    cap = run.data.max_eval_examples
+    long_len = lengths.long_seq_len
     short, long, found = [], [], False
     for document in select_long_documents(documents, tokenizer, min_tokens=long_len):
         found = True
         # Only full windows: a short tail would not test long context.
         long += [window for window in document_windows([document], tokenizer, long_len) if len(window) == long_len]
-        short += document_windows([document], tokenizer, run.train.seq_len)
-        if len(short) >= cap and len(long) >= cap:
+        short += document_windows([document], tokenizer, lengths.seq_len)
+        if len(short) >= max_examples and len(long) >= max_examples:
             break
     if not found:
         raise ValueError(
-            f"No {split} document has >= {long_len} tokens (data.long_factor={run.data.long_factor} x "
-            f"train.seq_len={run.train.seq_len}); raise data.validation_size/test_size or use a larger corpus"
+            f"No {split} document has >= {long_len} tokens (data.long_factor={lengths.long_factor} x "
+            f"train.seq_len={lengths.seq_len}); raise data.validation_size/test_size or use a larger corpus"
         )
     features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
-    return {name: datasets.Dataset.from_dict({"input_ids": windows[:cap]}, features=features)
+    return {name: datasets.Dataset.from_dict({"input_ids": windows[:max_examples]}, features=features)
             for name, windows in (("short", short), ("long", long))}

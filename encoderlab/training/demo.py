@@ -19,13 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from .pretrain import INTERRUPTED_EXIT_CODE, check_without_torch, format_results, load_run_config, pretrain
-from .run_config import PretrainRunConfig
+from .pretrain import pretrain
+from .pretrain_command import INTERRUPTED_EXIT_CODE, check_without_torch, format_results
+from .run_config import PretrainRunConfig, load_run_config
 from .run_folder import check_run_folder, last_checkpoint, run_owner
 
-
 logger = logging.getLogger(__name__)
-
 
 EXAMPLE = "The return statement leaves the current function call with the expression list as return {mask}."
 
@@ -104,7 +103,7 @@ def check(args: argparse.Namespace) -> None:
     config = demo_config(args)
     check_without_torch(config)
     run_dir = Path(config.output_dir)
-    check_run_folder(run_dir, "demo", False, config, replaces_run(args, run_dir))
+    check_run_folder(run_dir, "demo", False, config.to_dict(), replaces_run(args, run_dir))
 
 
 def run(args: argparse.Namespace) -> int:

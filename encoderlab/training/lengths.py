@@ -4,9 +4,43 @@ A model refuses a longer input only when it meets one (`encoderlab.modeling.base
 that is at its first long evaluation, after hours of training. Every job checks what it will feed here instead, once
 its model config is known: ``encoderlab pretrain`` its ``train.seq_len`` and long-evaluation length, ``encoderlab
 finetune`` its ``data.max_length`` (the SQuAD windows too).
+
+`PretrainLengths` holds the lengths of a pretraining run, derived here once from ``train.seq_len`` and
+``data.long_factor``: the training rows, the long evaluation windows (also the tokenizer's ``model_max_length`` and
+the default ``max_position_embeddings``), the evaluation sets' lengths, and the record results.json keeps of them.
 """
 
+from dataclasses import dataclass
 from types import SimpleNamespace
+
+
+@dataclass(frozen=True)
+class PretrainLengths:
+    """The input lengths of a pretraining run: rows of `seq_len` tokens, and evaluation windows of 1x ("short") and
+    `long_factor` x ("long") that length."""
+
+    seq_len: int
+    long_factor: int
+
+    @property
+    def long_seq_len(self) -> int:
+        """The long evaluation windows' length: the longest input the run feeds its model."""
+        return self.seq_len * self.long_factor
+
+    @property
+    def evaluation(self) -> dict[str, int]:
+        """Each evaluation set's window length: ``{"short": seq_len, "long": long_seq_len}``."""
+        return {"short": self.seq_len, "long": self.long_seq_len}
+
+    def fed(self) -> dict[str, int]:
+        """The lengths the run feeds its model, each named by where it comes from in the run config (for
+        `check_lengths_fit`'s errors)."""
+        long_window = f"data.long_factor x train.seq_len = {self.long_factor} x {self.seq_len}"
+        return {"train.seq_len": self.seq_len, long_window: self.long_seq_len}
+
+    def record(self) -> dict[str, int]:
+        """results.json's ``lengths``, which the model card reads."""
+        return {"seq_len": self.seq_len, "long_factor": self.long_factor, "long_seq_len": self.long_seq_len}
 
 
 def position_limits(config) -> list[tuple[int, str]]:

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from .run_config import SCHEDULES, OptimizerSettings  # the settings are a run-config section, without torch
+from .optimizer_settings import SCHEDULES, OptimizerSettings  # without torch: the command line reads them
 
 
 def muon_parameter_split(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:

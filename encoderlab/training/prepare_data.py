@@ -9,7 +9,8 @@ pretraining run then finds both in the cache and starts training at once.
 import argparse
 import json
 
-from .pretrain import add_config_arguments, check_without_torch, run_tokenizer, validate_run
+from .pretrain import run_shards, run_tokenizer, validate_run
+from .pretrain_command import add_config_arguments, check_without_torch
 from .run_config import load_run_config
 from .sources import check_local_source
 
@@ -19,20 +20,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """What `encoderlab.cli` checks before importing torch: the run config (`pretrain.check_without_torch`)."""
+    """What `encoderlab.cli` checks before importing torch: the run config (`pretrain_command.check_without_torch`)."""
     check_without_torch(load_run_config(args.config, args.overrides))
 
 
 def run(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
-    from .shards import describe, load_or_build_shards  # datasets: imported after `check`
+    from .shards import describe  # datasets: imported after `check`
 
     config = load_run_config(args.config, args.overrides)
     validate_run(config)
     check_local_source(config.data.source, text_field=config.data.text_field, split=config.data.split)
     state = PartialState()
     tokenizer = run_tokenizer(config, None, state)
-    shards = load_or_build_shards(config, tokenizer, state)
+    shards = run_shards(config, tokenizer, state)
     print(json.dumps(describe(shards), indent=1))
     return 0

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from ..configuration.choices import check_choice
+from .optimizer_settings import SCHEDULES, OptimizerSettings
 
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -26,42 +27,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 TOKENIZER_NAMES = ("bpe", "wordpiece", "esm2", "tape_iupac")
 """The names of `encoderlab.tokenization.TOKENIZER_BUILDERS`, here without transformers so that a run config is
 checked before it loads (tests/test_cli_fast_errors.py keeps the two equal)."""
-
-
-# Optimizer settings: plain values (no torch), so the command line can parse a run config without loading torch;
-# `optim.build_optimizer` turns them into an optimizer.
-OPTIMIZERS = ("adamw", "muon")
-SCHEDULES = ("wsd", "cosine")
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """Hyper-parameters of `build_optimizer` (defaults: the DTA paper)."""
-
-    name: str = "muon"
-    lr: float = 1e-3
-    """AdamW learning rate (for ``"muon"``: of the embeddings, head, norms, biases and scalars)."""
-    weight_decay: float = 0.0
-    """AdamW's decoupled weight decay, on 2-D and larger parameters only (not on biases, norm gains, scalars)."""
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    muon_lr: float = 0.01
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.0
-
-    def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.name!r} is not supported; allowed values: {list(OPTIMIZERS)}")
-        for name in ("lr", "muon_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
-        for name in ("weight_decay", "muon_weight_decay"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
-        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
-            raise ValueError(f"betas={self.betas!r} must be two numbers in [0, 1)")
-        if not 0 <= self.muon_momentum < 1:
-            raise ValueError(f"muon_momentum={self.muon_momentum!r} must be in [0, 1)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,13 +239,13 @@ def config_from_dict(raw: dict, schema: type):
     values = {}
     for name, hint in hints.items():
         if dataclasses.is_dataclass(hint):
-            values[name] = _build_section(name, hint, {} if raw.get(name) is None else raw[name])
+            values[name] = build_section(name, hint, {} if raw.get(name) is None else raw[name])
         elif name in raw:
             values[name] = _coerce(name, raw[name], hint)
     return schema(**values)
 
 
-def _build_section(name: str, section_class: type, values: Any):
+def build_section(name: str, section_class: type, values: Any):
     if not isinstance(values, dict):
         raise ValueError(f"Config section {name!r} must be a mapping, got {values!r}")
     hints = typing.get_type_hints(section_class)

@@ -42,10 +42,10 @@ class RunFinished(Exception):
     """``--resume`` of a run that has already finished: nothing to train."""
 
 
-def check_run_folder(run_dir: Path, command: str, resume: bool, run, overwrite: bool = False) -> None:
+def check_run_folder(run_dir: Path, command: str, resume: bool, run_config: dict, overwrite: bool = False) -> None:
     """Raise unless `command` may write into `run_dir`: a new or empty folder, (with `resume`) its own run with the
-    same run config, or (with `overwrite`) any encoderlab run, which `start_run_folder` replaces. Reads only; safe
-    to call from every rank."""
+    same run config (`run_config`, the run's ``to_dict()``), or (with `overwrite`) any encoderlab run, which
+    `start_run_folder` replaces. Reads only; safe to call from every rank."""
     run_dir = Path(run_dir)
     if resume and overwrite:
         raise ValueError("--resume continues the run in output_dir and --overwrite replaces it; pass one of them")
@@ -73,7 +73,7 @@ def check_run_folder(run_dir: Path, command: str, resume: bool, run, overwrite: 
             f"output_dir {str(run_dir)!r} is not empty; pass --resume to continue it (it holds an `encoderlab "
             f"{command}` run), --overwrite to replace it, or choose another output_dir (--output-dir DIR)"
         )
-    changed = changed_keys(load_saved_run_config(run_dir), run.to_dict())
+    changed = changed_keys(load_saved_run_config(run_dir), run_config)
     if changed:
         raise ValueError(
             f"--resume: the run config differs from the one saved in {str(run_dir / RUN_CONFIG_FILE)!r} at "
@@ -87,9 +87,10 @@ def check_run_folder(run_dir: Path, command: str, resume: bool, run, overwrite: 
         )
 
 
-def start_run_folder(run_dir: Path, command: str, run, overwrite: bool = False) -> None:
-    """Create the folder and claim it for `command` (main process only, after `check_run_folder` and every other
-    check of the run); with `overwrite`, the encoderlab run the folder holds is removed first."""
+def start_run_folder(run_dir: Path, command: str, run_config: dict, overwrite: bool = False) -> None:
+    """Create the folder, claim it for `command` and save `run_config` in it (main process only, after
+    `check_run_folder` and every other check of the run); with `overwrite`, the encoderlab run the folder holds is
+    removed first."""
     run_dir = Path(run_dir)
     if overwrite and run_owner(run_dir) is not None:
         logger.info("--overwrite: removing the `encoderlab %s` run in %s", run_owner(run_dir), run_dir)
@@ -99,7 +100,7 @@ def start_run_folder(run_dir: Path, command: str, run, overwrite: bool = False) 
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / MARKER_FILE).write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
-    save_run_config(run_dir, run)
+    save_run_config(run_dir, run_config)
     logger.info("%s: new `encoderlab %s` run", run_dir, command)
 
 
@@ -112,8 +113,6 @@ def run_owner(run_dir: Path) -> str | None:
         return json.loads(marker.read_text(encoding="utf-8"))["command"]
     except (ValueError, KeyError, TypeError):
         return None
-
-
 
 
 def load_saved_run_config(run_dir: Path) -> dict:
@@ -167,9 +166,9 @@ def check_checkpoint_schedule(checkpoint: Path, max_steps: int) -> None:
         )
 
 
-def save_run_config(run_dir: Path, run) -> Path:
+def save_run_config(run_dir: Path, run_config: dict) -> Path:
     path = Path(run_dir) / RUN_CONFIG_FILE
-    path.write_text(yaml.safe_dump(_plain(run.to_dict()), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(_plain(run_config), sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -193,12 +192,6 @@ def without_load_time_keys(tokenizer):
     for key in LOAD_TIME_KEYS:
         tokenizer.init_kwargs.pop(key, None)
     return tokenizer
-
-
-
-
-
-
 
 
 def base_model_record(path: str) -> dict:

@@ -1,8 +1,9 @@
 """Tokenized shards on disk: a corpus is tokenized once, and every run and process reads it memory-mapped.
 
-`prepare_shards` turns the ``data`` section of a run plus its tokenizer into a folder under the shard cache,
-named by a hash of everything that decides its content (`shard_spec`: the source and its files' sizes and
-modification times, the split rule, the tokenizer, ``seq_len``, the packing, the evaluation lengths). The steps:
+`load_or_build_shards` turns a `ShardSpec` (what decides the content: the corpus and its split rule, the lengths,
+the packing, the evaluation cap, the shard size) plus the run's tokenizer into a folder under the shard cache, named
+by a hash of its `cache_key` (the source and its files' sizes and modification times, the split rule, the tokenizer,
+``seq_len``, the packing, the evaluation lengths). The steps:
 
 1. the documents, streamed from the source and assigned to train / validation / test by their hash
    (`encoderlab.training.data.assign_split`), are written to Arrow (``Dataset.from_generator``);
@@ -35,6 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .data import Corpus, document_windows, evaluation_sets
+from .lengths import PretrainLengths
+from .packing import pack_block
+from .sources import EMBEDDED_SOURCE
+
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +55,22 @@ _WINDOW_FEATURES = datasets.Features({"input_ids": datasets.Sequence(datasets.Va
                                       "dropped_tokens": datasets.Value("int64")})
 
 
-def cache_root(run) -> Path:
-    """``data.cache_dir``, else ``$ENCODERLAB_CACHE/shards``, else ``~/.cache/encoderlab/shards``."""
-    if run.data.cache_dir is not None:
-        return Path(run.data.cache_dir).expanduser()
+@dataclass(frozen=True)
+class ShardSpec:
+    """What decides the content of a run's shards, the tokenizer aside: its documents and their split, the training
+    and evaluation lengths, ``data.packing``, ``data.max_eval_examples`` and ``data.shard_rows``."""
+
+    corpus: Corpus
+    lengths: PretrainLengths
+    packing: str
+    max_eval_examples: int
+    shard_rows: int
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    """`cache_dir` (``data.cache_dir``), else ``$ENCODERLAB_CACHE/shards``, else ``~/.cache/encoderlab/shards``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
     return Path(os.environ.get("ENCODERLAB_CACHE", Path.home() / ".cache" / "encoderlab")).expanduser() / "shards"
 
 
@@ -64,8 +82,6 @@ def cache_root(run) -> Path:
 def source_fingerprint(source: str) -> dict:
     """What identifies the documents of `source`: a local file or folder by its files' paths, sizes and mtimes
     (so an edited corpus is tokenized again), the embedded corpus by the Python version, a Hub id by its name."""
-    from .sources import EMBEDDED_SOURCE
-
     if source == EMBEDDED_SOURCE:
         return {"embedded": sys.version}
     path = Path(source).expanduser()
@@ -93,15 +109,15 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(described.encode()).hexdigest()
 
 
-def corpus_spec(run) -> dict:
-    """The documents of each split: the source and the split rule."""
-    data = run.data
+def corpus_spec(corpus: Corpus) -> dict:
+    """The documents of each split: the source and the split rule (how they are read, streamed or not, changes
+    neither)."""
     return {
-        "source": source_fingerprint(data.source),
-        "text_field": data.text_field,
-        "split": data.split,
-        "limit": data.limit,
-        "split_rule": {"validation_size": data.validation_size, "test_size": data.test_size, "seed": run.train.seed},
+        "source": source_fingerprint(corpus.source),
+        "text_field": corpus.text_field,
+        "split": corpus.split,
+        "limit": corpus.limit,
+        "split_rule": {"validation_size": corpus.validation_size, "test_size": corpus.test_size, "seed": corpus.seed},
     }
 
 
@@ -109,29 +125,30 @@ def _hashed(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def cached_tokenizer_dir(run) -> Path:
-    """Where the tokenizer of this corpus (trained on its training split) and tokenizer section is cached."""
-    spec = {"corpus": corpus_spec(run), "tokenizer": dataclasses.asdict(run.tokenizer),
-            "model_max_length": run.train.seq_len * run.data.long_factor}
-    return cache_root(run) / "tokenizers" / _hashed(spec)
+def cached_tokenizer_dir(root: Path, corpus: Corpus, tokenizer_section, model_max_length: int) -> Path:
+    """Where under `root` the tokenizer of `corpus` (trained on its training split) and of `tokenizer_section` (the
+    run config's ``tokenizer`` section, hashed whole) is cached."""
+    spec = {"corpus": corpus_spec(corpus), "tokenizer": dataclasses.asdict(tokenizer_section),
+            "model_max_length": model_max_length}
+    return Path(root) / "tokenizers" / _hashed(spec)
 
 
-def shard_spec(run, tokenizer) -> dict:
-    data = run.data
+def cache_key(spec: ShardSpec, tokenizer) -> dict:
+    """Everything that decides the content of the shards of `spec` and `tokenizer`; its hash names their folder."""
     return {
         "format": SHARD_FORMAT,
-        **corpus_spec(run),
+        **corpus_spec(spec.corpus),
         "tokenizer": tokenizer_fingerprint(tokenizer),
-        "seq_len": run.train.seq_len,
-        "packing": data.packing,
-        "long_factor": data.long_factor,
-        "max_eval_examples": data.max_eval_examples,
-        "shard_rows": data.shard_rows,
+        "seq_len": spec.lengths.seq_len,
+        "packing": spec.packing,
+        "long_factor": spec.lengths.long_factor,
+        "max_eval_examples": spec.max_eval_examples,
+        "shard_rows": spec.shard_rows,
     }
 
 
-def shard_directory(run, tokenizer) -> Path:
-    return cache_root(run) / _hashed(shard_spec(run, tokenizer))
+def shard_directory(root: Path, spec: ShardSpec, tokenizer) -> Path:
+    return Path(root) / _hashed(cache_key(spec, tokenizer))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,15 +177,16 @@ def load_shards(directory: Path) -> Shards:
     return Shards(directory, datasets.load_from_disk(str(directory / "train")), sets("validation"), sets("test"), info)
 
 
-def load_or_build_shards(run, tokenizer, state=None) -> Shards:
-    """The run's shards, built first if the cache has none; the main process builds while the others wait."""
+def load_or_build_shards(spec: ShardSpec, tokenizer, root: Path, *, num_proc: int = 1, state=None) -> Shards:
+    """The shards of `spec` and `tokenizer` in the cache `root`, built first (by `num_proc` processes) if it has
+    none; the main process builds while the others wait."""
     from accelerate import PartialState
 
     state = state or PartialState()
-    directory = shard_directory(run, tokenizer)
+    directory = shard_directory(root, spec, tokenizer)
     with state.main_process_first():
         if not (directory / INFO_FILE).is_file():
-            build_shards(run, tokenizer, directory)
+            build_shards(spec, tokenizer, directory, num_proc=num_proc)
         else:
             logger.info("Reusing the tokenized shards in %s", directory)
     return load_shards(directory)
@@ -179,21 +197,21 @@ def load_or_build_shards(run, tokenizer, state=None) -> Shards:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_shards(run, tokenizer, directory: Path) -> None:
-    """Tokenize the run's corpus into `directory` (see the module docstring). Written to a side folder first and
-    renamed into place when complete; nothing is left behind on an error."""
+def build_shards(spec: ShardSpec, tokenizer, directory: Path, *, num_proc: int = 1) -> None:
+    """Tokenize the corpus of `spec` into `directory` (see the module docstring), `num_proc` processes tokenizing.
+    Written to a side folder first and renamed into place when complete; nothing is left behind on an error."""
     directory = Path(directory)
     partial = directory.with_name(f"{directory.name}.partial-{uuid.uuid4().hex[:8]}")
     work = partial / "work"
     try:
-        documents = _write_documents(run, work)
+        documents = _write_documents(spec.corpus, work)
         counts = _split_counts(documents)
         if not counts["train"]:
-            raise ValueError(f"data.source={run.data.source!r} left no training document after the split")
-        info = _build_train(run, tokenizer, _split(documents, "train"), partial / "train")
+            raise ValueError(f"data.source={spec.corpus.source!r} left no training document after the split")
+        info = _build_train(spec, tokenizer, _split(documents, "train"), partial / "train", num_proc)
         for split in ("validation", "test"):
-            _build_evaluation_sets(run, tokenizer, _split(documents, split), split, partial)
-        info.update(documents=counts, spec=shard_spec(run, tokenizer))
+            _build_evaluation_sets(spec, tokenizer, _split(documents, split), split, partial)
+        info.update(documents=counts, spec=cache_key(spec, tokenizer))
         del documents
         shutil.rmtree(work)
         (partial / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
@@ -214,25 +232,16 @@ def _summary(info: dict) -> str:
             f"(fill rate {info['fill_rate']:.4f})")
 
 
-def _document_rows(source, text_field, split, streaming, limit, validation_size, test_size, seed):
-    from .data import assign_split
-    from .sources import load_documents
-
-    documents = load_documents(source, text_field=text_field, split=split, streaming=streaming, limit=limit)
-    for text in documents:
-        yield {"text": text, "split": assign_split(text, validation_size=validation_size, test_size=test_size,
-                                                   seed=seed)}
+def _document_rows(corpus: Corpus):
+    for text in corpus.documents():
+        yield {"text": text, "split": corpus.split_of(text)}
 
 
-def _write_documents(run, work: Path) -> datasets.Dataset:
+def _write_documents(corpus: Corpus, work: Path) -> datasets.Dataset:
     """Every document with its split, streamed from the source into Arrow files under `work`."""
-    data = run.data
-    arguments = dict(source=data.source, text_field=data.text_field, split=data.split, streaming=data.streaming,
-                     limit=data.limit, validation_size=data.validation_size, test_size=data.test_size,
-                     seed=run.train.seed)  # fmt: skip
     features = datasets.Features({"text": datasets.Value("string"), "split": datasets.Value("string")})
     return datasets.Dataset.from_generator(
-        _document_rows, features=features, gen_kwargs=arguments, cache_dir=str(work), keep_in_memory=False
+        _document_rows, features=features, gen_kwargs={"corpus": corpus}, cache_dir=str(work), keep_in_memory=False
     )
 
 
@@ -251,8 +260,6 @@ def _split(documents: datasets.Dataset, split: str) -> datasets.Dataset:
 
 def _tokenize(batch: dict, tokenizer, seq_len: int, mode: str) -> dict:
     """Windows of a batch of documents; the tokens truncation dropped ride on the batch's first window."""
-    from .data import document_windows
-
     counts = {}
     windows = document_windows(batch["text"], tokenizer, seq_len, mode, counts)
     dropped = [counts["dropped_tokens"]] + [0] * (len(windows) - 1) if windows else []
@@ -269,8 +276,6 @@ def _windows(documents: datasets.Dataset, tokenizer, seq_len: int, mode: str, nu
 
 def _rows(windows: datasets.Dataset, seq_len: int, packing: str) -> datasets.Dataset:
     """Packed rows (``input_ids``, ``lengths``, ``num_tokens``), or the windows themselves with ``num_tokens``."""
-    from .packing import pack_block
-
     if packing == "pack":
         return windows.with_format("arrow").map(
             pack_block, batched=True, batch_size=PACK_BLOCK, fn_kwargs={"capacity": seq_len}, desc="packing"
@@ -282,18 +287,18 @@ def _rows(windows: datasets.Dataset, seq_len: int, packing: str) -> datasets.Dat
     return windows.with_format("arrow").map(count, batched=True, batch_size=PACK_BLOCK).with_format(None)
 
 
-def _build_train(run, tokenizer, documents: datasets.Dataset, target: Path) -> dict:
-    seq_len, packing = run.train.seq_len, run.data.packing
+def _build_train(spec: ShardSpec, tokenizer, documents: datasets.Dataset, target: Path, num_proc: int) -> dict:
+    seq_len, packing = spec.lengths.seq_len, spec.packing
     mode = "truncate" if packing == "truncate" else "chunk"
-    windows = _windows(documents, tokenizer, seq_len, mode, run.data.num_proc)
+    windows = _windows(documents, tokenizer, seq_len, mode, num_proc)
     dropped = int(pc.sum(windows.data.column("dropped_tokens")).as_py() or 0)
     if dropped:
         logger.info("data.packing=truncate: %d tokens past the first window of their document are not trained on",
                     dropped)
     rows = _rows(windows.remove_columns("dropped_tokens"), seq_len, packing)
     if len(rows) == 0:
-        raise ValueError(f"data.source={run.data.source!r}: the training documents hold no token")
-    rows.save_to_disk(str(target), num_shards=max(1, math.ceil(len(rows) / run.data.shard_rows)))
+        raise ValueError(f"data.source={spec.corpus.source!r}: the training documents hold no token")
+    rows.save_to_disk(str(target), num_shards=max(1, math.ceil(len(rows) / spec.shard_rows)))
     token_counts, tokens = _token_counts(rows, len(tokenizer))
     return {
         "train_windows": len(windows),
@@ -314,14 +319,12 @@ def _token_counts(rows: datasets.Dataset, vocab_size: int) -> tuple[np.ndarray, 
     return counts, int(counts.sum())
 
 
-def _build_evaluation_sets(run, tokenizer, documents: datasets.Dataset, split: str, target: Path) -> None:
+def _build_evaluation_sets(spec: ShardSpec, tokenizer, documents: datasets.Dataset, split: str, target: Path) -> None:
     """The 1x and `long_factor` x windows of the long documents; with packing, the 1x windows packed into rows."""
-    from .data import evaluation_sets
-
     texts = (text for batch in documents.select_columns(["text"]).iter(batch_size=256) for text in batch["text"])
-    sets = evaluation_sets(texts, tokenizer, run, split)
-    if run.data.packing == "pack":
-        sets["short"] = _rows(sets["short"], run.train.seq_len, "pack")
+    sets = evaluation_sets(texts, tokenizer, spec.lengths, spec.max_eval_examples, split)
+    if spec.packing == "pack":
+        sets["short"] = _rows(sets["short"], spec.lengths.seq_len, "pack")
     for length, dataset in sets.items():
         dataset.save_to_disk(str(target / f"{split}_{length}"))
 

@@ -1,7 +1,9 @@
-"""The Trainer side of a run: step planning, precision, `TrainingArguments`, and the masking `MLMTrainer`.
+"""The Trainer side of a pretraining run: step planning, precision, `TrainingArguments`, and the masking
+`MLMTrainer` (`build_trainer`); fine-tuning shares the precision, device and progress helpers.
 
-`training_arguments` reads the ``output_dir``, ``optimizer`` and ``train`` sections of a run config only, so any
-schema with those sections (pretraining, fine-tuning) can use it.
+The learning rates enter the Trainer once, in the optimizer settings (`MLMTrainer`'s `optimizer_settings`, which
+`optim.build_optimizer` reads): `TrainingArguments` carries none, and the schedule scales each parameter group's own
+starting rate.
 """
 
 import math
@@ -12,11 +14,16 @@ import numpy as np
 import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
-from .optim import scheduler_arguments
+from .callbacks import DroPECallback
+from .collator import MLMCollator
+from .metrics import compute_metrics, preprocess_logits_for_metrics
+from .optim import build_optimizer, scheduler_arguments
+from .packing import PackedMLMCollator
 
 
-def plan_steps(train_dataset, run, world_size: int) -> dict:
-    """Optimizer steps for the token budget, from the mean number of (non-padding) tokens per example."""
+def plan_steps(train_dataset, *, token_budget: int, examples_per_step: int) -> dict:
+    """Optimizer steps for `token_budget` tokens at `examples_per_step` examples per optimizer step (over every
+    process and accumulated micro-step), from the mean number of (non-padding) tokens per example."""
     if "num_tokens" in getattr(train_dataset, "column_names", ()):  # shards: one column read, not every row's ids
         lengths = list(train_dataset["num_tokens"])
     else:
@@ -24,11 +31,10 @@ def plan_steps(train_dataset, run, world_size: int) -> dict:
     if not lengths:
         raise ValueError("The training split produced no example")
     mean_length = sum(lengths) / len(lengths)
-    examples_per_step = run.train.batch_size * run.train.gradient_accumulation_steps * world_size
     tokens_per_step = mean_length * examples_per_step
-    max_steps = max(1, math.ceil(run.train.token_budget / tokens_per_step))
+    max_steps = max(1, math.ceil(token_budget / tokens_per_step))
     return {
-        "token_budget": run.train.token_budget,
+        "token_budget": token_budget,
         "max_steps": max_steps,
         "examples_per_step": examples_per_step,
         "mean_example_tokens": mean_length,
@@ -57,35 +63,70 @@ def progress_is_piped() -> bool:
     return not sys.stderr.isatty() and "ipykernel" not in sys.modules
 
 
-def training_arguments(run, max_steps: int, drope: bool = False) -> TrainingArguments:
-    """Arguments of a run of `max_steps` optimizer steps with ``run.train.evaluations`` evaluations."""
-    eval_steps = max(1, math.ceil(max_steps / run.train.evaluations))
+def training_arguments(train, output_dir: str, max_steps: int, drope: bool = False) -> TrainingArguments:
+    """Arguments of a run of `max_steps` optimizer steps into `output_dir`, from `train` (the run config's ``train``
+    section: batch sizes, evaluations, checkpoints, precision, schedule, ...); `drope`: positions are switched off
+    during the run. No learning rate: the optimizer settings hold them (see the module docstring)."""
+    eval_steps = max(1, math.ceil(max_steps / train.evaluations))
     return TrainingArguments(
-        output_dir=run.output_dir,
+        output_dir=output_dir,
         max_steps=max_steps,
-        per_device_train_batch_size=run.train.batch_size,
-        per_device_eval_batch_size=run.train.eval_batch_size or run.train.batch_size,
-        gradient_accumulation_steps=run.train.gradient_accumulation_steps,
-        learning_rate=run.optimizer.lr,
-        max_grad_norm=run.train.max_grad_norm,
+        per_device_train_batch_size=train.batch_size,
+        per_device_eval_batch_size=train.eval_batch_size or train.batch_size,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        max_grad_norm=train.max_grad_norm,
         eval_strategy="steps",
         eval_steps=eval_steps,
         save_strategy="steps",
-        save_steps=run.train.save_steps or eval_steps,
-        save_total_limit=run.train.save_total_limit,
-        logging_steps=run.train.logging_steps,
-        seed=run.train.seed,
-        data_seed=run.train.seed,
-        bf16=use_bf16(run.train.precision),
-        dataloader_num_workers=run.train.num_workers,
+        save_steps=train.save_steps or eval_steps,
+        save_total_limit=train.save_total_limit,
+        logging_steps=train.logging_steps,
+        seed=train.seed,
+        data_seed=train.seed,
+        bf16=use_bf16(train.precision),
+        dataloader_num_workers=train.num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
         use_cpu=cpu_only(),
         include_num_input_tokens_seen="non_padding",
         report_to="none",
-        torch_compile=getattr(run.train, "torch_compile", False),  # fine-tuning's train section has no such key
+        torch_compile=train.torch_compile,
         # After DroPE the learned position table gets no gradient; DDP must be told to expect that.
         ddp_find_unused_parameters=drope,
-        **scheduler_arguments(run.train.schedule, max_steps, run.train.warmup_fraction, run.train.cooldown_fraction),
+        **scheduler_arguments(train.schedule, max_steps, train.warmup_fraction, train.cooldown_fraction),
+    )
+
+
+def build_trainer(model, tokenizer, args: TrainingArguments, train_dataset, eval_sets: dict, *, mlm,
+                  optimizer_settings, packed: bool, seq_len: int, seed: int, drope_step: int | None = None,
+                  callbacks=()) -> "MLMTrainer":
+    """The `MLMTrainer` of a pretraining run: masking as `mlm` (the ``mlm`` section) says, training rows packed
+    into rows of `seq_len` tokens (`packed`) or padded per batch, evaluation masks drawn from `seed`, encoderlab's
+    optimizer of `optimizer_settings`, and (at `drope_step`) positions switched off."""
+    callbacks = list(callbacks)
+    if drope_step is not None:
+        callbacks.append(DroPECallback(drope_step))
+    masking = dict(mlm_probability=mlm.probability, mask_replace_prob=mlm.mask_replace_prob,
+                   random_replace_prob=mlm.random_replace_prob)
+    if packed:  # rows of exactly seq_len tokens, positions restarting in every document
+        collators = (PackedMLMCollator(tokenizer, row_length=seq_len, mask_on_device=True, **masking),
+                     PackedMLMCollator(tokenizer, seed=seed, **masking))
+        args.remove_unused_columns = False  # the collator reads each row's document lengths
+    else:
+        collators = (MLMCollator(tokenizer, mask_on_device=True, **masking),
+                     MLMCollator(tokenizer, seed=seed, **masking))
+    return MLMTrainer(
+        model=model,
+        args=args,
+        data_collator=collators[0],
+        eval_data_collator=collators[1],
+        mask_seed=seed,
+        train_dataset=train_dataset,
+        eval_dataset=eval_sets,
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+        optimizer_settings=optimizer_settings,
+        callbacks=callbacks,
     )
 
 
@@ -94,10 +135,11 @@ class MLMTrainer(Trainer):
 
     Masks then depend only on the step, not on the state of a global generator: the data loader fetches one
     batch ahead, so masks drawn in the collator would shift by a batch when a killed run resumes. Evaluation
-    batches come from `eval_data_collator`, whose fixed seed gives the same masks at every evaluation.
+    batches come from `eval_data_collator`, whose fixed seed gives the same masks at every evaluation. The optimizer
+    is encoderlab's (`optim.build_optimizer` of `optimizer_settings`), its learning rates the settings' own.
     """
 
-    def __init__(self, *args, eval_data_collator=None, mask_seed=0, optimizer_settings=None, **kwargs):
+    def __init__(self, *args, optimizer_settings, eval_data_collator=None, mask_seed=0, **kwargs):
         super().__init__(*args, **kwargs)
         self.eval_data_collator = eval_data_collator
         self.mask_seed = mask_seed
@@ -123,9 +165,7 @@ class MLMTrainer(Trainer):
         """encoderlab's optimizer (`optimizer_settings`), built when the Trainer asks for it rather than passed in:
         under FSDP the Trainer shards the model first, and the optimizer must hold the sharded parameters (the
         Trainer refuses `optimizers=` with FSDP for that reason)."""
-        if self.optimizer is None and self.optimizer_settings is not None:
-            from .optim import build_optimizer
-
+        if self.optimizer is None:
             self.optimizer = build_optimizer(self.model if model is None else model, self.optimizer_settings)
         return super().create_optimizer(model)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...results.rows import append_rows, read_results, write_rows
 from ...training.metrics import METRIC_NAMES
-from ...training.pretrain import RunConfig, load_run_config, pretrain
+from ...training.pretrain import RunConfig, load_run_config, pretrain, run_lengths
 from ...run_files import METRICS_FILE, RESULTS_FILE
 from ...training.run_folder import RunFinished
 from ..sweeps import quiet_worker, run_jobs
@@ -115,7 +115,7 @@ def test_sets_of(run: RunConfig):
                                     streaming=run.data.streaming, limit=run.data.limit))
     splits = split_documents(documents, validation_size=run.data.validation_size, test_size=run.data.test_size,
                              seed=run.train.seed)
-    return evaluation_sets(splits["test"], tokenizer, run, "test")
+    return evaluation_sets(splits["test"], tokenizer, run_lengths(run), run.data.max_eval_examples, "test")
 
 
 def scaling_fields(scaling: str, factor: float, train_len: int):
