@@ -16,7 +16,7 @@ import encoderlab.embedding.model_pass as model_pass
 import encoderlab.embedding.writer as writer
 from encoderlab import cli
 from encoderlab.embedding import embed, read_manifest, read_pooled, read_token_vectors
-from encoderlab.embedding.model_pass import layer_numbers
+from encoderlab.embedding.option_checks import layer_numbers
 from test_embed_equality import random_sequences, save_model, write_fasta
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..run_files import HUB_ID, public_name
+from ..run_files import is_local_path, public_name
 from ..training.text_files import decoding_error
 from .choices import INPUT_KINDS
 
@@ -78,24 +78,37 @@ def open_source(path: str, kind: str | None = None, column: str | None = None, i
                 split: str = "train", subset: str | None = None) -> InputSource:
     """The `InputSource` of `path`: a local file of the kind its suffix names (or `kind`), or else a Hub dataset id.
     Columns are checked, or inferred, here: a ValueError names what is missing and what there is."""
+    return with_columns(locate_source(path, kind, column, id_column, split, subset), column, id_column)
+
+
+def locate_source(path: str, kind: str | None = None, column: str | None = None, id_column: str | None = None,
+                  split: str = "train", subset: str | None = None) -> InputSource:
+    """The `InputSource` of `path` without its columns: what is known without reading it (and without `datasets`)."""
     if kind is not None and kind not in INPUT_KINDS:
         raise ValueError(f"--input-format={kind!r} is not one of {list(INPUT_KINDS)}")
     local = Path(path).expanduser()
     if kind != "hub" and local.is_file():
         kind = kind or kind_of(local)
         source = InputSource(str(local), kind)
-    elif kind == "hub" or (not local.exists() and HUB_ID.match(path) and suffix_of(local) not in KIND_OF_SUFFIX):
+    elif kind == "hub" or (not is_local_path(path) and suffix_of(local) not in KIND_OF_SUFFIX):
         source = InputSource(path, "hub", split=split, subset=subset)
     elif local.is_dir():
-        raise ValueError(f"input {path!r} is a folder; give a FASTA, CSV, TSV, JSON lines or text file, or a Hub "
+        raise ValueError(f"INPUT={path!r} is a folder; give a FASTA, CSV, TSV, JSON lines or text file, or a Hub "
                          "dataset id")
     else:
-        raise ValueError(f"input {path!r} does not exist (no such file here, and not a Hub dataset id)")
+        raise ValueError(f"INPUT={path!r} does not exist: no such file here (and not a Hub dataset id, which has no "
+                         "file suffix and names no local folder)")
     if source.kind in ("fasta", "text"):
         for option, value in (("--column", column), ("--id-column", id_column)):
             if value is not None:
                 raise ValueError(f"{option}={value!r} is for tables and Hub datasets; a {source.kind} file has no "
                                  "columns")
+    return source
+
+
+def with_columns(source: InputSource, column: str | None, id_column: str | None) -> InputSource:
+    """`source` with its sequence and id columns, given and checked, or inferred (tables and Hub datasets)."""
+    if source.kind in ("fasta", "text"):
         return source
     names = column_names(source)
     column = pick_column(names, column, SEQUENCE_NAMES, "--column", source, required=True)
@@ -114,7 +127,7 @@ def suffix_of(path: Path) -> str:
 def kind_of(path: Path) -> str:
     suffix = suffix_of(path)
     if suffix not in KIND_OF_SUFFIX:
-        raise ValueError(f"input {path.name!r} has suffix {suffix!r}, which names no input kind; allowed suffixes: "
+        raise ValueError(f"INPUT={path.name!r} has suffix {suffix!r}, which names no input kind; allowed suffixes: "
                          f"{sorted(KIND_OF_SUFFIX)} (optionally .gz), or name the kind with --input-format")
     return KIND_OF_SUFFIX[suffix]
 
@@ -255,7 +268,7 @@ def hub_dataset(source: InputSource):
     try:
         return datasets.load_dataset(source.path, source.subset, split=source.split, streaming=True)
     except Exception as error:  # the Hub's errors are many (offline, no such dataset, split or subset)
-        raise ValueError(f"input {source.path!r} is not a local file and could not be opened as a Hub dataset "
+        raise ValueError(f"INPUT={source.path!r} is not a local file and could not be opened as a Hub dataset "
                          f"(subset {source.subset!r}, split {source.split!r}): {type(error).__name__}: "
                          f"{str(error).splitlines()[0] if str(error) else ''}") from None
 
@@ -266,4 +279,4 @@ def hub_records(source: InputSource) -> Iterator[Record]:
         yield Record(index, row_id(row, source, index, where), cell(row, source.column, where), where)
 
 
-__all__ = ["InputSource", "Record", "open_source"]
+__all__ = ["InputSource", "Record", "locate_source", "open_source", "with_columns"]

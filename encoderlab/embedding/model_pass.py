@@ -80,20 +80,6 @@ def choose_attention(config, device_type: str, packed: bool, bf16: bool, named: 
                                       requested=named, setting="--attention")
 
 
-def layer_numbers(layers, num_layers: int) -> list[int]:
-    """``["all"]`` or ints in [-N-1, N] -> sorted distinct layer numbers in [0, N]."""
-    if list(layers) == ["all"]:
-        return list(range(num_layers + 1))
-    found = set()
-    for layer in layers:
-        number = int(layer)
-        if not -num_layers - 1 <= number <= num_layers:
-            raise ValueError(f"--layers {layer}: this model has layers 0 (the embeddings) to {num_layers}; allowed: "
-                             f"{-num_layers - 1} to {num_layers}, or all")
-        found.add(number % (num_layers + 1))
-    return sorted(found)
-
-
 @dataclass
 class PieceStats:
     """Per piece of a batch (in `Batch.pieces` order), for one layer: (P, D) sums, maxima and first-token vectors of
@@ -156,5 +142,5 @@ def reduce_batch(hidden: torch.Tensor, batch: Batch, owned: np.ndarray, prefix: 
     return PieceStats(sums.cpu().numpy(), maxima.cpu().numpy(), first.cpu().numpy(), counts, token_rows)
 
 
-__all__ = ["Encoder", "PieceStats", "choose_attention", "layer_numbers", "load_checkpoint", "load_encoder",
+__all__ = ["Encoder", "PieceStats", "choose_attention", "load_checkpoint", "load_encoder",
            "reduce_batch", "revision_of"]

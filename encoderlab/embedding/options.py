@@ -7,7 +7,8 @@ import argparse
 import logging
 
 from .choices import (ATTENTION_KERNELS, DEVICES, GAPS_CHOICES, INPUT_KINDS, LONG_CHOICES, POOLINGS, PRECISIONS,
-                      STORAGE_DTYPES)
+                      STORAGE_DTYPES, UNKNOWN_RESIDUES_CHOICES)
+from .option_checks import check_without_model
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "name, accession, ...; none: row numbers)")
     source.add_argument("--split", default="train", help="Hub datasets: the split (default: %(default)s)")
     source.add_argument("--subset", help="Hub datasets: the subset (configuration) name")
-    source.add_argument("--unknown-residues", choices=("error", "allow"), default="error", help="protein "
+    source.add_argument("--unknown-residues", choices=UNKNOWN_RESIDUES_CHOICES, default="error", help="protein "
                         "tokenizers: refuse a sequence with characters outside the alphabet, or map them to the "
                         "unknown token and count them (default: %(default)s)")
     source.add_argument("--gaps", choices=GAPS_CHOICES, default="error", help="protein tokenizers: refuse "
@@ -81,13 +82,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--overwrite", action="store_true", help="replace the encoderlab output or run in --output")
 
 
+def keywords(args: argparse.Namespace) -> dict:
+    """The options of the command line as `embed`'s keyword arguments."""
+    return {key: value for key, value in vars(args).items()
+            if key not in ("model", "input", "output", "module", "debug") and not key.startswith("command_")}
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `encoderlab.cli` checks before importing torch: every option mistake seen without the model (`embed`
+    meets each check again)."""
+    check_without_model(args.model, args.input, args.output, **keywords(args))
+
+
 def run(args: argparse.Namespace) -> int:
     from .run import embed
 
-    options = {key: value for key, value in vars(args).items()
-               if key not in ("model", "input", "output", "module", "debug") and not key.startswith("command_")}
     try:
-        manifest = embed(args.model, args.input, args.output, **options)
+        manifest = embed(args.model, args.input, args.output, **keywords(args))
     except KeyboardInterrupt:
         logger.warning(stopped_line(args.output))
         return INTERRUPTED

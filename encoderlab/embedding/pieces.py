@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .choices import LONG_CHOICES
+from .option_checks import check_overlap
 from .windows import owned_ranges, window_starts
 
 
@@ -63,7 +64,7 @@ class LengthPolicy:
             raise ValueError(f"--max-length={self.max_length} leaves no room for a token beside the "
                              f"{self.framing.size} special tokens")
         if self.long == "windows":
-            window_starts(self.width + 1, self.width, self.overlap)  # checks the overlap
+            check_overlap(self.overlap, self.max_length, self.framing.size)
 
     @property
     def width(self) -> int:

@@ -24,9 +24,9 @@ from ..configuration.base import EncoderConfig
 from ..run_files import public_name
 from .batching import batches
 from .checks import RecordChecks
-from .choices import ATTENTION_KERNELS, DEVICES, POOLINGS, PRECISIONS, STORAGE_DTYPES
 from .inputs import open_source
-from .model_pass import Encoder, choose_attention, layer_numbers, load_checkpoint, load_encoder, revision_of
+from .model_pass import Encoder, choose_attention, load_checkpoint, load_encoder, revision_of
+from .option_checks import check_fits, check_without_model, layer_numbers, resolve_max_length
 from .pieces import Framing, LengthPolicy
 from .pooling import ShardPooling
 from .storage import read_manifest, vector_array, vector_field
@@ -106,7 +106,12 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
         progress: Show a progress bar.
     """
     pooling, layers = _as_tuple(pooling), _as_tuple(layers)
-    check_choices(pooling, dtype, device, precision, attention, max_tokens, overlap, shard_tokens)
+    check_without_model(model, input, output, input_format=input_format, column=column, id_column=id_column,
+                        split=split, subset=subset, pooling=pooling, per_token=per_token, layers=layers, dtype=dtype,
+                        normalize=normalize, max_tokens=max_tokens, pack=pack, long=long, overlap=overlap,
+                        max_length=max_length, unknown_residues=unknown_residues, gaps=gaps, device=device,
+                        precision=precision, attention=attention, shard_tokens=shard_tokens, resume=resume,
+                        overwrite=overwrite)
     source = open_source(input, input_format, column, id_column, split, subset)
     config, tokenizer = load_checkpoint(model)
     if pack and not isinstance(config, EncoderConfig):
@@ -119,12 +124,10 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
     framing = Framing.of(tokenizer)
     if "cls" in pooling and not framing.prefix:
         raise ValueError("--pooling cls: this tokenizer puts no token before a sequence; use mean or max")
-    policy = LengthPolicy(resolve_max_length(max_length, config), framing, long, overlap)
+    policy = LengthPolicy(resolve_max_length(max_length, config.max_position_embeddings), framing, long, overlap)
     numbers = layer_numbers(layers, config.num_hidden_layers)
     max_tokens = max_tokens or DEFAULT_MAX_TOKENS[device_type]
-    if max_tokens < policy.max_length:
-        raise ValueError(f"--max-tokens={max_tokens} is below --max-length={policy.max_length}: a batch holds at "
-                         "least one whole sequence; raise --max-tokens or lower --max-length")
+    check_fits(max_tokens, policy.max_length)
     if shard_tokens is None:
         shard_tokens = (max(policy.max_length, TOKEN_SHARD_BYTES // (4 * config.hidden_size * len(numbers)))
                         if per_token else POOLED_SHARD_TOKENS)
@@ -172,30 +175,6 @@ def check_same_input(manifest: dict, found: Survey, folder: Path) -> None:
 
 def _as_tuple(value) -> tuple:
     return (value,) if isinstance(value, (str, int)) else tuple(value)
-
-
-def check_choices(pooling, dtype, device, precision, attention, max_tokens, overlap, shard_tokens) -> None:
-    for name, values, allowed in (("--pooling", pooling, POOLINGS), ("--dtype", (dtype,), STORAGE_DTYPES),
-                                  ("--device", (device,), DEVICES), ("--precision", (precision,), PRECISIONS),
-                                  ("--attention", () if attention is None else (attention,), ATTENTION_KERNELS)):
-        wrong = [value for value in values if value not in allowed]
-        if wrong or (not values and name == "--pooling"):
-            raise ValueError(f"{name} {' '.join(map(str, wrong or ['(none)']))}: allowed {list(allowed)}")
-    if len(set(pooling)) != len(pooling):
-        raise ValueError(f"--pooling {' '.join(pooling)} names a pooling twice")
-    for name, value, least in (("--max-tokens", max_tokens, 1), ("--overlap", overlap, 0),
-                               ("--shard-tokens", shard_tokens, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise ValueError(f"{name}={value!r} must be an integer >= {least}")
-
-
-def resolve_max_length(max_length: int | None, config) -> int:
-    limit = config.max_position_embeddings
-    if max_length is None:
-        return limit
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 <= max_length <= limit:
-        raise ValueError(f"--max-length={max_length!r}: allowed 1 to the model's max_position_embeddings={limit}")
-    return max_length
 
 
 def new_manifest(settings: dict, config, source, found: Survey, choice, tokenizer) -> dict:

@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 
 from ..run_files import MARKER_FILE
 from ..training.run_folder import run_owner
+from .option_checks import COMMAND, output_to_resume
 from .storage import MANIFEST_FILE, POOLED_FOLDER, TOKENS_FOLDER
 
 logger = logging.getLogger(__name__)
 
-COMMAND = "embed"
 TOKEN_ROW_GROUP = 8192
 """Rows per row group of the per-token shards: reading one sequence reads about this many token rows."""
 
@@ -43,26 +43,8 @@ class OutputComplete(Exception):
 def check_output(folder: Path, resume: bool, overwrite: bool, settings: dict) -> dict | None:
     """Raises unless the run may write into `folder`; returns the manifest of the output to resume (None for a new
     one). Reads only."""
-    if resume and overwrite:
-        raise ValueError("--resume continues the output in --output and --overwrite replaces it; pass one of them")
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--output {str(folder)!r} is a file; give a new or empty folder")
-    if not folder.exists() or not any(folder.iterdir()):
-        if resume:
-            raise ValueError(f"--resume: {str(folder)!r} holds no output to resume; run without --resume to start")
+    if not output_to_resume(folder, resume, overwrite):
         return None
-    owner = run_owner(folder)
-    if owner is None:
-        raise ValueError(f"--output {str(folder)!r} is not empty and holds no encoderlab output ({MARKER_FILE} is "
-                         "missing): nothing in it is touched; choose a new or empty folder")
-    if overwrite:
-        return None
-    if owner != COMMAND:
-        raise ValueError(f"--output {str(folder)!r} holds an `encoderlab {owner}` run, not an `encoderlab embed` "
-                         "output; choose another folder, or pass --overwrite to replace it")
-    if not resume:
-        raise ValueError(f"--output {str(folder)!r} holds an `encoderlab embed` output; pass --resume to complete "
-                         "it, --overwrite to replace it, or choose another folder")
     manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
     changed = [f"{key} (saved {manifest['settings'].get(key)!r}, now {value!r})"
                for key, value in settings.items() if manifest["settings"].get(key) != value]
