@@ -16,9 +16,14 @@ MIN_TESTS ?= tests/test_output_capture.py tests/test_family_contract.py tests/te
     tests/test_settings_obeyed.py
 # Extra requirements of `make venv`, e.g. a pinned transformers for $(VENV_MIN).
 PIN ?=
+# `make lint` and `make format`: ruff alone in its own small venv (its rules: pyproject.toml), so CI checks the
+# code in seconds, before it installs torch for the tests.
+VENV_LINT ?= .venv-lint
+RUFF_VERSION ?= 0.17.6
+RUFF := $(VENV_LINT)/bin/ruff
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: venv test test-min demo bench clean
+.PHONY: venv test test-min lint format demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +50,18 @@ test-min:
 	$(VENV_MIN)/bin/python -c "import transformers as t; assert t.__version__ == '$(TRANSFORMERS_MIN)', t.__version__"
 	OMP_NUM_THREADS=1 $(VENV_MIN)/bin/python -m pytest -n 2 -q $(MIN_TESTS)
 
+$(RUFF):
+	test -x $(VENV_LINT)/bin/python || $(PYTHON) -m venv $(VENV_LINT)
+	$(VENV_LINT)/bin/python -m pip install -q "ruff==$(RUFF_VERSION)"
+
+lint: $(RUFF)
+	$(RUFF) check .
+	$(RUFF) format --check .
+
+format: $(RUFF)
+	$(RUFF) check --fix .
+	$(RUFF) format .
+
 demo: venv
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(VENV)/bin/encoderlab demo
 
@@ -52,4 +69,4 @@ bench: venv
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) build *.egg-info
+	rm -rf $(VENV) $(VENV_MIN) $(VENV_LINT) build *.egg-info

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 import transformers
-
 from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
+
 from encoderlab.cli import SUBCOMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ MISTAKES = {
     "finetune: unknown config": f"finetune --task cola --model {CLASSIFIER} --config finetune_gridd",
     "finetune: missing local model": "finetune --task cola --model ./runs/sst2",
     "finetune: missing data file": f"finetune --task text-classification --model {CLASSIFIER} "
-                                   "--set data.train=./train.csv",
+    "--set data.train=./train.csv",
     "predict classify: missing input file": f"predict classify --model {CLASSIFIER} --file in.jsonl",
     "predict tokens: model without the head": f"predict tokens --model {CLASSIFIER} --text MKV",
     "predict qa: missing local model": "predict qa --model ./runs/squad --question q --context c",
@@ -78,9 +78,11 @@ def probe(words: list[str]) -> list[str]:
 
 def cases() -> dict[str, tuple[list[str], int]]:
     """Case -> (the interpreter's command line, the exit status it must end with)."""
-    return {REFERENCE: ([sys.executable, "-c", "import torch, transformers"], 0),
-            **{what: (probe(command.split()), 1) for what, command in MISTAKES.items()},
-            **{f"{command} --help": (probe([*command.split(), "--help"]), 0) for command in leaf_commands(SUBCOMMANDS)}}
+    return {
+        REFERENCE: ([sys.executable, "-c", "import torch, transformers"], 0),
+        **{what: (probe(command.split()), 1) for what, command in MISTAKES.items()},
+        **{f"{command} --help": (probe([*command.split(), "--help"]), 0) for command in leaf_commands(SUBCOMMANDS)},
+    }
 
 
 def main():
@@ -102,6 +104,7 @@ def main():
                     sys.exit(f"{what}: exit {result.returncode}, expected {status}: {result.stderr[-500:]}")
                 if what != REFERENCE:
                     found[what] = json.loads(result.stdout.strip().splitlines()[-1])
+
             return run
 
         steps = {what: runner(what, argv, status) for what, (argv, status) in cases().items()}
@@ -112,8 +115,15 @@ def main():
     for what in steps:
         if what == REFERENCE:
             continue
-        rows.append((what, f"{statistics.median(times[what]):.2f}", f"{paired_ratio(times, what, REFERENCE):.2f}",
-                     str(found[what]["modules"]), "yes" if found[what]["torch"] else "no"))
+        rows.append(
+            (
+                what,
+                f"{statistics.median(times[what]):.2f}",
+                f"{paired_ratio(times, what, REFERENCE):.2f}",
+                str(found[what]["modules"]),
+                "yes" if found[what]["torch"] else "no",
+            )
+        )
     slowest = max(statistics.median(times[what]) for what in MISTAKES)
     table = markdown_table(["case", "s (median)", f"/ {REFERENCE}", "modules imported", "torch imported"], rows)
     body = f"""Command: `{command_line()}`; Python {sys.version.split()[0]}, transformers {transformers.__version__}.

@@ -13,11 +13,10 @@ import statistics
 import time
 
 import torch
+from common import command_line, write_section
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
-
-from common import command_line, write_section
 
 SEQ_LEN = 512
 MASK_ID = 103
@@ -59,7 +58,7 @@ def main():
     ids, labels = batch(args.batch, generator)
     runs = {preset: build(preset) for preset in ("dstg", "rope")}
     times = {preset: [] for preset in runs}
-    for preset, (model, optimizer) in runs.items():
+    for model, optimizer in runs.values():
         train_step(model, optimizer, ids, labels)  # warm-up
     for _ in range(args.repeats):
         for preset, (model, optimizer) in runs.items():

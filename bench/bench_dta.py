@@ -12,9 +12,9 @@ import argparse
 import statistics
 
 import torch
+from common import interleaved_times, markdown_table, paired_ratio, write_section
 from transformers import BertConfig, BertForMaskedLM
 
-from common import interleaved_times, markdown_table, paired_ratio, write_section
 from encoderlab import DTABertConfig, DTABertForMaskedLM
 from encoderlab.modeling.attention import attend
 
@@ -33,15 +33,26 @@ def bench_attention(lengths, hidden=768, repeats=9):
     rows = []
     for length in lengths:
         batch = max(1, 8192 // length)  # keeps B*L (and so B*H*L) constant: the machine stays busy at every length
-        steps = {attention_type: attention_step(attention_type, batch, heads, length, hidden // heads)
-                 for attention_type, heads in (("bidirectional", hidden // 64), ("dual_triangle", hidden // 128))}
+        steps = {
+            attention_type: attention_step(attention_type, batch, heads, length, hidden // heads)
+            for attention_type, heads in (("bidirectional", hidden // 64), ("dual_triangle", hidden // 128))
+        }
         times = interleaved_times(steps, repeats)
         medians = {name: statistics.median(seconds) for name, seconds in times.items()}
         ratio = paired_ratio(times, "dual_triangle", "bidirectional")
-        rows.append((length, batch, f"{medians['bidirectional'] * 1e3:.0f}", f"{medians['dual_triangle'] * 1e3:.0f}",
-                     f"{ratio:.2f}x"))
-        print(f"attention L={length}: bidirectional {medians['bidirectional']:.3f}s dual_triangle "
-              f"{medians['dual_triangle']:.3f}s ratio {ratio:.2f}")
+        rows.append(
+            (
+                length,
+                batch,
+                f"{medians['bidirectional'] * 1e3:.0f}",
+                f"{medians['dual_triangle'] * 1e3:.0f}",
+                f"{ratio:.2f}x",
+            )
+        )
+        print(
+            f"attention L={length}: bidirectional {medians['bidirectional']:.3f}s dual_triangle "
+            f"{medians['dual_triangle']:.3f}s ratio {ratio:.2f}"
+        )
     return markdown_table(["L", "batch", "bidirectional SDPA ms", "dual triangle ms", "DTA / bidirectional"], rows)
 
 
@@ -66,20 +77,41 @@ def bench_model(layers, hidden, length, batch, vocab=4096, repeats=5):
     torch.manual_seed(0)
     # Dropout off in both (DTA-BERT's default): BERT's default attention dropout would push its SDPA onto the
     # slower math path, which is not what this compares.
-    models = {BERT: BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                                               num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
-                                               max_position_embeddings=length, hidden_dropout_prob=0.0,
-                                               attention_probs_dropout_prob=0.0, attn_implementation="sdpa")).train()}
+    models = {
+        BERT: BertForMaskedLM(
+            BertConfig(
+                vocab_size=vocab,
+                hidden_size=hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=hidden // 64,
+                intermediate_size=4 * hidden,
+                max_position_embeddings=length,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+                attn_implementation="sdpa",
+            )
+        ).train()
+    }
     for name, sparse in DTA_VARIANTS.items():
         torch.manual_seed(0)
-        models[name] = DTABertForMaskedLM(DTABertConfig(
-            vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 128,
-            attention_type="dual_triangle", position_embedding_type="none", mlp_type="gelu",
-            intermediate_size=4 * hidden, tie_word_embeddings=True, sparse_prediction=sparse,
-            attn_implementation="sdpa",
-        )).train()
-    times = interleaved_times({name: train_step(model, batch, length, vocab) for name, model in models.items()},
-                              repeats)
+        models[name] = DTABertForMaskedLM(
+            DTABertConfig(
+                vocab_size=vocab,
+                hidden_size=hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=hidden // 128,
+                attention_type="dual_triangle",
+                position_embedding_type="none",
+                mlp_type="gelu",
+                intermediate_size=4 * hidden,
+                tie_word_embeddings=True,
+                sparse_prediction=sparse,
+                attn_implementation="sdpa",
+            )
+        ).train()
+    times = interleaved_times(
+        {name: train_step(model, batch, length, vocab) for name, model in models.items()}, repeats
+    )
     rows, tokens = [], batch * length
     for name, model in models.items():
         tokens_per_second = tokens / statistics.median(times[name])
@@ -91,11 +123,14 @@ def bench_model(layers, hidden, length, batch, vocab=4096, repeats=5):
         rows.append((f"{name} / BERT throughput", "", f"{ratio:.2f}x"))
         print(f"throughput ratio {name} / BERT: {ratio:.2f}")
     table = markdown_table(["model", "parameters", "train tokens/s"], rows)
-    verdicts = "; ".join(f"{name}: {ratio:.3f}x, {'met' if ratio >= 1.0 else 'MISSED'}"
-                         for name, ratio in ratios.items())
-    return (f"{layers} layers, hidden {hidden}, seq {length}, batch {batch}, fp32, dropout 0, AdamW step included; "
-            f"median of {repeats} interleaved steps; ratios are medians of the per-round ratios.\n\n{table}\n\n"
-            f"Target DTA-BERT / BERT >= 1.0x: {verdicts}.")
+    verdicts = "; ".join(
+        f"{name}: {ratio:.3f}x, {'met' if ratio >= 1.0 else 'MISSED'}" for name, ratio in ratios.items()
+    )
+    return (
+        f"{layers} layers, hidden {hidden}, seq {length}, batch {batch}, fp32, dropout 0, AdamW step included; "
+        f"median of {repeats} interleaved steps; ratios are medians of the per-round ratios.\n\n{table}\n\n"
+        f"Target DTA-BERT / BERT >= 1.0x: {verdicts}."
+    )
 
 
 def main():
@@ -108,27 +143,30 @@ def main():
         return
     attention = bench_attention([512, 1024, 4096])
     model = bench_model(layers=12, hidden=768, length=512, batch=4)
-    write_section("DTA-BERT", (
-        "### Attention op, forward + backward (sdpa)\n\n"
-        "Hidden 768: bidirectional uses 12 heads of 64, dual triangle 6 heads of 128 (two 64-channel halves), "
-        "the paper's shapes. B*L = 8192 at every length. Median of 9 interleaved steps; the ratio is the median of "
-        "the per-round ratios (both variants timed back to back in each round).\n\n"
-        f"{attention}\n\n"
-        "On CPU, dual triangle is two causal SDPA calls (the upper one on flipped tokens). torch's CPU flash "
-        "kernel works in 512-key blocks, so by itself a causal call skips no work up to L = 512 (there encoderlab "
-        "splits it into two query halves, about 3/4 of the work: `causal_sdpa`) and a quarter of it at "
-        "L = 1024 (a plain causal call at 1024 measured 0.74x of bidirectional); the flips and the half-width "
-        "concatenation add the rest. Half the FLOPs only shows at long lengths. At L = 4096 the kernel (256-query "
-        "by 512-key blocks, the diagonal blocks computed whole) does 36/64 = 0.5625 of the bidirectional work, so "
-        "0.6x is within a few percent of its floor; flips and concatenation are ~2% of the time, and runs on this "
-        "shared machine have measured 0.58x-0.65x.\n\n"
-        "### Whole-model MLM train step\n\n"
-        "Both with a GELU MLP (the BERT one) and a tied decoder, so that only the attention and the LM head "
-        "differ; DTA-BERT without position embeddings. The sparse-prediction row runs the LM head on the ~15% "
-        "masked positions only (`sparse_prediction=True`, as ModernBERT trains; same loss), which BERT cannot do; "
-        "the other row runs it densely like BERT.\n\n"
-        f"{model}\n"
-    ))
+    write_section(
+        "DTA-BERT",
+        (
+            "### Attention op, forward + backward (sdpa)\n\n"
+            "Hidden 768: bidirectional uses 12 heads of 64, dual triangle 6 heads of 128 (two 64-channel halves), "
+            "the paper's shapes. B*L = 8192 at every length. Median of 9 interleaved steps; the ratio is the median of "
+            "the per-round ratios (both variants timed back to back in each round).\n\n"
+            f"{attention}\n\n"
+            "On CPU, dual triangle is two causal SDPA calls (the upper one on flipped tokens). torch's CPU flash "
+            "kernel works in 512-key blocks, so by itself a causal call skips no work up to L = 512 (there encoderlab "
+            "splits it into two query halves, about 3/4 of the work: `causal_sdpa`) and a quarter of it at "
+            "L = 1024 (a plain causal call at 1024 measured 0.74x of bidirectional); the flips and the half-width "
+            "concatenation add the rest. Half the FLOPs only shows at long lengths. At L = 4096 the kernel (256-query "
+            "by 512-key blocks, the diagonal blocks computed whole) does 36/64 = 0.5625 of the bidirectional work, so "
+            "0.6x is within a few percent of its floor; flips and concatenation are ~2% of the time, and runs on this "
+            "shared machine have measured 0.58x-0.65x.\n\n"
+            "### Whole-model MLM train step\n\n"
+            "Both with a GELU MLP (the BERT one) and a tied decoder, so that only the attention and the LM head "
+            "differ; DTA-BERT without position embeddings. The sparse-prediction row runs the LM head on the ~15% "
+            "masked positions only (`sparse_prediction=True`, as ModernBERT trains; same loss), which BERT cannot do; "
+            "the other row runs it densely like BERT.\n\n"
+            f"{model}\n"
+        ),
+    )
 
 
 if __name__ == "__main__":

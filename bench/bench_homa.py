@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import command_line, interleaved_times, paired_ratio, write_section  # noqa: E402
 
 
-
 def materialising_triadic(query, key, u, value, key_mask, window):
     """The published operator written the direct way (window positions masked, not replicated)."""
     half = window // 2
@@ -67,8 +66,16 @@ def build_layers(window, seed=0):
         ("HOMA", "homa", BlockSelfAttention),
         ("materialising", "homa", MaterialisingHOMAAttention),
     ):
-        config = HOMAConfig(attention_type=attention_type, hidden_size=512, num_attention_heads=8, block_size=30,
-                            block_stride=15, triadic_window=window, u_rank=8, max_position_embeddings=512)
+        config = HOMAConfig(
+            attention_type=attention_type,
+            hidden_size=512,
+            num_attention_heads=8,
+            block_size=30,
+            block_stride=15,
+            triadic_window=window,
+            u_rank=8,
+            max_position_embeddings=512,
+        )
         torch.manual_seed(seed)
         layers[name] = cls(config)
     layers["materialising"].load_state_dict(layers["HOMA"].state_dict())
@@ -110,13 +117,22 @@ def run(batch, seq_len, repeats):
             fast = layers["HOMA"](hidden, layout)
             slow = layers["materialising"](hidden, layout)
         agreement = (fast - slow).abs().max().item()
-        times = interleaved_times({name: partial(step, layer, hidden, layout)
-                                   for name, layer in layers.items()}, repeats)
+        times = interleaved_times(
+            {name: partial(step, layer, hidden, layout) for name, layer in layers.items()}, repeats
+        )
         for name, layer in layers.items():
-            rows.append(dict(window=window, name=name, seconds=min(times[name]),
-                             median=statistics.median(times[name]), peak=peak_bytes(layer, hidden, layout),
-                             speedup=paired_ratio(times, "materialising", name),
-                             slowdown=paired_ratio(times, name, "blockwise-2D"), agreement=agreement))
+            rows.append(
+                dict(
+                    window=window,
+                    name=name,
+                    seconds=min(times[name]),
+                    median=statistics.median(times[name]),
+                    peak=peak_bytes(layer, hidden, layout),
+                    speedup=paired_ratio(times, "materialising", name),
+                    slowdown=paired_ratio(times, name, "blockwise-2D"),
+                    agreement=agreement,
+                )
+            )
     return rows
 
 
@@ -135,13 +151,17 @@ def fused_kernel_agreement(blocks=4):
         out, probs = _triadic_forward(*inputs, key_mask, window)
         expected = [out, *_triadic_backward(grad_out, *inputs, probs)]
         fused_out, fused_probs = triadic_triton.triadic_forward(*(t.float() for t in inputs), key_mask, window)
-        fused = [fused_out, *triadic_triton.triadic_backward(grad_out.float(), *(t.float() for t in inputs),
-                                                             fused_probs)]
-        errors[window] = max(((f.double() - e).norm() / e.norm()).item() for f, e in zip(fused, expected))
+        fused = [
+            fused_out,
+            *triadic_triton.triadic_backward(grad_out.float(), *(t.float() for t in inputs), fused_probs),
+        ]
+        errors[window] = max(((f.double() - e).norm() / e.norm()).item() for f, e in zip(fused, expected, strict=True))
     where = "Triton's interpreter on the CPU" if not torch.cuda.is_available() else "the GPU"
     worst = ", ".join(f"w={w}: {e:.1e}" for w, e in errors.items())
-    return (f"Fused Triton kernels ({where}, {blocks} blocks of 30 x 64, fp32) against the torch kernel in float64, "
-            f"worst relative error of the output and the q, k, U, v gradients: {worst}.")
+    return (
+        f"Fused Triton kernels ({where}, {blocks} blocks of 30 x 64, fp32) against the torch kernel in float64, "
+        f"worst relative error of the output and the q, k, U, v gradients: {worst}."
+    )
 
 
 def target_summary(rows):
@@ -188,8 +208,14 @@ def format_table(rows, batch, seq_len, command, load_before, load_after):
             f"| {slow['peak'] / r['peak']:.1f}x less | {r['slowdown']:.2f}x |"
         )
     worst = max(r["agreement"] for r in rows)
-    lines += ["", f"HOMA vs materialising outputs agree to {worst:.1e} (max abs, fp32).", "", target_summary(rows), "",
-              fused_kernel_agreement()]
+    lines += [
+        "",
+        f"HOMA vs materialising outputs agree to {worst:.1e} (max abs, fp32).",
+        "",
+        target_summary(rows),
+        "",
+        fused_kernel_agreement(),
+    ]
     return "\n".join(lines)
 
 

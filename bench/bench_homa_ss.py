@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from encoderlab.configuration.homa import HOMAConfig
-from encoderlab.training.finetune.config import load_finetune_config
-from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.modeling.homa import HOMAForTokenClassification
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
+from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.pipeline import finetune
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import command_line, write_section  # noqa: E402
@@ -37,9 +37,19 @@ ATTENTION_TYPES = ("pairwise", "blockwise", "homa")
 def build_model(attention_type, args, seed):
     torch.manual_seed(seed)
     config = HOMAConfig(
-        attention_type=attention_type, hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=4,
-        intermediate_size=2 * args.hidden, block_size=30, block_stride=15, triadic_window=args.window, u_rank=8,
-        fusion_hidden_size=64, max_position_embeddings=args.max_length, hidden_dropout_prob=0.1, num_labels=3,
+        attention_type=attention_type,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        intermediate_size=2 * args.hidden,
+        block_size=30,
+        block_stride=15,
+        triadic_window=args.window,
+        u_rank=8,
+        fusion_hidden_size=64,
+        max_position_embeddings=args.max_length,
+        hidden_dropout_prob=0.1,
+        num_labels=3,
     )
     return HOMAForTokenClassification(config)
 
@@ -51,10 +61,17 @@ def run_once(attention_type, args, seed):
         model.save_pretrained(f"{work}/init")
         tape_iupac_tokenizer(args.max_length).save_pretrained(f"{work}/init")
         overrides = [
-            f"data.path={DATA}", f"data.max_length={args.max_length}", "data.eval_limit=null",
+            f"data.path={DATA}",
+            f"data.max_length={args.max_length}",
+            "data.eval_limit=null",
             f"data.train_limit={'null' if args.train_sequences is None else args.train_sequences}",
-            f"train.max_steps={args.steps}", f"train.eval_steps={args.steps}", f"train.batch_size={args.batch}",
-            f"train.lr={args.lr}", "train.warmup_fraction=0.1", "train.weight_decay=0", f"train.seed={seed}",
+            f"train.max_steps={args.steps}",
+            f"train.eval_steps={args.steps}",
+            f"train.batch_size={args.batch}",
+            f"train.lr={args.lr}",
+            "train.warmup_fraction=0.1",
+            "train.weight_decay=0",
+            f"train.seed={seed}",
             f"output_dir={work}/run",
         ]
         start = time.perf_counter()
@@ -89,7 +106,7 @@ def main():
     results = {}
     for attention_type in ATTENTION_TYPES:
         results[attention_type] = [run_once(attention_type, args, seed) for seed in args.seeds]
-        for seed, (q3, f1, _, seconds) in zip(args.seeds, results[attention_type]):
+        for seed, (q3, f1, _, seconds) in zip(args.seeds, results[attention_type], strict=True):
             print(f"{attention_type} seed {seed}: Q3 {q3:.4f}, macro-F1 {f1:.4f}, {seconds:.0f} s", flush=True)
 
     lines = [

@@ -29,13 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CORPORA = {
-    "uniprot": {"file": DATA / "proteins" / "uniprot_sample_20k.fasta.gz", "tokenizer": {"name": "esm2"},
-                "seq_len": 1024},
-    "wikitext": {"file": DATA / "text" / "wikitext2_test.txt", "tokenizer": {"name": "bpe", "vocab_size": 4096},
-                 "seq_len": 512},
+    "uniprot": {
+        "file": DATA / "proteins" / "uniprot_sample_20k.fasta.gz",
+        "tokenizer": {"name": "esm2"},
+        "seq_len": 1024,
+    },
+    "wikitext": {
+        "file": DATA / "text" / "wikitext2_test.txt",
+        "tokenizer": {"name": "bpe", "vocab_size": 4096},
+        "seq_len": 512,
+    },
 }
 
 
@@ -43,13 +48,22 @@ def run_config(corpus: str, source: Path, cache: Path, seq_len: int | None = Non
     from encoderlab.training.pretrain import RunConfig
 
     spec = CORPORA[corpus]
-    return RunConfig.from_dict({
-        "tokenizer": spec["tokenizer"],
-        "data": {"source": str(source), "cache_dir": str(cache), "validation_size": 0.02, "test_size": 0.02,
-                 "long_factor": 1, "max_eval_examples": 64, "packing": packing},
-        "train": {"seq_len": seq_len or spec["seq_len"], "batch_size": 32},
-        "output_dir": str(cache.parent / "unused"),
-    })
+    return RunConfig.from_dict(
+        {
+            "tokenizer": spec["tokenizer"],
+            "data": {
+                "source": str(source),
+                "cache_dir": str(cache),
+                "validation_size": 0.02,
+                "test_size": 0.02,
+                "long_factor": 1,
+                "max_eval_examples": 64,
+                "packing": packing,
+            },
+            "train": {"seq_len": seq_len or spec["seq_len"], "batch_size": 32},
+            "output_dir": str(cache.parent / "unused"),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,22 +129,37 @@ def measured_work(kind: str, corpus: str, source: Path, cache: Path) -> dict:
     tokenizer = run_tokenizer(run, None, PartialState())
     shards = run_shards(run, tokenizer)
     if kind == "build":
-        return {"rows": len(shards.train), "fill_rate": shards.info["fill_rate"], "tokens": shards.info["train_tokens"],
-                "seconds": time.perf_counter() - imported, "peak_rss_mib": peak_rss_mib()}
+        return {
+            "rows": len(shards.train),
+            "fill_rate": shards.info["fill_rate"],
+            "tokens": shards.info["train_tokens"],
+            "seconds": time.perf_counter() - imported,
+            "peak_rss_mib": peak_rss_mib(),
+        }
     from encoderlab.training.packing import PackedMLMCollator
     from encoderlab.training.trainer import plan_steps
 
-    plan = plan_steps(shards.train, token_budget=run.train.token_budget,
-                      examples_per_step=run.train.batch_size * run.train.gradient_accumulation_steps)
+    plan = plan_steps(
+        shards.train,
+        token_budget=run.train.token_budget,
+        examples_per_step=run.train.batch_size * run.train.gradient_accumulation_steps,
+    )
     collator = PackedMLMCollator(tokenizer, row_length=run.train.seq_len, mask_on_device=True)
-    loader = torch.utils.data.DataLoader(shards.train, batch_size=32, shuffle=True, collate_fn=collator,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        shards.train, batch_size=32, shuffle=True, collate_fn=collator, generator=torch.Generator().manual_seed(0)
+    )
     batches = endless(loader)  # a small corpus holds fewer than 100 batches: go round again
     next(batches)
     first_batch = time.perf_counter() - imported  # the imports (tens of seconds on a loaded machine) left out
     real = sum(int(next(batches)["attention_mask"].sum()) for _ in range(99))
-    return {"rows": len(shards.train), "mean_row_tokens": plan["mean_example_tokens"], "real_tokens_read": real,
-            "startup_s": first_batch, "seconds": time.perf_counter() - imported, "peak_rss_mib": peak_rss_mib()}
+    return {
+        "rows": len(shards.train),
+        "mean_row_tokens": plan["mean_example_tokens"],
+        "real_tokens_read": real,
+        "startup_s": first_batch,
+        "seconds": time.perf_counter() - imported,
+        "peak_rss_mib": peak_rss_mib(),
+    }
 
 
 def endless(loader):
@@ -139,8 +168,12 @@ def endless(loader):
 
 
 def measure(kind, corpus, source, cache) -> dict:
-    output = subprocess.run([sys.executable, __file__, "worker", kind, corpus, str(source), str(cache)],
-                            capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    output = subprocess.run(
+        [sys.executable, __file__, "worker", kind, corpus, str(source), str(cache)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     if output.returncode != 0:
         raise RuntimeError(output.stderr[-3000:])
     return json.loads(output.stdout.strip().splitlines()[-1])
@@ -174,16 +207,20 @@ def data_benchmark(corpora=tuple(CORPORA), kinds=tuple(KINDS), scales=(1, 10)) -
         line = [corpus, f"{scale}x"]
         for kind in kinds:
             result = results[kind]
-            line += [f"{result['startup_s' if kind == 'train' else 'seconds']:.1f}", f"{result['peak_rss_mib']:,.0f}",
-                     f"{result['peak_anon_mib']:,.0f}",
-                     f"{result['peak_anon_mib'] / base[kind]['peak_anon_mib'] - 1:+.1%}"]
+            line += [
+                f"{result['startup_s' if kind == 'train' else 'seconds']:.1f}",
+                f"{result['peak_rss_mib']:,.0f}",
+                f"{result['peak_anon_mib']:,.0f}",
+                f"{result['peak_anon_mib'] / base[kind]['peak_anon_mib'] - 1:+.1%}",
+            ]
         if "build" in kinds:
             line[2:2] = [f"{results['build']['tokens']:,}", f"{results['build']['fill_rate']:.4f}"]
         table.append(line)
     if "build" in kinds:
         header[2:2] = ["train tokens", "fill rate"]
-    return "Processes: " + "; ".join(f"{kind}: {KINDS[kind]}" for kind in kinds) + ".\n\n" + markdown_table(
-        header, table)
+    return (
+        "Processes: " + "; ".join(f"{kind}: {KINDS[kind]}" for kind in kinds) + ".\n\n" + markdown_table(header, table)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,8 +263,8 @@ def batches_of(tokenizer, windows, seq_len: int, rows: int, count: int) -> dict:
     packed = PackedMLMCollator(tokenizer, row_length=seq_len)
     padded = MLMCollator(tokenizer)
     return {
-        "packed": [packed(packed_rows[i * rows:(i + 1) * rows]) for i in range(count)],
-        "padded": [padded(windows[i * rows:(i + 1) * rows]) for i in range(count)],
+        "packed": [packed(packed_rows[i * rows : (i + 1) * rows]) for i in range(count)],
+        "padded": [padded(windows[i * rows : (i + 1) * rows]) for i in range(count)],
     }
 
 
@@ -241,14 +278,26 @@ def models_for(tokenizer, seq_len: int, families=FAMILIES) -> dict:
     for family in families:
         config_class, model_class = family_classes(family)
         torch.manual_seed(0)
-        models[family] = model_class(config_class(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                                  max_position_embeddings=seq_len, sparse_prediction=True, **WIDTH))
+        models[family] = model_class(
+            config_class(
+                vocab_size=len(tokenizer),
+                pad_token_id=tokenizer.pad_token_id,
+                max_position_embeddings=seq_len,
+                sparse_prediction=True,
+                **WIDTH,
+            )
+        )
     torch.manual_seed(0)
-    ids = {"pad_token_id": tokenizer.pad_token_id, "cls_token_id": tokenizer.cls_token_id,
-           "sep_token_id": tokenizer.sep_token_id, "bos_token_id": tokenizer.cls_token_id,
-           "eos_token_id": tokenizer.sep_token_id}
-    modernbert = ModernBertConfig(vocab_size=len(tokenizer), max_position_embeddings=seq_len, sparse_prediction=True,
-                                  **ids, **WIDTH)
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "bos_token_id": tokenizer.cls_token_id,
+        "eos_token_id": tokenizer.sep_token_id,
+    }
+    modernbert = ModernBertConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=seq_len, sparse_prediction=True, **ids, **WIDTH
+    )
     models["modernbert"] = ModernBertForMaskedLM._from_config(modernbert, attn_implementation="sdpa")
     return models
 
@@ -259,15 +308,16 @@ def training_steps(model, optimizer, batches):
             optimizer.zero_grad(set_to_none=True)
             model(**batch).loss.backward()
             optimizer.step()
+
     return steps
 
 
-def throughput_case(corpus: str, seq_len: int, repeats: int, families=FAMILIES, rows: int = 8, count: int = 2,
-                    documents: int = 400) -> list:
+def throughput_case(
+    corpus: str, seq_len: int, repeats: int, families=FAMILIES, rows: int = 8, count: int = 2, documents: int = 400
+) -> list:
     import statistics
 
     import torch
-
     from common import interleaved_times
 
     tokenizer, windows = windows_of(corpus, seq_len, documents)
@@ -277,18 +327,30 @@ def throughput_case(corpus: str, seq_len: int, repeats: int, families=FAMILIES, 
     for name, model in models.items():
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        for layout in (("padded",) if name == "modernbert" else ("packed", "padded")):
+        for layout in ("padded",) if name == "modernbert" else ("packed", "padded"):
             steps[(name, layout)] = training_steps(model, optimizer, batches[layout])
             useful[(name, layout)] = sum(int(batch["attention_mask"].sum()) for batch in batches[layout])
     times = interleaved_times(steps, repeats)
     rate = {key: useful[key] / statistics.median(times[key]) for key in steps}
     baseline = rate[("modernbert", "padded")]
-    fill = {layout: useful[(families[0], layout)] / sum(batch["input_ids"].numel() for batch in batches[layout])
-            for layout in ("packed", "padded")}
-    return [[corpus, seq_len, name, layout, f"{fill[layout]:.0%}", f"{useful[(name, layout)]:,}",
-             f"{rate[(name, layout)]:,.0f}",
-             f"{rate[(name, layout)] / rate[(name, 'padded')]:.2f}x",
-             f"{rate[(name, layout)] / baseline:.2f}x"] for name, layout in steps]
+    fill = {
+        layout: useful[(families[0], layout)] / sum(batch["input_ids"].numel() for batch in batches[layout])
+        for layout in ("packed", "padded")
+    }
+    return [
+        [
+            corpus,
+            seq_len,
+            name,
+            layout,
+            f"{fill[layout]:.0%}",
+            f"{useful[(name, layout)]:,}",
+            f"{rate[(name, layout)]:,.0f}",
+            f"{rate[(name, layout)] / rate[(name, 'padded')]:.2f}x",
+            f"{rate[(name, layout)] / baseline:.2f}x",
+        ]
+        for name, layout in steps
+    ]
 
 
 def throughput_benchmark(repeats: int, cases=CASES, families=FAMILIES) -> str:
@@ -300,14 +362,25 @@ def throughput_benchmark(repeats: int, cases=CASES, families=FAMILIES) -> str:
         rows = throughput_case(corpus, int(seq_len), repeats, families)
         print(rows, flush=True)
         table += rows
-    header = ["corpus", "seq_len", "model", "batch", "real tokens", "useful tokens / step", "useful tokens/s",
-              "vs its padded", "vs ModernBERT padded"]
-    note = (f"Models: {WIDTH}, default attention implementation of each family (DTA-BERT, HOMA: sdpa with the "
-            "block-diagonal document mask on packed rows); sparse_prediction on in every model, ModernBERT with sdpa. "
-            "Two batches of 8 "
-            "rows per variant (packed: rows of exactly seq_len; padded: consecutive windows padded to the longest, as "
-            "data.packing=chunk), each a forward + backward + AdamW step; median of the interleaved rounds. Useful "
-            "tokens: non-padding tokens.")
+    header = [
+        "corpus",
+        "seq_len",
+        "model",
+        "batch",
+        "real tokens",
+        "useful tokens / step",
+        "useful tokens/s",
+        "vs its padded",
+        "vs ModernBERT padded",
+    ]
+    note = (
+        f"Models: {WIDTH}, default attention implementation of each family (DTA-BERT, HOMA: sdpa with the "
+        "block-diagonal document mask on packed rows); sparse_prediction on in every model, ModernBERT with sdpa. "
+        "Two batches of 8 "
+        "rows per variant (packed: rows of exactly seq_len; padded: consecutive windows padded to the longest, as "
+        "data.packing=chunk), each a forward + backward + AdamW step; median of the interleaved rounds. Useful "
+        "tokens: non-padding tokens."
+    )
     return note + "\n\n" + markdown_table(header, table)
 
 
@@ -317,11 +390,17 @@ def main():
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS),
-                        help="data: which processes to measure")
+    parser.add_argument(
+        "--kinds", nargs="+", default=list(KINDS), choices=list(KINDS), help="data: which processes to measure"
+    )
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), help="throughput: which cases")
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
-                        help="throughput: which encoderlab families (ModernBERT always runs)")
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        default=list(FAMILIES),
+        choices=list(FAMILIES),
+        help="throughput: which encoderlab families (ModernBERT always runs)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
     args = parser.parse_args()
     if args.part == "worker":

@@ -23,10 +23,9 @@ import argparse
 import statistics
 
 import torch
+from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
 
 import encoderlab.modeling.kernels.sdpa as sdpa
-
-from common import command_line, interleaved_times, markdown_table, paired_ratio, write_section
 from encoderlab.modeling.attention import attend
 from encoderlab.modeling.documents import document_ids_from_positions
 from encoderlab.modeling.kernels.common import TRIANGLES, allowed_mask
@@ -59,8 +58,9 @@ def timed_steps(batch_size, seq_len, attention_type, generator):
 
     def block_mask(documents):
         key_valid = real_keys(attention_mask, "cpu")
-        return flex_block_mask(triangles, HEADS, key_valid, document_ids if documents else None, batch_size,
-                               seq_len, "cpu")
+        return flex_block_mask(
+            triangles, HEADS, key_valid, document_ids if documents else None, batch_size, seq_len, "cpu"
+        )
 
     def dense_mask():
         key_valid = real_keys(attention_mask, "cpu")
@@ -83,8 +83,14 @@ def attention_steps(generator, batch_size=4, seq_len=1024, head_dim=64):
         chunk = sdpa._DOCUMENT_QUERY_CHUNK
         sdpa._DOCUMENT_QUERY_CHUNK = chunk if spans else seq_len
         try:
-            output, _ = attend(query, key, value, document_ids=document_ids if documents else None,
-                               implementation="sdpa", attention_type="dual_triangle")
+            output, _ = attend(
+                query,
+                key,
+                value,
+                document_ids=document_ids if documents else None,
+                implementation="sdpa",
+                attention_type="dual_triangle",
+            )
             output.sum().backward()
         finally:
             sdpa._DOCUMENT_QUERY_CHUNK = chunk
@@ -109,24 +115,45 @@ def main():
             documents_per_row, steps = timed_steps(batch_size, seq_len, attention_type, generator)
             times = interleaved_times(steps, args.rounds)
             median_ms = {name: 1000 * statistics.median(values) for name, values in times.items()}
-            rows.append([
-                f"{batch_size} x {seq_len}", attention_type, f"{documents_per_row:.1f}",
-                f"{median_ms['padding only']:.1f}", f"{median_ms['documents']:.1f}",
-                f"{paired_ratio(times, 'documents', 'padding only'):.2f}x", f"{median_ms['sdpa dense']:.1f}",
-            ])
+            rows.append(
+                [
+                    f"{batch_size} x {seq_len}",
+                    attention_type,
+                    f"{documents_per_row:.1f}",
+                    f"{median_ms['padding only']:.1f}",
+                    f"{median_ms['documents']:.1f}",
+                    f"{paired_ratio(times, 'documents', 'padding only'):.2f}x",
+                    f"{median_ms['sdpa dense']:.1f}",
+                ]
+            )
             print(rows[-1], flush=True)
-    table = markdown_table(["B x L", "attention", "documents / row", "flex padding only ms (baseline)",
-                            "flex documents ms", "documents / baseline", "sdpa dense mask ms"], rows)
+    table = markdown_table(
+        [
+            "B x L",
+            "attention",
+            "documents / row",
+            "flex padding only ms (baseline)",
+            "flex documents ms",
+            "documents / baseline",
+            "sdpa dense mask ms",
+        ],
+        rows,
+    )
     print(table)
     documents_per_row, steps = attention_steps(generator)
     times = interleaved_times(steps, args.rounds)
-    attention_rows = [[name, f"{1000 * statistics.median(values):.0f}",
-                       f"{paired_ratio(times, name, 'unpacked'):.2f}x"] for name, values in times.items()]
-    attention_table = markdown_table(["sdpa dual triangle, fwd + bwd", "ms (median)", "time / unpacked"],
-                                     attention_rows)
+    attention_rows = [
+        [name, f"{1000 * statistics.median(values):.0f}", f"{paired_ratio(times, name, 'unpacked'):.2f}x"]
+        for name, values in times.items()
+    ]
+    attention_table = markdown_table(
+        ["sdpa dual triangle, fwd + bwd", "ms (median)", "time / unpacked"], attention_rows
+    )
     print(attention_table)
     if args.write:
-        write_section("Packed rows: document mask building time", f"""
+        write_section(
+            "Packed rows: document mask building time",
+            f"""
 Command: `{command_line()}`. Per forward (every layer reuses the masks), median of {args.rounds} interleaved rounds;
 ratio: median of the per-round ratio to the padding-only flex block mask of the same rows (the per-batch mask built
 before packing). {HEADS} heads (dual triangle: {2 * HEADS} routed sub-heads); CPU, uncompiled mask building
@@ -138,7 +165,8 @@ The sdpa attention op, dual triangle, forward + backward, 4 x 1024 tokens, {HEAD
 {documents_per_row:.1f} documents on average, against unpacked rows of the same shape without padding:
 
 {attention_table}
-""")
+""",
+        )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def interleaved_times(steps, repeats, warmup=1):
 def paired_ratio(times, numerator, denominator):
     """Median over rounds of times[numerator] / times[denominator] within the same round: the ratio least moved
     by load that drifts during a run (both sides of each ratio ran seconds apart)."""
-    return statistics.median(a / b for a, b in zip(times[numerator], times[denominator]))
+    return statistics.median(a / b for a, b in zip(times[numerator], times[denominator], strict=True))
 
 
 def machine_label():

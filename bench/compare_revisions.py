@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-STEP_SCRIPT = r'''
+STEP_SCRIPT = r"""
 import sys, time, torch
 sys.path.insert(0, sys.argv[1])
 from encoderlab import (DSTGNeoBERTConfig, DSTGNeoBERTForMaskedLM, DTABertConfig, DTABertForMaskedLM, HOMAConfig,
@@ -46,14 +46,15 @@ for _ in range(5):
     step()
     times.append(time.perf_counter() - start)
 print(min(times), sorted(times)[2])
-'''
+"""
 
 FAMILIES = ("dta", "homa", "dstg")
 
 
 def time_step(tree: Path, family: str) -> tuple[float, float]:
-    result = subprocess.run([sys.executable, "-c", STEP_SCRIPT, str(tree), family], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", STEP_SCRIPT, str(tree), family], capture_output=True, text=True, check=True
+    )
     best, median = map(float, result.stdout.split())
     return best, median
 
@@ -78,8 +79,10 @@ def main():
         new_best = min(best for best, _ in times["new", family])
         old_median = statistics.median(median for _, median in times["old", family])
         new_median = statistics.median(median for _, median in times["new", family])
-        print(f"| {family} | {old_best:.3f} / {old_median:.3f} | {new_best:.3f} / {new_median:.3f} "
-              f"| {new_best / old_best:.2f}x |")
+        print(
+            f"| {family} | {old_best:.3f} / {old_median:.3f} | {new_best:.3f} / {new_median:.3f} "
+            f"| {new_best / old_best:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

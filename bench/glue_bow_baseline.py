@@ -82,34 +82,51 @@ def score_task(name: str, glue: Path, eval_limit: int, train_examples=None, seed
     model.fit(features(vectorizer, train_texts), train_labels)
     predictions = model.predict(features(vectorizer, dev_texts))
     metrics = load_metric(task.metric, task.metric_config).compute(predictions=predictions, references=dev_labels)
-    return {"task": name, "seed": "" if seed is None else seed, "score": task_score(task, metrics),
-            "train_examples": len(train_labels),
-            "dev_examples": len(dev_labels), **metrics}
+    return {
+        "task": name,
+        "seed": "" if seed is None else seed,
+        "score": task_score(task, metrics),
+        "train_examples": len(train_labels),
+        "dev_examples": len(dev_labels),
+        **metrics,
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue", type=Path, default=GLUE, help="a GLUE folder (CoLA/train.tsv ...)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
-    parser.add_argument("--eval-limit", type=int, default=1000,
-                        help="the first dev examples scored (the old CPU default)")
-    parser.add_argument("--train-examples", type=int, default=None, help="a random sample of this many training "
-                        "examples per seed (default: all, one run)")
+    parser.add_argument(
+        "--eval-limit", type=int, default=1000, help="the first dev examples scored (the old CPU default)"
+    )
+    parser.add_argument(
+        "--train-examples",
+        type=int,
+        default=None,
+        help="a random sample of this many training examples per seed (default: all, one run)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="samples drawn with --train-examples")
-    parser.add_argument("--first", action="store_true", help="with --train-examples N: the first N examples, "
-                        "as data.train_limit keeps them, instead of random draws")
+    parser.add_argument(
+        "--first",
+        action="store_true",
+        help="with --train-examples N: the first N examples, as data.train_limit keeps them, instead of random draws",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the rows to this CSV")
     args = parser.parse_args()
     if args.first and args.train_examples is None:
         parser.error("--first needs --train-examples N")
     seeds = args.seeds if args.train_examples is not None and not args.first else [None]
-    rows = [score_task(name, args.glue, args.eval_limit, args.train_examples, seed)
-            for seed in seeds for name in args.tasks]
+    rows = [
+        score_task(name, args.glue, args.eval_limit, args.train_examples, seed) for seed in seeds for name in args.tasks
+    ]
     for row in rows:
-        print(f"{row['task']:5s} seed {row['seed']!s:4s} score {row['score']:6.2f}  ({row['train_examples']} train, "
-              f"{row['dev_examples']} dev)")
+        print(
+            f"{row['task']:5s} seed {row['seed']!s:4s} score {row['score']:6.2f}  ({row['train_examples']} train, "
+            f"{row['dev_examples']} dev)"
+        )
     averages = [np.mean([row["score"] for row in rows if row["seed"] == seed]) for seed in {r["seed"] for r in rows}]
-    print(f"GLUE average of these tasks: {np.mean(averages):.2f} (sd over seeds {np.std(averages, ddof=1) if len(averages) > 1 else 0:.2f})")
+    spread = np.std(averages, ddof=1) if len(averages) > 1 else 0.0
+    print(f"GLUE average of these tasks: {np.mean(averages):.2f} (sd over seeds {spread:.2f})")
     if args.out:
         columns = list(dict.fromkeys(key for row in rows for key in row))
         with open(args.out, "w", newline="") as handle:

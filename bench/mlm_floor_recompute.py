@@ -30,8 +30,11 @@ def seed_floors(config: str, overrides: list[str], seed: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         run = load_run_config(config, [*overrides, f"train.seed={seed}", f"output_dir={out}"])
         tokenizer, data = prepare_data(run, None, PartialState(cpu=True))
-    masking = dict(mlm_probability=run.mlm.probability, mask_replace_prob=run.mlm.mask_replace_prob,
-                   random_replace_prob=run.mlm.random_replace_prob)
+    masking = dict(
+        mlm_probability=run.mlm.probability,
+        mask_replace_prob=run.mlm.mask_replace_prob,
+        random_replace_prob=run.mlm.random_replace_prob,
+    )
     collator_class = PackedMLMCollator if run.data.packing == "pack" else MLMCollator
     collator = collator_class(tokenizer, seed=seed, **masking)
     top = unigram_argmax_of(data.info, special_token_ids_of(tokenizer))
@@ -46,21 +49,32 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the sweep's bundled run config")
     parser.add_argument("--runs", required=True, help="the sweep's committed runs CSV (seed, unigram_short/long)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config overrides of the sweep (e.g. train.seq_len=128: only rows of that length)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides of the sweep (e.g. train.seq_len=128: only rows of that length)",
+    )
     args = parser.parse_args(argv)
     with open(args.runs, newline="") as handle:
         rows = list(csv.DictReader(handle))
     seq_len = load_run_config(args.config, args.overrides).train.seq_len
-    committed = {int(row["seed"]): {length: float(row[f"unigram_{length}"]) for length in ("short", "long")}
-                 for row in rows if int(row.get("train_len") or seq_len) == seq_len}  # rows of this training length
+    committed = {
+        int(row["seed"]): {length: float(row[f"unigram_{length}"]) for length in ("short", "long")}
+        for row in rows
+        if int(row.get("train_len") or seq_len) == seq_len
+    }  # rows of this training length
     print("| seed | length | committed unigram | rebuilt unigram | same masks | floor |")
     print("|---|---|---|---|---|---|")
     for seed in sorted(committed):
         for length, (unigram, floor) in seed_floors(args.config, args.overrides, seed).items():
             same = abs(unigram - committed[seed][length]) < 1e-12
-            print(f"| {seed} | {length} | {committed[seed][length]:.4f} | {unigram:.4f} | {'yes' if same else 'NO'} | "
-                  f"{floor:.4f} |")
+            print(
+                f"| {seed} | {length} | {committed[seed][length]:.4f} | {unigram:.4f} | {'yes' if same else 'NO'} | "
+                f"{floor:.4f} |"
+            )
     return 0
 
 

@@ -65,9 +65,12 @@ def main():
             composition = most_common(Counter(window[i] for i in range(WINDOW) if i not in masked))
             for i in masked:
                 scored += 1
-                guesses = {"unigram": unigram, "window composition": composition,
-                           "left neighbour (bigram)": most_common(after.get(window[i - 1])),
-                           "both neighbours (trigram)": most_common(between.get((window[i - 1], window[i + 1])))}
+                guesses = {
+                    "unigram": unigram,
+                    "window composition": composition,
+                    "left neighbour (bigram)": most_common(after.get(window[i - 1])),
+                    "both neighbours (trigram)": most_common(between.get((window[i - 1], window[i + 1]))),
+                }
                 hits.update(name for name, guess in guesses.items() if guess == window[i])
     print(f"{len(train)} training proteins, {len(test)} scored; {scored} masked residues")
     for name in ("unigram", "window composition", "left neighbour (bigram)", "both neighbours (trigram)"):

@@ -9,14 +9,6 @@ from .configuration.base import EncoderConfig
 from .configuration.dstg import DSTGNeoBERTConfig
 from .configuration.dta import DTABertConfig
 from .configuration.homa import HOMAConfig
-from .modeling.dta import (
-    DTA_AUTO_CLASSES,
-    DTABertForMaskedLM,
-    DTABertForQuestionAnswering,
-    DTABertForSequenceClassification,
-    DTABertForTokenClassification,
-    DTABertModel,
-)
 from .modeling.dstg import (
     DSTG_AUTO_CLASSES,
     DSTGNeoBERT,
@@ -25,6 +17,14 @@ from .modeling.dstg import (
     DSTGNeoBERTForSequenceClassification,
     DSTGNeoBERTForTokenClassification,
     DSTGNeoBERTModel,
+)
+from .modeling.dta import (
+    DTA_AUTO_CLASSES,
+    DTABertForMaskedLM,
+    DTABertForQuestionAnswering,
+    DTABertForSequenceClassification,
+    DTABertForTokenClassification,
+    DTABertModel,
 )
 from .modeling.homa import (
     HOMA_AUTO_CLASSES,

@@ -37,20 +37,31 @@ SUBCOMMANDS = {
         ),
         "finetune": ("encoderlab.experiments.finetune", "named checkpoints x fine-tuning tasks x seeds, Welch's tests"),
         "homa": ("encoderlab.experiments.homa", "the HOMA paper's Table 2 and ablations on TAPE through finetune"),
-        "dstg": ("encoderlab.experiments.dstg_cli", "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets"),
+        "dstg": (
+            "encoderlab.experiments.dstg_cli",
+            "the DSTG paper's probes, head taxonomy and AP geometry, 4 presets",
+        ),
     },
     "plot": {
-        "attention": ("encoderlab.evaluation.attention_maps_cli", "per-layer, per-head attention maps of a checkpoint"),
+        "attention": ("encoderlab.evaluation.attention_maps_cli", "per-layer, per-head attention maps of a checkpoint")
     },
     "analyze": {
-        "dstg-probes": ("encoderlab.evaluation.dstg.probes_cli",
-                        "per-layer structural probes (DSTG paper, Tables 2-4)"),
-        "dstg-heads": ("encoderlab.evaluation.dstg.heads_cli",
-                       "head taxonomy by component ablation (DSTG paper, Fig. 2)"),
-        "dstg-geometry": ("encoderlab.evaluation.dstg.geometry_cli",
-                          "PCA / DCT of a learned position table, AP states"),
-        "dstg-components": ("encoderlab.evaluation.dstg.components_cli",
-                            "per-head attention maps of each DSTG component"),
+        "dstg-probes": (
+            "encoderlab.evaluation.dstg.probes_cli",
+            "per-layer structural probes (DSTG paper, Tables 2-4)",
+        ),
+        "dstg-heads": (
+            "encoderlab.evaluation.dstg.heads_cli",
+            "head taxonomy by component ablation (DSTG paper, Fig. 2)",
+        ),
+        "dstg-geometry": (
+            "encoderlab.evaluation.dstg.geometry_cli",
+            "PCA / DCT of a learned position table, AP states",
+        ),
+        "dstg-components": (
+            "encoderlab.evaluation.dstg.components_cli",
+            "per-head attention maps of each DSTG component",
+        ),
     },
     "finetune": ("encoderlab.training.finetune.run", "fine-tune a checkpoint on GLUE, SQuAD, TAPE or your own data"),
     "predict": {
@@ -58,8 +69,10 @@ SUBCOMMANDS = {
         "classify": ("encoderlab.training.finetune.predict_cli", "labels or scores of a sequence-classification model"),
         "tokens": ("encoderlab.training.finetune.predict_cli", "one label per word or residue of a token classifier"),
     },
-    "embed": ("encoderlab.embedding.options", "per-sequence and per-token embeddings of a FASTA, table, text or Hub "
-              "dataset"),
+    "embed": (
+        "encoderlab.embedding.options",
+        "per-sequence and per-token embeddings of a FASTA, table, text or Hub dataset",
+    ),
 }
 """Subcommand -> (module with add_arguments/run, one-line help), or a dict of nested subcommands
 (``encoderlab experiment argmax``). The modules import their heavy dependencies lazily, so building the parser
@@ -75,7 +88,7 @@ def add_subcommands(parser: argparse.ArgumentParser, subcommands: dict, argv: li
     commands = parser.add_subparsers(dest=f"command_{depth}", required=True, metavar="{" + ",".join(subcommands) + "}")
     # The first word that is not an option (``encoderlab --debug pretrain ...``) names the subcommand.
     position = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
-    chosen, rest = (None, []) if position is None else (argv[position], argv[position + 1:])
+    chosen, rest = (None, []) if position is None else (argv[position], argv[position + 1 :])
     for name, entry in subcommands.items():
         if isinstance(entry, dict):
             group = commands.add_parser(name, help=f"{name} subcommands: {', '.join(entry)}")

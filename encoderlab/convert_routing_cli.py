@@ -36,8 +36,10 @@ def load_checkpoint(path):
     architecture = (config.architectures or ["DTABertModel"])[0]
     classes = {model_class.__name__: model_class for model_class in DTA_AUTO_CLASSES.values()}
     if not isinstance(config, DTABertConfig) or architecture not in classes:
-        raise ValueError(f"{path} holds a {config.model_type} model ({architecture}); the head routing is a "
-                         "DTA-BERT option (dta_bert)")
+        raise ValueError(
+            f"{path} holds a {config.model_type} model ({architecture}); the head routing is a "
+            "DTA-BERT option (dta_bert)"
+        )
     return classes[architecture].from_pretrained(path)
 
 

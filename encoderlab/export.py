@@ -53,8 +53,9 @@ def flat_module_name(module_name):
 def auto_map_for(config_class):
     """The ``auto_map`` entry of config.json for a registered family."""
     if config_class not in FAMILIES:
-        raise ValueError(f"{config_class.__name__} is not a registered encoderlab family: "
-                         f"{sorted(c.__name__ for c in FAMILIES)}")
+        raise ValueError(
+            f"{config_class.__name__} is not a registered encoderlab family: {sorted(c.__name__ for c in FAMILIES)}"
+        )
     auto_map = {"AutoConfig": f"{flat_module_name(config_class.__module__)}.{config_class.__name__}"}
     for auto_name, model_class in FAMILIES[config_class].items():
         auto_map[auto_name] = f"{flat_module_name(model_class.__module__)}.{model_class.__name__}"
@@ -113,8 +114,13 @@ def import_problems(module_name, source=None):
         else:
             target = _resolve(module_name, node)
             path = _module_path(target)
-            why = (f"imports {target}, which does not exist" if path is None else
-                   f"imports the package {target}" if path.name == "__init__.py" else None)
+            why = (
+                f"imports {target}, which does not exist"
+                if path is None
+                else f"imports the package {target}"
+                if path.name == "__init__.py"
+                else None
+            )
         if why is not None:
             problems.append(f"{module_name} line {node.lineno}: `{written}` {why}; the rule: {EXPORT_RULE}")
     return problems
@@ -151,7 +157,7 @@ def _flatten_source(module_name):
         target = _resolve(module_name, node)
         names = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names)
         indent = " " * node.col_offset
-        lines[node.lineno - 1: node.end_lineno] = [f"{indent}from .{flat_module_name(target)} import {names}\n"]
+        lines[node.lineno - 1 : node.end_lineno] = [f"{indent}from .{flat_module_name(target)} import {names}\n"]
     header = f"# Exported by encoderlab from {module_name}; the package itself is not needed to run this file.\n"
     return header + "".join(lines)
 

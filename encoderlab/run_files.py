@@ -55,17 +55,24 @@ def read_run_record(run_dir: str | Path) -> RunRecord:
         raise FileNotFoundError(
             f"{str(run_dir)!r} is not a finished pretraining run (nor fine-tuning run): missing {missing}"
         )
-    return RunRecord(config=json.loads((run_dir / "config.json").read_text(encoding="utf-8")),
-                     results=json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")),
-                     run=read_run_config(run_dir), folder=str(run_dir))
+    return RunRecord(
+        config=json.loads((run_dir / "config.json").read_text(encoding="utf-8")),
+        results=json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")),
+        run=read_run_config(run_dir),
+        folder=str(run_dir),
+    )
 
 
 def is_local_path(value: str) -> bool:
     """Whether `value` names something on this machine rather than a Hub id: it exists here, looks like a path
     (``./``, ``/``, ``~``, characters a Hub id has not), or its first component is a local folder."""
     first = value.split("/")[0]
-    return (value.startswith((".", "/", "~")) or not HUB_ID.match(value) or Path(value).exists()
-            or ("/" in value and Path(first).is_dir()))
+    return (
+        value.startswith((".", "/", "~"))
+        or not HUB_ID.match(value)
+        or Path(value).exists()
+        or ("/" in value and Path(first).is_dir())
+    )
 
 
 def public_name(value: str) -> str:
@@ -76,6 +83,7 @@ def public_name(value: str) -> str:
 
 def record_publication(run_dir: Path, repo_id: str, revision: str | None, commit_url: str) -> Path:
     path = Path(run_dir) / PUBLISHED_FILE
-    path.write_text(json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit_url}, indent=2) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"repo_id": repo_id, "revision": revision, "commit": commit_url}, indent=2) + "\n", encoding="utf-8"
+    )
     return path

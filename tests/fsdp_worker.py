@@ -164,8 +164,9 @@ def check_wrapping(args) -> None:
             blocks = fsdp.wrap_block_names(reference)
             count = sum(type(m).__name__ in blocks for m in reference.modules())
             # An FSDP unit per block (with activation checkpointing: the checkpoint wrapper around the block).
-            units = [getattr(m, "_checkpoint_wrapped_module", m)
-                     for m in sharded.modules() if isinstance(m, FSDPModule)]
+            units = [
+                getattr(m, "_checkpoint_wrapped_module", m) for m in sharded.modules() if isinstance(m, FSDPModule)
+            ]
             problems = []
             # (accelerate shards both the wrapper and the block inside it: the wrapper's unit holds no parameter.)
             if len({id(m) for m in units if type(m).__name__.removeprefix("FSDP") in blocks}) != count or not count:

@@ -13,7 +13,7 @@ import torch
 def _row(query_vec, keys, values, key_ids, scale, bias_row):
     scores = torch.stack([query_vec @ keys[j] * scale + (0.0 if bias_row is None else bias_row[j]) for j in key_ids])
     weights = torch.softmax(scores, dim=0)
-    return sum(w * values[j] for w, j in zip(weights, key_ids))
+    return sum(w * values[j] for w, j in zip(weights, key_ids, strict=True))
 
 
 def naive_attention(query, key, value, valid, attention_type, bias=None):
@@ -39,7 +39,11 @@ def naive_attention(query, key, value, valid, attention_type, bias=None):
                     key_ids = [j for j in range(length) if valid[b, j] and admits(i, j)]
                     scale = 1.0 / math.sqrt(channels.stop - channels.start)
                     output[b, h, i, channels] = _row(
-                        query[b, h, i, channels], key[b, h, :, channels], value[b, h, :, channels], key_ids, scale,
+                        query[b, h, i, channels],
+                        key[b, h, :, channels],
+                        value[b, h, :, channels],
+                        key_ids,
+                        scale,
                         None if bias_bh is None else bias_bh[i],
                     )
     return output
@@ -50,7 +54,7 @@ def padding_mask(lengths, seq_len, side):
     mask = torch.zeros(len(lengths), seq_len, dtype=torch.long)
     for row, n in enumerate(lengths):
         if side == "left":
-            mask[row, seq_len - n:] = 1
+            mask[row, seq_len - n :] = 1
         else:
             mask[row, :n] = 1
     return mask

@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 
 from encoderlab.experiments.argmax import arms, options, probe, training
 from encoderlab.experiments.argmax.arms import RunSpec
@@ -17,17 +18,40 @@ from encoderlab.experiments.argmax.probe import (
 )
 from encoderlab.experiments.argmax.summary import best_constant_score, summary_table
 from encoderlab.results.rows import read_results
-from figure_checks import assert_png_drawn
 
 
 def tiny_args(tmp_path, **overrides):
     parser = argparse.ArgumentParser()
     options.add_arguments(parser)
-    args = parser.parse_args([
-        "--out-dir", str(tmp_path), "--attention", "causal", "--positions", "none", "--hidden-sizes", "32",
-        "--depths", "1", "--seeds", "11", "--batch-size", "16", "--cycle-steps", "2", "--max-cycles", "3",
-        "--warmup-steps", "1", "--eval-batches", "1", "--controls", "none", "--no-progress",
-    ])
+    args = parser.parse_args(
+        [
+            "--out-dir",
+            str(tmp_path),
+            "--attention",
+            "causal",
+            "--positions",
+            "none",
+            "--hidden-sizes",
+            "32",
+            "--depths",
+            "1",
+            "--seeds",
+            "11",
+            "--batch-size",
+            "16",
+            "--cycle-steps",
+            "2",
+            "--max-cycles",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--eval-batches",
+            "1",
+            "--controls",
+            "none",
+            "--no-progress",
+        ]
+    )
     for name, value in overrides.items():
         setattr(args, name, value)
     return args
@@ -38,7 +62,7 @@ def test_labels_are_the_first_maximum_on_ties():
     assert first_argmax(tokens).tolist() == [1, 0, 3, 0]
     generated, labels = sample_batch(torch.Generator().manual_seed(0), 256)
     assert generated.shape == (256, 64) and generated.min() >= 1 and generated.max() <= 64
-    for row, label in zip(generated, labels):
+    for row, label in zip(generated, labels, strict=True):
         assert row[label] == row.max() and (row[:label] < row.max()).all()
 
 
@@ -49,7 +73,7 @@ def test_position_blind_ceiling_is_above_chance():
 
 def test_evaluation_batches_are_fixed_across_calls():
     first, second = evaluation_batches(2, 8), evaluation_batches(2, 8)
-    for (tokens_a, labels_a), (tokens_b, labels_b) in zip(first, second):
+    for (tokens_a, labels_a), (tokens_b, labels_b) in zip(first, second, strict=True):
         assert torch.equal(tokens_a, tokens_b) and torch.equal(labels_a, labels_b)
     assert not torch.equal(first[0][0], first[1][0])
 
@@ -83,8 +107,23 @@ def test_heads_follow_the_head_size():
 def test_causal_without_positions_learns_above_chance_quickly():
     # ~10 s: 160 steps of 64 samples already take causal attention (no positions) well past the ~0.025 that a
     # position-blind model can reach; 512 held-out samples put that ceiling's noise at ~0.007.
-    spec = RunSpec("argmax", "causal", "none", 64, 1, 11, batch_size=64, cycle_steps=80, max_cycles=2, patience=3,
-                   warmup_steps=10, learning_rate=3e-3, weight_decay=0.01, eval_batches=8, head_size=64)
+    spec = RunSpec(
+        "argmax",
+        "causal",
+        "none",
+        64,
+        1,
+        11,
+        batch_size=64,
+        cycle_steps=80,
+        max_cycles=2,
+        patience=3,
+        warmup_steps=10,
+        learning_rate=3e-3,
+        weight_decay=0.01,
+        eval_batches=8,
+        head_size=64,
+    )
     row = training.train_run(spec, progress=False)
     assert row["steps"] == 160
     assert row["best_accuracy"] > 2 * POSITION_BLIND_CEILING
@@ -119,8 +158,23 @@ def test_drop_switches_positions_off_after_the_second_cycle(tmp_path, monkeypatc
 
     monkeypatch.setattr(probe.ArgmaxProbe, "forward", counting_forward)
     monkeypatch.setattr(probe.DTABertModel, "set_positions_enabled", record_switch)
-    spec = RunSpec("argmax", "causal", "rope-drop", 32, 1, 11, batch_size=8, cycle_steps=3, max_cycles=4,
-                   patience=10, warmup_steps=1, learning_rate=3e-4, weight_decay=0.01, eval_batches=1, head_size=64)
+    spec = RunSpec(
+        "argmax",
+        "causal",
+        "rope-drop",
+        32,
+        1,
+        11,
+        batch_size=8,
+        cycle_steps=3,
+        max_cycles=4,
+        patience=10,
+        warmup_steps=1,
+        learning_rate=3e-4,
+        weight_decay=0.01,
+        eval_batches=1,
+        head_size=64,
+    )
     row = training.train_run(spec, progress=False)
     assert switched_at == [(6, False)] and row["drop_step"] == 6 and row["steps"] == 12
     assert training_steps == [True] * 6 + [False] * 6
@@ -141,8 +195,14 @@ def test_attention_maps_write_one_png_per_layer(tmp_path):
     from encoderlab.tokenization import esm2_tokenizer
 
     tokenizer = esm2_tokenizer()
-    config = DTABertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, pad_token_id=tokenizer.pad_token_id)
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     DTABertModel(config).save_pretrained(tmp_path / "ckpt")
     tokenizer.save_pretrained(tmp_path / "ckpt")
     paths = plot_attention(str(tmp_path / "ckpt"), "MKTAYIAK", tmp_path / "maps")
@@ -157,8 +217,23 @@ def test_attention_maps_write_one_png_per_layer(tmp_path):
 def test_drop_runs_report_the_best_accuracy_without_positions(monkeypatch):
     scores = iter([0.9, 0.8, 0.3, 0.4, 0.35])
     monkeypatch.setattr(training, "evaluate", lambda model, batches: next(scores))
-    spec = RunSpec("argmax", "causal", "absolute-drop", 32, 1, 11, batch_size=4, cycle_steps=1, max_cycles=5,
-                   patience=10, warmup_steps=1, learning_rate=3e-4, weight_decay=0.01, eval_batches=1, head_size=64)
+    spec = RunSpec(
+        "argmax",
+        "causal",
+        "absolute-drop",
+        32,
+        1,
+        11,
+        batch_size=4,
+        cycle_steps=1,
+        max_cycles=5,
+        patience=10,
+        warmup_steps=1,
+        learning_rate=3e-4,
+        weight_decay=0.01,
+        eval_batches=1,
+        head_size=64,
+    )
     row = training.train_run(spec, progress=False)
     assert row["best_accuracy"] == 0.4 and row["last_accuracy"] == 0.35 and row["cycles"] == 5
 
@@ -174,13 +249,16 @@ def test_parallel_sweep_matches_the_sequential_one(tmp_path):
         assert training.sweep(arms.grid(args), parallel, progress=False, workers=2) == 2
     finally:
         torch.set_num_threads(threads)
-    by_seed = {name: {row["seed"]: row for row in read_results(path)}
-               for name, path in (("sequential", sequential), ("parallel", parallel))}
+    by_seed = {
+        name: {row["seed"]: row for row in read_results(path)}
+        for name, path in (("sequential", sequential), ("parallel", parallel))
+    }
     assert by_seed["sequential"].keys() == by_seed["parallel"].keys() == {"11", "22"}
     for seed, row in by_seed["sequential"].items():
         # Same seed, same thread count: the same run, to the last digit (only the wall time differs).
         assert {key: value for key, value in row.items() if key != "wall_seconds"} == {
-            key: value for key, value in by_seed["parallel"][seed].items() if key != "wall_seconds"}
+            key: value for key, value in by_seed["parallel"][seed].items() if key != "wall_seconds"
+        }
     # The seeds give different accuracies here, so a worker that trained another run would show.
     assert by_seed["sequential"]["11"]["best_accuracy"] != by_seed["sequential"]["22"]["best_accuracy"]
 
@@ -188,8 +266,17 @@ def test_parallel_sweep_matches_the_sequential_one(tmp_path):
 def test_summary_reports_the_best_constant_answer_of_its_evaluation_set():
     assert best_constant_score(torch.tensor([0, 0, 5, 7])) == 0.5
     labels = torch.cat([labels for _, labels in evaluation_batches(2, 16)])
-    row = {"task": "argmax", "attention": "causal", "positions": "none", "hidden_size": "64", "depth": "1",
-           "seed": "1", "best_accuracy": "0.5", "eval_batches": "2", "batch_size": "16"}
+    row = {
+        "task": "argmax",
+        "attention": "causal",
+        "positions": "none",
+        "hidden_size": "64",
+        "depth": "1",
+        "seed": "1",
+        "best_accuracy": "0.5",
+        "eval_batches": "2",
+        "batch_size": "16",
+    }
     table = summary_table([row])
     expected = torch.bincount(labels).max().item() / 32
     assert f"On the 32 held-out examples of 2 x 16, the best constant answer scores {expected:.3f}" in table

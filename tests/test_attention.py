@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from naive_reference import naive_attention, padding_mask
 
 from encoderlab.configuration.dta import DTABertConfig
 from encoderlab.configuration.homa import HOMAConfig
@@ -10,7 +11,6 @@ from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.modeling.kernels.sdpa import causal_sdpa
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
-from naive_reference import naive_attention, padding_mask
 
 TYPES = ["bidirectional", "causal", "dual_triangle"]
 
@@ -24,8 +24,15 @@ def random_case(batch, heads, length, dim, side, dtype=torch.float64):
 
 def run(query, key, value, mask, attention_type, implementation, bias_module=None):
     with torch.no_grad():
-        output, _ = attend(query, key, value, attention_mask=mask, attention_type=attention_type,
-                           implementation=implementation, bias_module=bias_module)
+        output, _ = attend(
+            query,
+            key,
+            value,
+            attention_mask=mask,
+            attention_type=attention_type,
+            implementation=implementation,
+            bias_module=bias_module,
+        )
     return output
 
 
@@ -50,16 +57,20 @@ def test_matches_naive_fp64(attention_type, implementation, side, length, dim, u
 def test_causal_sdpa_matches_dense_reference_around_the_split_lengths(length):
     # 256..512 tokens take two query halves on CPU; both sides of each boundary must equal the masked softmax.
     generator = torch.Generator().manual_seed(length)
-    query, key, value = (torch.randn(2, 2, length, 8, generator=generator, dtype=torch.float64, requires_grad=True)
-                         for _ in range(3))
+    query, key, value = (
+        torch.randn(2, 2, length, 8, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3)
+    )
     scores = (query @ key.mT) * 8**-0.5
     above_diagonal = torch.ones(length, length, dtype=torch.bool).triu(1)
     expected = scores.masked_fill(above_diagonal, float("-inf")).softmax(-1) @ value
     got = causal_sdpa(query, key, value, dropout_p=0.0, scale=None)
     assert (got - expected).abs().max() < 1e-10
     upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
-    for got_grad, expected_grad in zip(torch.autograd.grad(got, (query, key, value), upstream),
-                                       torch.autograd.grad(expected, (query, key, value), upstream)):
+    for got_grad, expected_grad in zip(
+        torch.autograd.grad(got, (query, key, value), upstream),
+        torch.autograd.grad(expected, (query, key, value), upstream),
+        strict=True,
+    ):
         assert (got_grad - expected_grad).abs().max() < 1e-10
 
 
@@ -97,8 +108,15 @@ def test_a_model_adding_t5_buckets_to_a_triangle_runs_sdpa_as_eager(attention_ty
     triangle builds its sdpa inputs without knowing the bias (as every forward does), and sdpa reorders the bias with
     the tokens: logits and every gradient as eager's (the naive reference above), in float64, on padded rows."""
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=24, attention_type=attention_type, position_embedding_type="none")
+    config = DTABertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        attention_type=attention_type,
+        position_embedding_type="none",
+    )
     model = DTABertForMaskedLM(config).double()
     for layer in model.model.layers:
         layer.attention.position_bias = T5RelativeBias(2, num_buckets=8, max_distance=6).double()
@@ -145,8 +163,9 @@ def test_compiled_flex_matches_naive_fp32(attention_type):
 def test_all_padding_row_is_finite_with_finite_gradients(dtype, implementation, attention_type):
     query, key, value = (torch.randn(2, 2, 6, 8, dtype=dtype, requires_grad=True) for _ in range(3))
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]])
-    output, _ = attend(query, key, value, attention_mask=mask, attention_type=attention_type,
-                       implementation=implementation)
+    output, _ = attend(
+        query, key, value, attention_mask=mask, attention_type=attention_type, implementation=implementation
+    )
     assert torch.isfinite(output).all()
     (output * mask[:, None, :, None]).sum().backward()
     for tensor in (query, key, value):
@@ -167,8 +186,15 @@ def test_padded_keys_get_no_weight():
 
 def test_eager_returns_both_triangles():
     query, key, value, mask = random_case(2, 3, 9, 8, "right")
-    _, probs = attend(query, key, value, attention_mask=mask, attention_type="dual_triangle", implementation="eager",
-                      output_attentions=True)
+    _, probs = attend(
+        query,
+        key,
+        value,
+        attention_mask=mask,
+        attention_type="dual_triangle",
+        implementation="eager",
+        output_attentions=True,
+    )
     assert probs.shape == (2, 6, 9, 9)
     down, up = probs[:, :3], probs[:, 3:]
     assert torch.all(down.triu(1) == 0) and torch.all(up.tril(-1) == 0)
@@ -201,13 +227,25 @@ def test_float64_flex_attention_with_compile_on_cpu_falls_back_with_a_warning(mo
 # HOMA's attention types go through the same registry
 
 
-HOMA_SIZES = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                  max_position_embeddings=24, block_size=6, block_stride=4, triadic_window=3, u_rank=4,
-                  fusion_hidden_size=8, linformer_k=5)
+HOMA_SIZES = dict(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=24,
+    block_size=6,
+    block_stride=4,
+    triadic_window=3,
+    u_rank=4,
+    fusion_hidden_size=8,
+    linformer_k=5,
+)
 
 
-@pytest.mark.parametrize("attention_type,kernel_calls", [
-    ("pairwise", 2), ("blockwise", 2), ("homa", 2), ("linformer", 2), ("triadic", 0)])
+@pytest.mark.parametrize(
+    "attention_type,kernel_calls", [("pairwise", 2), ("blockwise", 2), ("homa", 2), ("linformer", 2), ("triadic", 0)]
+)
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 def test_homa_runs_the_kernel_attn_implementation_names(attention_type, kernel_calls, implementation, monkeypatch):
     """Every pairwise attention of HOMA (global, inside the blocks, over Linformer's projected keys) runs the
@@ -224,11 +262,11 @@ def test_homa_runs_the_kernel_attn_implementation_names(attention_type, kernel_c
         return call
 
     for name in ("eager", "sdpa"):
-        monkeypatch.setitem(attention.ALL_ATTENTION_FUNCTIONS, name,
-                            recorded(name, attention.ALL_ATTENTION_FUNCTIONS[name]))
+        monkeypatch.setitem(
+            attention.ALL_ATTENTION_FUNCTIONS, name, recorded(name, attention.ALL_ATTENTION_FUNCTIONS[name])
+        )
     torch.manual_seed(0)
-    model = HOMAForMaskedLM(HOMAConfig(**HOMA_SIZES, attention_type=attention_type,
-                                       attn_implementation=implementation))
+    model = HOMAForMaskedLM(HOMAConfig(**HOMA_SIZES, attention_type=attention_type, attn_implementation=implementation))
     ids = torch.randint(3, 40, (2, 13))
     model(input_ids=ids, attention_mask=padding_mask([13, 9], 13, "left"))
     assert calls == [implementation] * kernel_calls
@@ -240,7 +278,14 @@ def test_homa_refuses_a_kernel_its_attention_type_cannot_run(attention_type, imp
     model = HOMAForMaskedLM(HOMAConfig(**HOMA_SIZES, attention_type=attention_type))
     model.set_attn_implementation(implementation)
     ids = torch.randint(3, 40, (2, 13))
-    with torch.no_grad(), pytest.raises(ValueError, match=(
-            rf"^attn_implementation='{implementation}' cannot run this model: attention_type='{attention_type}' "
-            rf"attends .*; allowed values for it: 'eager', 'sdpa'$")):
+    with (
+        torch.no_grad(),
+        pytest.raises(
+            ValueError,
+            match=(
+                rf"^attn_implementation='{implementation}' cannot run this model: attention_type='{attention_type}' "
+                rf"attends .*; allowed values for it: 'eager', 'sdpa'$"
+            ),
+        ),
+    ):
         model(input_ids=ids)

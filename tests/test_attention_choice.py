@@ -7,6 +7,7 @@ import functools
 
 import pytest
 import torch
+from test_packing_model import reference_varlen_attn
 from transformers import BertConfig
 
 import encoderlab.modeling.attention as attention
@@ -20,25 +21,43 @@ from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.training.finetune.model_setup import choose_finetune_attention
 from encoderlab.training.pretrain import RunConfig, validate_run
-from test_packing_model import reference_varlen_attn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
-             max_position_embeddings=32)
+SMALL = dict(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=32,
+)
 
 MODELS = {
-    "dta dual triangle rope": (DTABertForMaskedLM, DTABertConfig(**SMALL, attention_type="dual_triangle",
-                                                                 position_embedding_type="rope")),
+    "dta dual triangle rope": (
+        DTABertForMaskedLM,
+        DTABertConfig(**SMALL, attention_type="dual_triangle", position_embedding_type="rope"),
+    ),
     "dta bidirectional none": (DTABertForMaskedLM, DTABertConfig(**SMALL, position_embedding_type="none")),
     "dta alibi": (DTABertForMaskedLM, DTABertConfig(**SMALL, position_embedding_type="alibi")),
     "dta attention dropout": (DTABertForMaskedLM, DTABertConfig(**SMALL, attention_dropout=0.1)),
-    **{f"dstg {preset}": (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig(
-        **{**SMALL, "hidden_size": 24}, preset=preset, ap_size=8 if preset == "dstg" else None,
-        relative_attention_num_buckets=8, relative_attention_max_distance=6))
-       for preset in ("dstg", "ap", "rp", "rope")},
-    **{f"homa {kind}": (HOMAForMaskedLM, HOMAConfig(**SMALL, attention_type=kind, block_size=6, block_stride=3))
-       for kind in ("pairwise", "blockwise", "homa", "linformer")},
+    **{
+        f"dstg {preset}": (
+            DSTGNeoBERTForMaskedLM,
+            DSTGNeoBERTConfig(
+                **{**SMALL, "hidden_size": 24},
+                preset=preset,
+                ap_size=8 if preset == "dstg" else None,
+                relative_attention_num_buckets=8,
+                relative_attention_max_distance=6,
+            ),
+        )
+        for preset in ("dstg", "ap", "rp", "rope")
+    },
+    **{
+        f"homa {kind}": (HOMAForMaskedLM, HOMAConfig(**SMALL, attention_type=kind, block_size=6, block_stride=3))
+        for kind in ("pairwise", "blockwise", "homa", "linformer")
+    },
 }
 
 
@@ -97,10 +116,12 @@ class Recorder:
 def test_the_choice_says_why():
     config = MODELS["dta dual triangle rope"][1]
     if varlen_module.TORCH_VARLEN_ATTN is not None:
-        assert on_a_gpu(config).line() == ("attention kernel: varlen (the fastest on packed rows on a GPU; set "
-                                           "train.attn_implementation to choose)")
-    assert on_a_gpu(MODELS["dta alibi"][1]).reason.endswith("position_embedding_type='alibi' adds a bias to the "
-                                                             "attention scores")
+        assert on_a_gpu(config).line() == (
+            "attention kernel: varlen (the fastest on packed rows on a GPU; set train.attn_implementation to choose)"
+        )
+    assert on_a_gpu(MODELS["dta alibi"][1]).reason.endswith(
+        "position_embedding_type='alibi' adds a bias to the attention scores"
+    )
     assert "attention_dropout=0.1" in on_a_gpu(MODELS["dta attention dropout"][1]).reason
     in_eval = on_a_gpu(MODELS["dta attention dropout"][1], training=False)
     assert in_eval.implementation == on_a_gpu(config).implementation
@@ -128,29 +149,57 @@ def test_cpu_unpacked_rows_fp32_and_an_old_torch_take_sdpa(monkeypatch):
     assert choice.implementation == "sdpa" and "no torch.nn.attention.varlen" in choice.reason
 
 
-@pytest.mark.parametrize("requested,config_name,device,message", [
-    ("flash", "dta alibi", "cuda", r"train.attn_implementation='flash' is not supported; allowed values: 'eager', "
-                                   r"'sdpa', 'flex_attention', 'varlen'"),
-    ("flex_attention", "homa homa", "cuda", r"train.attn_implementation='flex_attention' cannot run this model: "
-                                            r"attention_type='homa' attends inside blocks of block_size=6 tokens; "
-                                            r"allowed values for it: 'eager', 'sdpa'"),
-    ("varlen", "homa linformer", "cuda", r"'varlen' cannot run this model: attention_type='linformer' attends over "
-                                         r"linformer_k=\d+ projected keys per document; allowed values for it: "
-                                         r"'eager', 'sdpa'"),
-    ("varlen", "dta alibi", "cuda", r"train.attn_implementation='varlen' cannot run here: position_embedding_type="
-                                    r"'alibi' adds a bias to the attention scores; use 'sdpa'"),
-    ("varlen", "dta dual triangle rope", "cpu", r"'varlen' cannot run here: .*(CUDA device, not cpu|no torch.nn)"),
-])
+@pytest.mark.parametrize(
+    "requested,config_name,device,message",
+    [
+        (
+            "flash",
+            "dta alibi",
+            "cuda",
+            r"train.attn_implementation='flash' is not supported; allowed values: 'eager', "
+            r"'sdpa', 'flex_attention', 'varlen'",
+        ),
+        (
+            "flex_attention",
+            "homa homa",
+            "cuda",
+            r"train.attn_implementation='flex_attention' cannot run this model: "
+            r"attention_type='homa' attends inside blocks of block_size=6 tokens; "
+            r"allowed values for it: 'eager', 'sdpa'",
+        ),
+        (
+            "varlen",
+            "homa linformer",
+            "cuda",
+            r"'varlen' cannot run this model: attention_type='linformer' attends over "
+            r"linformer_k=\d+ projected keys per document; allowed values for it: "
+            r"'eager', 'sdpa'",
+        ),
+        (
+            "varlen",
+            "dta alibi",
+            "cuda",
+            r"train.attn_implementation='varlen' cannot run here: position_embedding_type="
+            r"'alibi' adds a bias to the attention scores; use 'sdpa'",
+        ),
+        ("varlen", "dta dual triangle rope", "cpu", r"'varlen' cannot run here: .*(CUDA device, not cpu|no torch.nn)"),
+    ],
+)
 def test_a_named_kernel_the_model_cannot_run_is_refused_by_name(requested, config_name, device, message):
     with pytest.raises(ValueError, match=message):
         choose_attention(MODELS[config_name][1], device, packed=True, half_precision=True, requested=requested)
 
 
 def test_pretraining_checks_the_named_kernel_against_the_model_before_it_starts():
-    run = RunConfig.from_dict({"model": {"family": "homa", "config": {"attention_type": "homa"}},
-                               "train": {"attn_implementation": "flex_attention"}})
-    with pytest.raises(ValueError, match="train.attn_implementation='flex_attention' cannot run this model: "
-                                         "attention_type='homa'"):
+    run = RunConfig.from_dict(
+        {
+            "model": {"family": "homa", "config": {"attention_type": "homa"}},
+            "train": {"attn_implementation": "flex_attention"},
+        }
+    )
+    with pytest.raises(
+        ValueError, match="train.attn_implementation='flex_attention' cannot run this model: attention_type='homa'"
+    ):
         validate_run(run)
 
 
@@ -158,8 +207,7 @@ def test_fine_tuning_has_the_setting_and_the_same_choice():
     config = MODELS["dta dual triangle rope"][1]
     with pytest.raises(ValueError, match="train.attn_implementation='flash' is not supported; allowed values"):
         choose_finetune_attention(config, "flash")
-    assert choose_finetune_attention(config) == choose_attention(
-        config, "cpu", packed=False, half_precision=False)
+    assert choose_finetune_attention(config) == choose_attention(config, "cpu", packed=False, half_precision=False)
     assert choose_finetune_attention(config, "eager").implementation == "eager"
     with pytest.raises(ValueError, match="train.attn_implementation='flex_attention' cannot run this model"):
         choose_finetune_attention(MODELS["homa blockwise"][1], "flex_attention")

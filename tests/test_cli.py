@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from encoderlab import cli
-from encoderlab.training.run_config import PretrainRunConfig, bundled_config_names
 from encoderlab.run_files import MARKER_FILE
+from encoderlab.training.run_config import PretrainRunConfig, bundled_config_names
 
 
 def leaf_commands(tree, prefix=()):
@@ -152,8 +152,16 @@ def test_help_loads_neither_torch_nor_transformers(argv):
 def test_console_script_registers_the_families_before_the_command_runs(tmp_path):
     # convert-routing loads the checkpoint through AutoConfig: the families must be registered by then.
     out = tmp_path / "converted"
-    result = run_console_script(["convert-routing", str(FIXTURES / "dta_alibi_sequence_classification"),
-                                 "--routing", "head_groups", "--out", str(out)])
+    result = run_console_script(
+        [
+            "convert-routing",
+            str(FIXTURES / "dta_alibi_sequence_classification"),
+            "--routing",
+            "head_groups",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "config.json").read_text())["dual_triangle_routing"] == "head_groups"
 

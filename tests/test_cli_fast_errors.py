@@ -14,9 +14,9 @@ import types
 from pathlib import Path
 
 import pytest
+from test_cli import console_script_target
 
 from encoderlab import cli
-from test_cli import console_script_target
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKPOINTS = REPO / "tests" / "fixtures" / "checkpoints"
@@ -49,8 +49,14 @@ status = {function}({argv!r})
 print("heavy at the error:", json.dumps(noting.heavy))
 sys.exit(status)
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=600,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert last.startswith("heavy at the error: "), (result.stdout, result.stderr)
     return result, json.loads(last.removeprefix("heavy at the error: "))
@@ -64,61 +70,106 @@ MISTAKES = {
     "pretrain: wrong type": (f"{DEMO} --set train.batch_size=many", "train.batch_size='many' must be a number"),
     "pretrain: out of range": (f"{DEMO} --set train.seq_len=0", "train.seq_len=0 must be >= 1"),
     "pretrain: unknown section": (f"{DEMO} --set trian.seq_len=64", "Unknown config section(s) ['trian']"),
-    "pretrain: missing config file": ("pretrain --config my_run.yaml",
-                                      "Run config 'my_run.yaml' is neither a file nor a bundled config"),
-    "pretrain: missing corpus": (f"{DEMO} --set data.source={{tmp}}/corpus.txt",
-                                 "data.source='{tmp}/corpus.txt' does not exist"),
-    "pretrain: missing tokenizer": (f"{DEMO} --set tokenizer.path=./my_tokenizer",
-                                    "tokenizer.path='./my_tokenizer' does not exist"),
+    "pretrain: missing config file": (
+        "pretrain --config my_run.yaml",
+        "Run config 'my_run.yaml' is neither a file nor a bundled config",
+    ),
+    "pretrain: missing corpus": (
+        f"{DEMO} --set data.source={{tmp}}/corpus.txt",
+        "data.source='{tmp}/corpus.txt' does not exist",
+    ),
+    "pretrain: missing tokenizer": (
+        f"{DEMO} --set tokenizer.path=./my_tokenizer",
+        "tokenizer.path='./my_tokenizer' does not exist",
+    ),
     "pretrain: unknown family": (f"{DEMO} --set model.family=bert", "model.family='bert' is not a registered family"),
-    "pretrain: mistyped model.config key": (f"{DEMO} --set model.config.hiden_size=256",
-                                            "Unknown key(s) ['model.config.hiden_size']"),
-    "pretrain: unknown tokenizer": (f"{DEMO} --set tokenizer.name=sentencepiece",
-                                    "tokenizer.name='sentencepiece' is not supported"),
+    "pretrain: mistyped model.config key": (
+        f"{DEMO} --set model.config.hiden_size=256",
+        "Unknown key(s) ['model.config.hiden_size']",
+    ),
+    "pretrain: unknown tokenizer": (
+        f"{DEMO} --set tokenizer.name=sentencepiece",
+        "tokenizer.name='sentencepiece' is not supported",
+    ),
     "pretrain: output folder taken": (f"{DEMO} --output-dir {{tmp}}/notes", "holds no encoderlab run"),
-    "prepare-data: missing corpus": ("prepare-data --config demo --set data.source=./corpus.jsonl",
-                                     "data.source='./corpus.jsonl' does not exist"),
-    "prepare-data: mistyped key": ("prepare-data --config demo --set data.packingg=pack",
-                                   "Unknown key(s) ['data.packingg']"),
+    "prepare-data: missing corpus": (
+        "prepare-data --config demo --set data.source=./corpus.jsonl",
+        "data.source='./corpus.jsonl' does not exist",
+    ),
+    "prepare-data: mistyped key": (
+        "prepare-data --config demo --set data.packingg=pack",
+        "Unknown key(s) ['data.packingg']",
+    ),
     "demo: mistyped --set key": ("demo --set train.token_budgett=1e6", "Unknown key(s) ['train.token_budgett']"),
     "demo: wrong type": ("demo --set train.token_budget=lots", "train.token_budget='lots' must be a number"),
     "demo: output folder is a file": ("demo --output-dir {tmp}/a_file.txt", "is a file, not a folder"),
     "finetune: unknown task": ("finetune --task colaa --model {classifier}", "--task='colaa' is not a registered task"),
     "finetune: mistyped --set key": (f"{COLA} --set train.lrr=1e-4", "Unknown key(s) ['train.lrr']"),
     "finetune: wrong type": (f"{COLA} --set data.max_length=long", "data.max_length='long' must be a number"),
-    "finetune: unknown config": (f"{COLA} --config finetune_gridd",
-                                 "Run config 'finetune_gridd' is neither a file nor a bundled config"),
-    "finetune: missing local model": ("finetune --task cola --model {tmp}/runs_sst2",
-                                      "model.path='{tmp}/runs_sst2' is not a checkpoint folder"),
-    "finetune: folder without a model": ("finetune --task cola --model {tmp}/no_model",
-                                         "is a folder without config.json"),
-    "finetune: missing data file": ("finetune --task text-classification --model {classifier} "
-                                    "--set data.train=./train.csv", "data.train='./train.csv' does not exist"),
-    "finetune: missing test file": (f"{COLA} --set data.test=[./test_a.csv]", "data.test='./test_a.csv' does not exist"),
+    "finetune: unknown config": (
+        f"{COLA} --config finetune_gridd",
+        "Run config 'finetune_gridd' is neither a file nor a bundled config",
+    ),
+    "finetune: missing local model": (
+        "finetune --task cola --model {tmp}/runs_sst2",
+        "model.path='{tmp}/runs_sst2' is not a checkpoint folder",
+    ),
+    "finetune: folder without a model": (
+        "finetune --task cola --model {tmp}/no_model",
+        "is a folder without config.json",
+    ),
+    "finetune: missing data file": (
+        "finetune --task text-classification --model {classifier} --set data.train=./train.csv",
+        "data.train='./train.csv' does not exist",
+    ),
+    "finetune: missing test file": (
+        f"{COLA} --set data.test=[./test_a.csv]",
+        "data.test='./test_a.csv' does not exist",
+    ),
     "finetune: missing data folder": (f"{COLA} --set data.path=./glue_data", "data.path='./glue_data' does not exist"),
-    "finetune glue: missing local model": ("finetune --task glue --model ./runs/pretrained",
-                                           "model.path='./runs/pretrained' is not a checkpoint folder"),
+    "finetune glue: missing local model": (
+        "finetune --task glue --model ./runs/pretrained",
+        "model.path='./runs/pretrained' is not a checkpoint folder",
+    ),
     "finetune: output folder taken": (f"{COLA} --output-dir {{tmp}}/notes", "holds no encoderlab run"),
-    "predict classify: missing local model": ("predict classify --model ./runs/sst2 --text a",
-                                              "--model='./runs/sst2' is not a checkpoint folder"),
-    "predict classify: missing input file": ("predict classify --model {classifier} --file in.jsonl",
-                                             "--file='in.jsonl' does not exist"),
-    "predict tokens: model without the head": ("predict tokens --model {classifier} --text MKV",
-                                               "has no token-classification head"),
-    "predict qa: missing input file": ("predict qa --model {classifier} --input questions.jsonl",
-                                       "--input='questions.jsonl' does not exist"),
-    "predict qa: missing local model": ("predict qa --model ./runs/squad --question q --context c",
-                                        "--model='./runs/squad' is not a checkpoint folder"),
+    "predict classify: missing local model": (
+        "predict classify --model ./runs/sst2 --text a",
+        "--model='./runs/sst2' is not a checkpoint folder",
+    ),
+    "predict classify: missing input file": (
+        "predict classify --model {classifier} --file in.jsonl",
+        "--file='in.jsonl' does not exist",
+    ),
+    "predict tokens: model without the head": (
+        "predict tokens --model {classifier} --text MKV",
+        "has no token-classification head",
+    ),
+    "predict qa: missing input file": (
+        "predict qa --model {classifier} --input questions.jsonl",
+        "--input='questions.jsonl' does not exist",
+    ),
+    "predict qa: missing local model": (
+        "predict qa --model ./runs/squad --question q --context c",
+        "--model='./runs/squad' is not a checkpoint folder",
+    ),
     "publish: no saved model": ("publish {tmp}/no_model --repo-id me/model", "holds no saved model (config.json)"),
     "publish: bad repo id": ("publish {classifier} --repo-id model", "--repo-id='model' must look like ORG/NAME"),
-    "convert-routing: no saved model": ("convert-routing {tmp}/no_model --routing head_groups --out {tmp}/out",
-                                        "has no config.json"),
-    "convert-routing: output folder taken": ("convert-routing {classifier} --routing head_groups --out {tmp}/notes",
-                                             "is not empty; choose a new folder"),
-    "analyze dstg-probes: too few documents": ("analyze dstg-probes --model {tmp}/no_model --documents 4",
-                                               "--documents=4 must be >= 5"),
-    "analyze dstg-components: empty parts": ("analyze dstg-components --model {tmp}/no_model --part-length 0",
-                                             "--part-length=0 must be >= 1"),
+    "convert-routing: no saved model": (
+        "convert-routing {tmp}/no_model --routing head_groups --out {tmp}/out",
+        "has no config.json",
+    ),
+    "convert-routing: output folder taken": (
+        "convert-routing {classifier} --routing head_groups --out {tmp}/notes",
+        "is not empty; choose a new folder",
+    ),
+    "analyze dstg-probes: too few documents": (
+        "analyze dstg-probes --model {tmp}/no_model --documents 4",
+        "--documents=4 must be >= 5",
+    ),
+    "analyze dstg-components: empty parts": (
+        "analyze dstg-components --model {tmp}/no_model --part-length 0",
+        "--part-length=0 must be >= 1",
+    ),
 }
 
 
@@ -166,16 +217,20 @@ def test_check_runs_before_the_package_is_loaded_and_run_after(monkeypatch):
     assert calls == []  # neither the package nor the command ran
 
 
-@pytest.mark.parametrize("command", [
-    "pretrain --config demo --output-dir {tmp}/run",
-    "prepare-data --config demo",
-    "demo --output-dir {tmp}/run",
-    "finetune --task cola --model {classifier} --output-dir {tmp}/run",
-    "finetune --task glue --model {classifier}",
-    "predict classify --model {classifier} --text a",
-    "predict qa --model {qa_model} --question q --context c",
-    "publish {classifier} --repo-id me/model --dry-run {tmp}/upload",
-], ids=lambda command: " ".join(command.split()[:2]))
+@pytest.mark.parametrize(
+    "command",
+    [
+        "pretrain --config demo --output-dir {tmp}/run",
+        "prepare-data --config demo",
+        "demo --output-dir {tmp}/run",
+        "finetune --task cola --model {classifier} --output-dir {tmp}/run",
+        "finetune --task glue --model {classifier}",
+        "predict classify --model {classifier} --text a",
+        "predict qa --model {qa_model} --question q --context c",
+        "publish {classifier} --repo-id me/model --dry-run {tmp}/upload",
+    ],
+    ids=lambda command: " ".join(command.split()[:2]),
+)
 def test_right_input_passes_the_check(command, tmp_path, tmp_path_factory):
     # A check that refused what the command accepts would stop every run; nothing is written by it either.
     qa_model = tmp_path_factory.mktemp("qa_model")  # the check reads config.json only

@@ -3,7 +3,6 @@
 import math
 import os
 
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
@@ -14,7 +13,6 @@ from transformers import DataCollatorForLanguageModeling
 from encoderlab.tokenization import esm2_tokenizer
 from encoderlab.training.collator import IGNORE_INDEX, MLMCollator, mask_tokens
 from encoderlab.training.data import tokenize_to_examples
-
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 VOCAB_SIZE = 1000
@@ -123,7 +121,7 @@ def test_masking_is_reproducible_with_a_seeded_generator():
     first = mask(ids, maskable, torch.Generator().manual_seed(5))
     again = mask(ids, maskable, torch.Generator().manual_seed(5))
     other = mask(ids, maskable, torch.Generator().manual_seed(6))
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[1], other[1])
 
 
@@ -277,8 +275,10 @@ def test_collator_defaults_select_15_percent_with_the_80_10_10_split(esm, path):
     """The collator's own defaults (not only mask_tokens'): every masking path it offers, built without arguments."""
     generator = torch.Generator().manual_seed(0)
     letters = "ACDEFGHIKLMNPQRSTVWY"
-    sequences = ["".join(letters[i] for i in torch.randint(20, (int(n),), generator=generator))
-                 for n in torch.randint(200, 320, (200,), generator=generator)]
+    sequences = [
+        "".join(letters[i] for i in torch.randint(20, (int(n),), generator=generator))
+        for n in torch.randint(200, 320, (200,), generator=generator)
+    ]
     collator = MLMCollator(esm, mask_on_device=path == "mask_on_device", seed=0 if path == "seeded" else None)
     batch = collator(examples_of(esm, sequences))
     if path == "mask_on_device":

@@ -55,16 +55,22 @@ def flags():
     return st.booleans() | ODD_VALUES
 
 
-ROPE_SCALING = st.none() | ODD_VALUES | st.dictionaries(
-    st.sampled_from(["type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
-                     "alpha"]),
-    st.sampled_from(["linear", "ntk", "yarn", "dynamic", None]) | floats(0.5, 8.0) | ints(1, 64),
-    max_size=4,
+ROPE_SCALING = (
+    st.none()
+    | ODD_VALUES
+    | st.dictionaries(
+        st.sampled_from(
+            ["type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "alpha"]
+        ),
+        st.sampled_from(["linear", "ntk", "yarn", "dynamic", None]) | floats(0.5, 8.0) | ints(1, 64),
+        max_size=4,
+    )
 )
 
 # The rope_scaling dict is stored as these flat fields, and their messages name them.
-FIELDS_OF = {"rope_scaling": ("rope_scaling", "rope_original_max_position_embeddings", "yarn_beta_fast",
-                              "yarn_beta_slow")}
+FIELDS_OF = {
+    "rope_scaling": ("rope_scaling", "rope_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow")
+}
 
 SHARED_FIELDS = {
     "vocab_size": ints(1, 128),
@@ -103,47 +109,95 @@ FAMILIES = {
     "dta_bert": dict(
         config_class=DTABertConfig,
         model_classes=(DTABertForMaskedLM, DTABertForSequenceClassification),
-        base=dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                  max_position_embeddings=32),
+        base=dict(
+            vocab_size=40,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=24,
+            max_position_embeddings=32,
+        ),
         fields=dict(
             attention_type=choices(["bidirectional", "causal", "dual_triangle"]),
             dual_triangle_routing=choices(["channel_halves", "head_groups"]),
-            unet=flags(), value_embeddings=flags(), attention_bias=flags(), lm_head_bias=flags(), lm_head_norm=flags(),
+            unet=flags(),
+            value_embeddings=flags(),
+            attention_bias=flags(),
+            lm_head_bias=flags(),
+            lm_head_norm=flags(),
         ),
     ),
     "homa": dict(
         config_class=HOMAConfig,
         model_classes=(HOMAForMaskedLM, HOMAForSequenceClassification),
-        base=dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32, block_size=6,
-                  block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8, linformer_k=5,
-                  max_position_embeddings=40),
+        base=dict(
+            hidden_size=16,
+            num_attention_heads=2,
+            num_hidden_layers=2,
+            intermediate_size=32,
+            block_size=6,
+            block_stride=4,
+            triadic_window=3,
+            u_rank=4,
+            fusion_hidden_size=8,
+            linformer_k=5,
+            max_position_embeddings=40,
+        ),
         fields=dict(
             attention_type=choices(["pairwise", "blockwise", "linformer", "homa", "triadic"]),
-            block_size=ints(1, 12), block_stride=ints(1, 12), triadic_window=ints(1, 9),
-            u_rank=st.none() | ints(1, 20), fusion=choices(["mlp", "add", "gated"]), fusion_hidden_size=ints(1, 16),
-            linformer_k=ints(1, 16), attention_bias=flags(),
+            block_size=ints(1, 12),
+            block_stride=ints(1, 12),
+            triadic_window=ints(1, 9),
+            u_rank=st.none() | ints(1, 20),
+            fusion=choices(["mlp", "add", "gated"]),
+            fusion_hidden_size=ints(1, 16),
+            linformer_k=ints(1, 16),
+            attention_bias=flags(),
         ),
     ),
     "dstg_neobert": dict(
         config_class=DSTGNeoBERTConfig,
         model_classes=(DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification),
-        base=dict(vocab_size=96, hidden_size=64, ap_size=16, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=128, max_position_embeddings=32, cls_token_id=1, sep_token_id=2,
-                  relative_attention_num_buckets=16, relative_attention_max_distance=12),
+        base=dict(
+            vocab_size=96,
+            hidden_size=64,
+            ap_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=32,
+            cls_token_id=1,
+            sep_token_id=2,
+            relative_attention_num_buckets=16,
+            relative_attention_max_distance=12,
+        ),
         fields=dict(
-            preset=choices(["dstg", "ap", "rp", "rope"]), ap_size=st.none() | ints(1, 32),
-            relative_attention_num_buckets=ints(1, 40), relative_attention_max_distance=ints(1, 40),
+            preset=choices(["dstg", "ap", "rp", "rope"]),
+            ap_size=st.none() | ints(1, 32),
+            relative_attention_num_buckets=ints(1, 40),
+            relative_attention_max_distance=ints(1, 40),
             special_token_ids=st.none() | ODD_VALUES | st.lists(ints(-1, 100), max_size=3),
-            cls_token_id=ints(-1, 100), sep_token_id=ints(-1, 100), position_shift=st.none() | flags(),
+            cls_token_id=ints(-1, 100),
+            sep_token_id=ints(-1, 100),
+            position_shift=st.none() | flags(),
             classifier_activation=choices(sorted(ACT2FN)),
         ),
     ),
 }
 
 # Upper bounds of a model small enough to build and run in milliseconds; valid larger configs only round-trip.
-TINY_LIMITS = dict(vocab_size=256, hidden_size=64, num_hidden_layers=3, intermediate_size=256,
-                   max_position_embeddings=128, fusion_hidden_size=64, linformer_k=128, block_size=64,
-                   relative_attention_num_buckets=64, num_labels=8)
+TINY_LIMITS = dict(
+    vocab_size=256,
+    hidden_size=64,
+    num_hidden_layers=3,
+    intermediate_size=256,
+    max_position_embeddings=128,
+    fusion_hidden_size=64,
+    linformer_k=128,
+    block_size=64,
+    relative_attention_num_buckets=64,
+    num_labels=8,
+)
 
 
 def is_tiny(config):
@@ -155,7 +209,7 @@ def run_forward(model_class, config, seed):
     length = min(10, config.max_position_embeddings)
     input_ids = torch.randint(0, config.vocab_size, (2, length), generator=generator)
     attention_mask = torch.ones(2, length, dtype=torch.long)
-    attention_mask[1, length // 2 + 1:] = 0  # one padded row
+    attention_mask[1, length // 2 + 1 :] = 0  # one padded row
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
@@ -168,8 +222,13 @@ def test_every_config_draw_runs_finite_or_names_the_field(family, count_bad_inpu
     fields = {**SHARED_FIELDS, **spec["fields"]}
     bad_inputs = 0
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=MAX_EXAMPLES <= 60, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=MAX_EXAMPLES <= 60,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(data=st.data())
     def draw(data):
         nonlocal bad_inputs

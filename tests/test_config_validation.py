@@ -14,14 +14,40 @@ from encoderlab import DSTGNeoBERTConfig, DTABertConfig, HOMAConfig
 from encoderlab.modeling.dstg import DSTGNeoBERTForSequenceClassification
 
 TINY = {
-    DTABertConfig: dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=24, max_position_embeddings=32),
-    HOMAConfig: dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32, block_size=6,
-                     block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8, linformer_k=5,
-                     max_position_embeddings=40),
-    DSTGNeoBERTConfig: dict(vocab_size=96, hidden_size=64, ap_size=16, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=128, max_position_embeddings=32, cls_token_id=1, sep_token_id=2,
-                            relative_attention_num_buckets=16, relative_attention_max_distance=12),
+    DTABertConfig: dict(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+    ),
+    HOMAConfig: dict(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        block_size=6,
+        block_stride=4,
+        triadic_window=3,
+        u_rank=4,
+        fusion_hidden_size=8,
+        linformer_k=5,
+        max_position_embeddings=40,
+    ),
+    DSTGNeoBERTConfig: dict(
+        vocab_size=96,
+        hidden_size=64,
+        ap_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=32,
+        cls_token_id=1,
+        sep_token_id=2,
+        relative_attention_num_buckets=16,
+        relative_attention_max_distance=12,
+    ),
 }
 FAMILIES = list(TINY)
 
@@ -32,13 +58,28 @@ def tiny(config_class, **overrides):
 
 # (name, family, overrides, the field and value the message must name, what it must say is allowed)
 ISSUE_CASES = [
-    ("zero heads (was ZeroDivisionError)", DTABertConfig, dict(num_attention_heads=0),
-     "num_attention_heads=0", "positive integer"),
+    (
+        "zero heads (was ZeroDivisionError)",
+        DTABertConfig,
+        dict(num_attention_heads=0),
+        "num_attention_heads=0",
+        "positive integer",
+    ),
     ("negative norm_eps (was silent NaN)", DTABertConfig, dict(norm_eps=-1e-5), "norm_eps=-1e-05", "[1e-12, 1]"),
-    ("rope_scaling without type (was ignored)", DTABertConfig,
-     dict(position_embedding_type="rope", rope_scaling={"factor": 4.0}), "has no 'type'", "'linear', 'ntk', 'yarn'"),
-    ("unknown DSTG classifier_activation (was KeyError at forward)", DSTGNeoBERTConfig,
-     dict(classifier_activation="swishy"), "classifier_activation='swishy'", "'tanh'"),
+    (
+        "rope_scaling without type (was ignored)",
+        DTABertConfig,
+        dict(position_embedding_type="rope", rope_scaling={"factor": 4.0}),
+        "has no 'type'",
+        "'linear', 'ntk', 'yarn'",
+    ),
+    (
+        "unknown DSTG classifier_activation (was KeyError at forward)",
+        DSTGNeoBERTConfig,
+        dict(classifier_activation="swishy"),
+        "classifier_activation='swishy'",
+        "'tanh'",
+    ),
 ]
 
 
@@ -90,22 +131,59 @@ MORE_CASES = [
     (DTABertConfig, dict(mask_token_id=99), "mask_token_id=99", "[0, vocab_size=40)"),
     (DTABertConfig, dict(problem_type="ranking"), "problem_type='ranking'", "'regression'"),
     (DTABertConfig, dict(rope_scaling_factor=4.0), "rope_scaling_factor=4.0", "rope_scaling_type"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": 0.5}),
-     "rope_scaling_factor=0.5", "[1, inf)"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": math.inf}),
-     "rope_scaling_factor=inf", "finite"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": 2.0,
-                                                                       "beta_fast": 1.0, "beta_slow": 32.0}),
-     "yarn_beta_fast=1.0", "larger than yarn_beta_slow=32.0"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": 2.0,
-                                                                       "original_max_position_embeddings": 0}),
-     "rope_original_max_position_embeddings=0", "positive integer"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "ntk", "factor": 1e300}),
-     "rope_scaling_factor=1e+300", "overflows"),
-    (DTABertConfig, dict(hidden_size=8, num_attention_heads=4, position_embedding_type="rope",
-                         rope_scaling={"type": "ntk", "factor": 2.0}), "head_dim=2", "head_dim > 2"),
-    (DTABertConfig, dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "rope_type": "linear"}),
-     "conflicting", "'yarn'"),
+    (
+        DTABertConfig,
+        dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": 0.5}),
+        "rope_scaling_factor=0.5",
+        "[1, inf)",
+    ),
+    (
+        DTABertConfig,
+        dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": math.inf}),
+        "rope_scaling_factor=inf",
+        "finite",
+    ),
+    (
+        DTABertConfig,
+        dict(
+            position_embedding_type="rope",
+            rope_scaling={"type": "yarn", "factor": 2.0, "beta_fast": 1.0, "beta_slow": 32.0},
+        ),
+        "yarn_beta_fast=1.0",
+        "larger than yarn_beta_slow=32.0",
+    ),
+    (
+        DTABertConfig,
+        dict(
+            position_embedding_type="rope",
+            rope_scaling={"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 0},
+        ),
+        "rope_original_max_position_embeddings=0",
+        "positive integer",
+    ),
+    (
+        DTABertConfig,
+        dict(position_embedding_type="rope", rope_scaling={"type": "ntk", "factor": 1e300}),
+        "rope_scaling_factor=1e+300",
+        "overflows",
+    ),
+    (
+        DTABertConfig,
+        dict(
+            hidden_size=8,
+            num_attention_heads=4,
+            position_embedding_type="rope",
+            rope_scaling={"type": "ntk", "factor": 2.0},
+        ),
+        "head_dim=2",
+        "head_dim > 2",
+    ),
+    (
+        DTABertConfig,
+        dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "rope_type": "linear"}),
+        "conflicting",
+        "'yarn'",
+    ),
     (HOMAConfig, dict(block_size=0), "block_size=0", "positive integer"),
     (HOMAConfig, dict(linformer_k=-5), "linformer_k=-5", "positive integer"),
     (HOMAConfig, dict(triadic_window=4), "triadic_window=4", "odd"),
@@ -170,11 +248,17 @@ def test_keyword_overrides_on_load_are_validated(config_class, tmp_path):
 
 
 EDITED = {
-    DTABertConfig: dict(position_embedding_type="rope", rope_scaling={"type": "yarn", "factor": 4.0}, unet=True,
-                        num_labels=3, bos_token_id=2),
+    DTABertConfig: dict(
+        position_embedding_type="rope",
+        rope_scaling={"type": "yarn", "factor": 4.0},
+        unet=True,
+        num_labels=3,
+        bos_token_id=2,
+    ),
     HOMAConfig: dict(attention_type="blockwise", u_rank=None, fusion="gated", classifier_dropout=0.1),
-    DSTGNeoBERTConfig: dict(preset="rp", hidden_size=48, ap_size=None, classifier_activation="gelu",
-                            special_token_ids=(1, 2, 3)),
+    DSTGNeoBERTConfig: dict(
+        preset="rp", hidden_size=48, ap_size=None, classifier_activation="gelu", special_token_ids=(1, 2, 3)
+    ),
 }
 
 
@@ -183,8 +267,11 @@ def test_round_trip_keeps_every_field(config_class, tmp_path):
     config = tiny(config_class, **EDITED[config_class])
     config.save_pretrained(tmp_path)
     fields = {k: v for k, v in config.to_dict().items() if k != "_name_or_path"}  # the folder it came from
-    for loaded in (config_class.from_pretrained(tmp_path), AutoConfig.from_pretrained(tmp_path),
-                   config_class.from_dict(config.to_dict())):
+    for loaded in (
+        config_class.from_pretrained(tmp_path),
+        AutoConfig.from_pretrained(tmp_path),
+        config_class.from_dict(config.to_dict()),
+    ):
         assert type(loaded) is config_class
         assert {k: v for k, v in loaded.to_dict().items() if k != "_name_or_path"} == fields
     diff = config.to_diff_dict()
@@ -193,8 +280,11 @@ def test_round_trip_keeps_every_field(config_class, tmp_path):
 
 
 def test_rope_scaling_dict_becomes_the_flat_fields():
-    config = tiny(DTABertConfig, position_embedding_type="rope",
-                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0})
+    config = tiny(
+        DTABertConfig,
+        position_embedding_type="rope",
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0},
+    )
     assert (config.rope_scaling_type, config.rope_scaling_factor, config.yarn_beta_fast) == ("yarn", 4.0, 16.0)
     assert "rope_scaling" not in config.to_dict()
 
@@ -202,8 +292,9 @@ def test_rope_scaling_dict_becomes_the_flat_fields():
 def test_a_model_checks_a_config_edited_after_construction():
     from encoderlab import DTABertForMaskedLM
 
-    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=16)
+    config = DTABertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+    )
     config.norm_eps = -1.0
     with pytest.raises(ValueError, match="norm_eps"):
         DTABertForMaskedLM(config)

@@ -8,7 +8,6 @@ import random
 import socket
 from pathlib import Path
 
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets
@@ -25,7 +24,6 @@ from encoderlab.training.data import (
     tokenize_to_examples,
 )
 from encoderlab.training.sources import load_documents
-
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data folder {DATA} is absent")
@@ -116,7 +114,8 @@ def test_file_names_with_glob_characters_read_that_file_only(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "record"), [("big.txt", "{}\n\n"), ("big.fasta.gz", ">header\n{}\n"), ("big.jsonl", '{{"text": "{}"}}\n')],
+    ("name", "record"),
+    [("big.txt", "{}\n\n"), ("big.fasta.gz", ">header\n{}\n"), ("big.jsonl", '{{"text": "{}"}}\n')],
     ids=["txt", "fasta.gz", "jsonl"],
 )
 def test_documents_arrive_before_the_end_of_the_file_is_read(tmp_path, name, record):
@@ -292,7 +291,7 @@ def test_select_long_documents_counts_tokens_without_specials(corpus, bpe):
     lengths = [len(bpe(doc, add_special_tokens=False, verbose=False)["input_ids"]) for doc in corpus]
     threshold = sorted(lengths)[len(lengths) // 2]
     selected = select_long_documents(iter(corpus), bpe, threshold, batch_size=7)
-    assert list(selected) == [doc for doc, n in zip(corpus, lengths) if n >= threshold]
+    assert list(selected) == [doc for doc, n in zip(corpus, lengths, strict=True) if n >= threshold]
     with pytest.raises(ValueError, match="min_tokens must be an int >= 1"):
         select_long_documents(corpus, bpe, 0)
 

@@ -10,10 +10,8 @@ import textwrap
 
 import pytest
 import torch
-
 from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
 from test_pretrain import ENV, TINY
-
 
 RANK_SCRIPT = """
     import os, sys
@@ -72,17 +70,29 @@ def test_accelerate_multi_gpu_launcher_runs_two_cpu_processes(tmp_path):
 def test_finetune_under_torchrun_trains_on_two_ranks(shared_data, tiny_dta, tmp_path):  # noqa: F811
     """`torchrun ... -m encoderlab.cli finetune`: one epoch of 64 examples at 4 per rank is 8 steps on two ranks (16 on
     one), every training token is counted once over both ranks, and the main process writes a complete run folder."""
-    from transformers import AutoTokenizer
-
     from test_finetune import RUN_FILES, run_files
+    from transformers import AutoTokenizer
 
     run_dir = tmp_path / "run"
     overrides = [f"data.path={shared_data / 'glue'}", "data.train_limit=64", "data.eval_limit=16",
                  "train.max_steps=null", "train.epochs=1", "train.batch_size=4", "train.eval_steps=4",
                  "train.logging_steps=2", f"output_dir={run_dir}"]  # fmt: skip
     sets = [arg for override in overrides for arg in ("--set", override)]
-    command = [os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "--master_port", "29519", "-m", "encoderlab.cli",
-               "finetune", "--task", "sst2", "--model", str(tiny_dta), *sets]
+    command = [
+        os.path.join(BIN, "torchrun"),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29519",
+        "-m",
+        "encoderlab.cli",
+        "finetune",
+        "--task",
+        "sst2",
+        "--model",
+        str(tiny_dta),
+        *sets,
+    ]
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads((run_dir / "results.json").read_text())

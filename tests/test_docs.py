@@ -49,8 +49,9 @@ SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console"}
 
 @pytest.fixture(scope="module")
 def command_options() -> dict[str, set[str]]:
-    result = subprocess.run([sys.executable, "-c", OPTIONS_SCRIPT], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", OPTIONS_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return {command: set(flags) for command, flags in json.loads(result.stdout).items()}
 
@@ -116,8 +117,8 @@ def shown_commands(text: str) -> list[str]:
     commands = []
     for line in lines:
         for match in COMMAND.finditer(line):
-            rest = line[match.end():]
-            if line[:match.start()].endswith("$("):
+            rest = line[match.end() :]
+            if line[: match.start()].endswith("$("):
                 rest = rest.partition(")")[0]
             commands.append(re.split(r"\s(?:\||;|&&)\s", rest)[0].strip())
     return commands
@@ -141,8 +142,11 @@ def command_problems(command: str, command_options: dict[str, set[str]]) -> list
             return []
         return [f"`encoderlab {command}`: no subcommand `encoderlab {' '.join(path + words[:1])}`"]
     flags = [word.partition("=")[0] for word in words if re.match(r"^--?[A-Za-z]", word)]
-    return [f"`encoderlab {command}`: `encoderlab {name}` has no option {flag}"
-            for flag in flags if flag not in command_options[name]]
+    return [
+        f"`encoderlab {command}`: `encoderlab {name}` has no option {flag}"
+        for flag in flags
+        if flag not in command_options[name]
+    ]
 
 
 def test_the_docs_pages_exist_and_the_readme_links_each():
@@ -165,22 +169,30 @@ def test_every_shown_command_uses_options_its_parser_has(path, command_options):
 
 
 def test_the_checks_find_commands_and_catch_mistakes(command_options):
-    text = "\n".join([
-        "Run `encoderlab experiment mlm --seeds 0` or `encoderlab predict`; `import encoderlab` is Python.",
-        "```bash",
-        "accelerate launch --config_file $(encoderlab config-path fsdp2) --num_processes 8 \\",
-        "    -m encoderlab.cli pretrain --config run.yaml   # encoderlab --ignored in a comment",
-        "```",
-        "```python",
-        "import encoderlab  # not a command",
-        "```",
-    ])
-    assert shown_commands(text) == ["config-path fsdp2", "pretrain --config run.yaml", "experiment mlm --seeds 0",
-                                    "predict"]
+    text = "\n".join(
+        [
+            "Run `encoderlab experiment mlm --seeds 0` or `encoderlab predict`; `import encoderlab` is Python.",
+            "```bash",
+            "accelerate launch --config_file $(encoderlab config-path fsdp2) --num_processes 8 \\",
+            "    -m encoderlab.cli pretrain --config run.yaml   # encoderlab --ignored in a comment",
+            "```",
+            "```python",
+            "import encoderlab  # not a command",
+            "```",
+        ]
+    )
+    assert shown_commands(text) == [
+        "config-path fsdp2",
+        "pretrain --config run.yaml",
+        "experiment mlm --seeds 0",
+        "predict",
+    ]
     assert command_problems("finetune --task sst2 --set data.path=x --bogus", command_options) == [
-        "`encoderlab finetune --task sst2 --set data.path=x --bogus`: `encoderlab finetune` has no option --bogus"]
+        "`encoderlab finetune --task sst2 --set data.path=x --bogus`: `encoderlab finetune` has no option --bogus"
+    ]
     assert command_problems("experiment nosuch --seeds 0", command_options)
     assert command_problems("experiment mlm --seeds 0 --workers=2", command_options) == []
     assert github_anchor("Comparing checkpoints: `encoderlab experiment finetune`") == (
-        "comparing-checkpoints-encoderlab-experiment-finetune")
+        "comparing-checkpoints-encoderlab-experiment-finetune"
+    )
     assert "set-up" in anchors(ROOT / "README.md")

@@ -1,6 +1,6 @@
 """DSTG-NeoBERT: the model against a naive, per-sequence transcription of the paper's equations, padding
-invariance, the semantic-only MLM gradient, AP position shifting, the four presets train, heads and config validation (save/load, remote code and gradient checkpointing of every
-preset: tests/test_family_contract.py)."""
+invariance, the semantic-only MLM gradient, AP position shifting, the four presets train, heads and config
+validation (save/load, remote code and gradient checkpointing of every preset: tests/test_family_contract.py)."""
 
 import math
 
@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from transformers import AutoModel
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
-from encoderlab.modeling.kernels import flex as attention_module
 from encoderlab.modeling.dstg import (
     DSTGNeoBERT,
     DSTGNeoBERTForMaskedLM,
@@ -19,6 +18,7 @@ from encoderlab.modeling.dstg import (
     DSTGNeoBERTForTokenClassification,
     DSTGNeoBERTModel,
 )
+from encoderlab.modeling.kernels import flex as attention_module
 from encoderlab.registry import register_family
 
 register_family(
@@ -41,8 +41,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def tiny_config(preset="dstg", **overrides):
     fields = dict(
-        preset=preset, vocab_size=96, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        max_position_embeddings=32, cls_token_id=CLS, sep_token_id=SEP, relative_attention_num_buckets=16,
+        preset=preset,
+        vocab_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=32,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        relative_attention_num_buckets=16,
         relative_attention_max_distance=12,
     )
     fields.update(dict(hidden_size=64, ap_size=16) if preset == "dstg" else dict(hidden_size=48))
@@ -120,12 +127,12 @@ def naive_attention(attention, config, ap, semantic, special):
     n = ap.shape[0]
     semantic_heads, ap_heads = [], []
     for h in range(H):
-        q_sem = semantic @ w_sem[h * dh:(h + 1) * dh].T
-        k_sem = semantic @ w_sem[H * dh + h * dh:H * dh + (h + 1) * dh].T
-        v_sem = semantic @ w_sem[2 * H * dh + h * semantic_value_size:2 * H * dh + (h + 1) * semantic_value_size].T
-        q_ap = ap @ w_ap[h * dh:(h + 1) * dh].T
-        k_ap = ap @ w_ap[H * dh + h * dh:H * dh + (h + 1) * dh].T
-        v_ap = ap @ w_ap[2 * H * dh + h * ap_value_size:2 * H * dh + (h + 1) * ap_value_size].T
+        q_sem = semantic @ w_sem[h * dh : (h + 1) * dh].T
+        k_sem = semantic @ w_sem[H * dh + h * dh : H * dh + (h + 1) * dh].T
+        v_sem = semantic @ w_sem[2 * H * dh + h * semantic_value_size : 2 * H * dh + (h + 1) * semantic_value_size].T
+        q_ap = ap @ w_ap[h * dh : (h + 1) * dh].T
+        k_ap = ap @ w_ap[H * dh + h * dh : H * dh + (h + 1) * dh].T
+        v_ap = ap @ w_ap[2 * H * dh + h * ap_value_size : 2 * H * dh + (h + 1) * ap_value_size].T
         logits = torch.empty(n, n, dtype=ap.dtype)
         for i in range(n):
             for j in range(n):
@@ -153,12 +160,16 @@ def naive_dstg(model, ids):
         semantic = naive_rms(semantic, model.embeddings.semantic_norm.weight, eps)
     for layer in model.layers:
         ap_update, semantic_update = naive_attention(
-            layer.attention, config, naive_rms(ap, layer.ap_attention_norm.weight, eps),
-            naive_rms(semantic, layer.semantic_attention_norm.weight, eps), special,
+            layer.attention,
+            config,
+            naive_rms(ap, layer.ap_attention_norm.weight, eps),
+            naive_rms(semantic, layer.semantic_attention_norm.weight, eps),
+            special,
         )
         ap, semantic = ap + ap_update, semantic + semantic_update
-        x = torch.cat([naive_rms(ap, layer.ap_mlp_norm.weight, eps),
-                       naive_rms(semantic, layer.semantic_mlp_norm.weight, eps)], -1)
+        x = torch.cat(
+            [naive_rms(ap, layer.ap_mlp_norm.weight, eps), naive_rms(semantic, layer.semantic_mlp_norm.weight, eps)], -1
+        )
         ap_width, semantic_width = config.swiglu_widths
         gate_weight, up_weight = layer.mlp.gate_up.weight.chunk(2, dim=0)
         hidden = F.silu(x @ gate_weight.T) * (x @ up_weight.T)
@@ -188,8 +199,9 @@ def uncompiled_flex():
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("side", ["left", "right", "none"])
-def test_every_attention_path_matches_the_naive_equations(dstg_model_and_reference, uncompiled_flex,
-                                                          implementation, side):
+def test_every_attention_path_matches_the_naive_equations(
+    dstg_model_and_reference, uncompiled_flex, implementation, side
+):
     model, reference = dstg_model_and_reference
     model.config._attn_implementation = implementation
     try:
@@ -202,7 +214,7 @@ def test_every_attention_path_matches_the_naive_equations(dstg_model_and_referen
                 outputs = [hidden[b][mask[b].bool()] for b in range(len(ids))]
     finally:
         model.config._attn_implementation = "sdpa"
-    for output, expected in zip(outputs, reference):
+    for output, expected in zip(outputs, reference, strict=True):
         assert (output - expected).abs().max().item() < 1e-10
 
 
@@ -231,7 +243,7 @@ def test_eager_probabilities_and_per_stream_hidden_states():
     assert out.attentions[0].shape == (3, config.num_attention_heads, ids.shape[1], ids.shape[1])
     assert out.attentions[0][1, :, :6, 6:].abs().max() == 0  # real queries of the 6-token row skip its padding
     assert len(out.ap_hidden_states) == len(out.semantic_hidden_states) == config.num_hidden_layers + 1
-    for full, ap, semantic in zip(out.hidden_states, out.ap_hidden_states, out.semantic_hidden_states):
+    for full, ap, semantic in zip(out.hidden_states, out.ap_hidden_states, out.semantic_hidden_states, strict=True):
         assert ap.shape == (3, ids.shape[1], config.ap_size)
         assert semantic.shape == (3, ids.shape[1], config.semantic_size)
         assert torch.equal(torch.cat([ap, semantic], -1), full)
@@ -257,9 +269,10 @@ def test_embedding_norm_and_lm_head_transform_match_the_naive_equations():
     for row in sequences():
         with torch.no_grad():
             hidden = naive_dstg(model.model, row)
-            semantic = hidden[:, config.ap_size:]
-            features = naive_rms(F.gelu(semantic @ transform[0].weight.T + transform[0].bias), transform[2].weight,
-                                 config.norm_eps)
+            semantic = hidden[:, config.ap_size :]
+            features = naive_rms(
+                F.gelu(semantic @ transform[0].weight.T + transform[0].bias), transform[2].weight, config.norm_eps
+            )
             expected = features @ model.lm_head.decoder.weight.T + model.lm_head.decoder.bias
             logits = model(row[None]).logits[0]
         torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-5)
@@ -305,8 +318,10 @@ def test_ap_position_shifting_only_in_training_and_within_the_table():
     ids, mask = pad_batch(sequences(), "left")  # lengths 14, 6, 8 padded to 14
     lengths = mask.sum(-1)
     model.eval()
-    assert torch.equal(recorded_positions(model, ids, attention_mask=mask)[mask.bool()],
-                       torch.cat([torch.arange(int(n)) for n in lengths]))
+    assert torch.equal(
+        recorded_positions(model, ids, attention_mask=mask)[mask.bool()],
+        torch.cat([torch.arange(int(n)) for n in lengths]),
+    )
     model.train()
     offsets = {b: set() for b in range(3)}
     torch.manual_seed(0)
@@ -376,18 +391,19 @@ def test_task_heads_and_auto_classes():
     tokens = DSTGNeoBERTForTokenClassification(config)
     assert tokens(ids, attention_mask=mask, labels=torch.randint(0, 3, ids.shape)).logits.shape == (4, 20, 3)
     qa = DSTGNeoBERTForQuestionAnswering(config)
-    out = qa(ids, attention_mask=mask, start_positions=torch.tensor([1, 2, 3, 4]),
-             end_positions=torch.tensor([2, 3, 4, 30]))
+    out = qa(
+        ids, attention_mask=mask, start_positions=torch.tensor([1, 2, 3, 4]), end_positions=torch.tensor([2, 3, 4, 30])
+    )
     assert out.start_logits.shape == (4, 20)
     # transformers' rule: positions past the sequence (30 of 20) are ignored; the loss is the mean of the two.
     cross_entropy = torch.nn.functional.cross_entropy
-    expected = (cross_entropy(out.start_logits, torch.tensor([1, 2, 3, 4]))
-                + cross_entropy(out.end_logits[:3], torch.tensor([2, 3, 4]))) / 2
+    expected = (
+        cross_entropy(out.start_logits, torch.tensor([1, 2, 3, 4]))
+        + cross_entropy(out.end_logits[:3], torch.tensor([2, 3, 4]))
+    ) / 2
     torch.testing.assert_close(out.loss, expected)
     assert DSTGNeoBERTModel is DSTGNeoBERT
     assert type(AutoModel.from_config(config)) is DSTGNeoBERT
-
-
 
 
 def test_special_tokens_are_found_by_id_and_inputs_embeds_is_refused():

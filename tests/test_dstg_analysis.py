@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -20,8 +21,6 @@ from encoderlab.cli import main as cli_main
 from encoderlab.evaluation.dstg import documents, figures, geometry, heads, probes
 from encoderlab.experiments import dstg as experiment
 from encoderlab.training.pretrain import load_run_config
-from figure_checks import assert_png_drawn
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,14 +32,23 @@ WORDS = "a b c d e f g h x y 3 5".split()
 
 def word_tokenizer():
     """One token per word and per punctuation mark, [CLS] = 2, [SEP] = 3: targets can be checked by hand."""
-    vocabulary = {token: index for index, token in enumerate(
-        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", "@", *WORDS])}
+    vocabulary = {
+        token: index
+        for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", "@", *WORDS])
+    }
     backend = Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
-                                                                                                  ("[SEP]", 3)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def test_segments_end_at_terminal_punctuation_and_newlines_only():
@@ -53,14 +61,15 @@ def test_segments_end_at_terminal_punctuation_and_newlines_only():
     # "3.5" and "@.@" do not end a segment; "!" + blank line is one boundary (no empty segment).
     assert segments.tolist() == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3]
     assert documents.intra_segment_positions([0, 0, 0, 1, 1, 1, 1, 2]).tolist() == pytest.approx(
-        [0, 0.5, 1, 0, 1 / 3, 2 / 3, 1, 0])
+        [0, 0.5, 1, 0, 1 / 3, 2 / 3, 1, 0]
+    )
 
 
 def test_probe_documents_are_model_length_windows_with_rebased_targets():
     tokenizer = word_tokenizer()
     texts = ["a b. c d e f g h. x", "y y y. a"]  # the first text's end ends its segment
     ids, segments = documents.tokenize_with_segments(texts, tokenizer)
-    assert segments.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 3, 3, 3, 3, 4, 4][:len(ids)]
+    assert segments.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 3, 3, 3, 3, 4, 4][: len(ids)]
     docs = documents.build_probe_documents(texts, tokenizer, length=7)  # 5 content tokens per window
     assert len(docs) == len(ids) // 5 == 3
     first, second = docs[0], docs[1]
@@ -85,6 +94,7 @@ def test_repeated_document_is_a_b_a():
 
 
 # ------------------------------------------------------------------------------------------------------ probes
+
 
 def planted_states(num_documents=60, tokens=20, width=6, noise=0.01, seed=0):
     """Hidden states whose first two channels encode position linearly, plus noise."""
@@ -113,14 +123,17 @@ def test_planted_position_gives_r2_near_one_and_shuffled_targets_near_zero():
 
 # ------------------------------------------------------------------------------------------------ head taxonomy
 
+
 def test_kl_ablation_of_a_zero_component_is_zero_and_matches_a_direct_reference():
     from scipy.special import rel_entr, softmax
 
     generator = torch.Generator().manual_seed(0)
     shape = (2, 3, 5, 5)
-    logits = {"semantic": torch.randn(shape, generator=generator, dtype=torch.float64),
-              "ap": torch.randn(shape, generator=generator, dtype=torch.float64),
-              "rp": torch.zeros(shape, dtype=torch.float64)}
+    logits = {
+        "semantic": torch.randn(shape, generator=generator, dtype=torch.float64),
+        "ap": torch.randn(shape, generator=generator, dtype=torch.float64),
+        "rp": torch.zeros(shape, dtype=torch.float64),
+    }
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     kl = heads.ablation_kl(logits, key_mask)
     assert torch.equal(kl["rp"], torch.zeros(2, 3, 5, dtype=torch.float64))
@@ -140,9 +153,20 @@ def test_kl_ablation_of_a_zero_component_is_zero_and_matches_a_direct_reference(
 
 
 def tiny_dstg(**overrides):
-    fields = dict(preset="dstg", vocab_size=64, hidden_size=32, ap_size=8, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=48, max_position_embeddings=24, cls_token_id=2, sep_token_id=3,
-                  relative_attention_num_buckets=8, relative_attention_max_distance=10)
+    fields = dict(
+        preset="dstg",
+        vocab_size=64,
+        hidden_size=32,
+        ap_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        cls_token_id=2,
+        sep_token_id=3,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=10,
+    )
     fields.update(overrides)
     model = DSTGNeoBERTForMaskedLM(DSTGNeoBERTConfig(**fields))
     with torch.no_grad():  # the RP tables and special scalars start at zero
@@ -166,7 +190,7 @@ def test_component_logits_sum_to_the_attention_forward_uses(side):
     with torch.no_grad():
         attentions = model.model(input_ids, attention_mask=mask, output_attentions=True).attentions
     per_layer = heads.layer_components(model.model, input_ids, mask)
-    for logits, attention in zip(per_layer, attentions):
+    for logits, attention in zip(per_layer, attentions, strict=True):
         assert set(logits) == {"semantic", "ap", "rp"}
         probabilities = heads.masked_log_softmax(sum(logits.values()), mask.bool()).exp()
         real = mask.bool()[:, None, :, None].expand_as(attention)  # padding queries are not compared
@@ -231,6 +255,7 @@ def test_pca_and_dct_match_numpy_scipy_and_sklearn_on_a_sinusoidal_table():
 
 # -------------------------------------------------------------------------------------- mlm_on_full_hidden
 
+
 def test_mlm_on_full_hidden_reads_the_ap_slice_and_round_trips(tmp_path):
     on = tiny_dstg(mlm_on_full_hidden=True).float().train()
     off = tiny_dstg().float().train()
@@ -249,17 +274,21 @@ def test_mlm_on_full_hidden_reads_the_ap_slice_and_round_trips(tmp_path):
     assert DSTGNeoBERTConfig().mlm_on_full_hidden is False
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(mlm_on_full_hidden="yes"), "mlm_on_full_hidden"),
-    (dict(preset="ap", mlm_on_full_hidden=True), "mlm_on_full_hidden=True only applies to preset='dstg'"),
-    (dict(mlm_on_full_hidden=True, tie_word_embeddings=True), "needs tie_word_embeddings=False"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(mlm_on_full_hidden="yes"), "mlm_on_full_hidden"),
+        (dict(preset="ap", mlm_on_full_hidden=True), "mlm_on_full_hidden=True only applies to preset='dstg'"),
+        (dict(mlm_on_full_hidden=True, tie_word_embeddings=True), "needs tie_word_embeddings=False"),
+    ],
+)
 def test_mlm_on_full_hidden_bad_values(fields, message):
     with pytest.raises(ValueError, match=message):
         DSTGNeoBERTConfig(**fields).validate()
 
 
 # -------------------------------------------------------------------------------------------------- commands
+
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
@@ -269,19 +298,36 @@ def checkpoints(tmp_path_factory):
     from encoderlab.tokenization import train_wordpiece_tokenizer
 
     root = tmp_path_factory.mktemp("dstg_checkpoints")
-    tokenizer = train_wordpiece_tokenizer(documents.load_texts("embedded", limit=40), vocab_size=300,
-                                          model_max_length=32)
+    tokenizer = train_wordpiece_tokenizer(
+        documents.load_texts("embedded", limit=40), vocab_size=300, model_max_length=32
+    )
     paths = {}
     for preset, sizes in (("dstg", dict(hidden_size=24, ap_size=8)), ("rope", dict(hidden_size=16))):
-        config = DSTGNeoBERTConfig(preset=preset, vocab_size=len(tokenizer), num_hidden_layers=2,
-                                   num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
-                                   cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id, **sizes)
+        config = DSTGNeoBERTConfig(
+            preset=preset,
+            vocab_size=len(tokenizer),
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            **sizes,
+        )
         torch.manual_seed(0)
         paths[preset] = root / preset
         DSTGNeoBERTForMaskedLM(config).save_pretrained(paths[preset])
         tokenizer.save_pretrained(paths[preset])
-    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=32, max_position_embeddings=40))
+    bert = BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+        )
+    )
     paths["bert"] = root / "bert"
     bert.save_pretrained(paths["bert"])
     tokenizer.save_pretrained(paths["bert"])
@@ -296,8 +342,23 @@ def read_csv(path):
 def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
     dstg = str(checkpoints["dstg"])
     common = ["--model", dstg, "--text", "embedded"]
-    assert cli_main(["analyze", "dstg-probes", *common, "--documents", "20", "--seeds", "0", "1",
-                     "--out-dir", str(tmp_path / "probes")]) == 0
+    assert (
+        cli_main(
+            [
+                "analyze",
+                "dstg-probes",
+                *common,
+                "--documents",
+                "20",
+                "--seeds",
+                "0",
+                "1",
+                "--out-dir",
+                str(tmp_path / "probes"),
+            ]
+        )
+        == 0
+    )
     rows = read_csv(tmp_path / "probes" / "probes.csv")
     # 3 spaces x 2 layers x 3 targets x 2 seeds; the last AP layer is flagged
     assert len(rows) == 36 and {row["space"] for row in rows} == {"full", "ap", "semantic"}
@@ -306,17 +367,36 @@ def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
     assert cli_main(["analyze", "dstg-heads", *common, "--documents", "4", "--out-dir", str(tmp_path / "heads")]) == 0
     head_rows = read_csv(tmp_path / "heads" / "heads.csv")
     assert len(head_rows) == 4 and all(
-        abs(sum(float(row[f"share_{c}"]) for c in heads.COMPONENTS) - 1) < 1e-6 for row in head_rows)
+        abs(sum(float(row[f"share_{c}"]) for c in heads.COMPONENTS) - 1) < 1e-6 for row in head_rows
+    )
     assert cli_main(["analyze", "dstg-geometry", *common, "--out-dir", str(tmp_path / "geometry")]) == 0
     assert len(read_csv(tmp_path / "geometry" / "ap_table.csv")) == 8  # one row per AP channel
     assert cli_main(["analyze", "dstg-components", *common, "--out-dir", str(tmp_path / "components")]) == 0
     assert len(read_csv(tmp_path / "components" / "components.csv")) == 4 * 2  # 4 maps x 2 heads
-    for path in ("probes/probes.png", "heads/heads.png", "geometry/ap_table.png", "geometry/ap_states.png",
-                 "components/components.png"):
+    for path in (
+        "probes/probes.png",
+        "heads/heads.png",
+        "geometry/ap_table.png",
+        "geometry/ap_states.png",
+        "components/components.png",
+    ):
         assert_png_drawn(tmp_path / path)
     # a BERT folder: its learned position table (40 positions x 16 channels)
-    assert cli_main(["analyze", "dstg-geometry", "--model", str(checkpoints["bert"]), "--text", "embedded",
-                     "--out-dir", str(tmp_path / "bert")]) == 0
+    assert (
+        cli_main(
+            [
+                "analyze",
+                "dstg-geometry",
+                "--model",
+                str(checkpoints["bert"]),
+                "--text",
+                "embedded",
+                "--out-dir",
+                str(tmp_path / "bert"),
+            ]
+        )
+        == 0
+    )
     assert len(read_csv(tmp_path / "bert" / "ap_table.csv")) == 16
     # analyses that need separate components, or a position table, refuse a rope model by name
     capsys.readouterr()
@@ -328,15 +408,18 @@ def test_every_subcommand_on_a_tiny_checkpoint(checkpoints, tmp_path, capsys):
     assert cli_main(["analyze", "dstg-probes", *rope, "--documents", "10", "--seeds", "0"]) == 0
 
 
-@pytest.mark.parametrize("argv,error", [
-    (["dstg-probes", "--documents", "4"], "--documents=4 must be >= 5"),
-    (["dstg-probes", "--length", "2"], "--length=2 must be >= 3"),
-    (["dstg-probes", "--alpha", "0"], "--alpha=0.0 must be > 0"),
-    (["dstg-probes", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
-    (["dstg-heads", "--documents", "0"], "--documents=0 must be >= 1"),
-    (["dstg-heads", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
-    (["dstg-components", "--part-length", "0"], "--part-length=0 must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,error",
+    [
+        (["dstg-probes", "--documents", "4"], "--documents=4 must be >= 5"),
+        (["dstg-probes", "--length", "2"], "--length=2 must be >= 3"),
+        (["dstg-probes", "--alpha", "0"], "--alpha=0.0 must be > 0"),
+        (["dstg-probes", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
+        (["dstg-heads", "--documents", "0"], "--documents=0 must be >= 1"),
+        (["dstg-heads", "--batch-size", "0"], "--batch-size=0 must be >= 1"),
+        (["dstg-components", "--part-length", "0"], "--part-length=0 must be >= 1"),
+    ],
+)
 def test_subcommands_refuse_bad_values_before_loading_the_model(argv, error, tmp_path, capsys):
     """The model folder does not exist: the option's own error comes first, naming the option and its value."""
     assert cli_main(["analyze", *argv, "--model", str(tmp_path / "no-model"), "--out-dir", str(tmp_path)]) == 1
@@ -344,6 +427,7 @@ def test_subcommands_refuse_bad_values_before_loading_the_model(argv, error, tmp
 
 
 # ------------------------------------------------------------------------------------------------ experiment
+
 
 def test_arms_share_the_run_and_baselines_get_the_semantic_width():
     from encoderlab.configuration.dstg import PRESETS
@@ -370,9 +454,17 @@ def test_summary_tables_have_the_paper_layout():
         for space in spaces:
             for layer in range(6):
                 for seed in (0, 1):
-                    probe_rows.append({"arm": arm, "space": space, "layer": layer, "target": "position",
-                                       "seed": seed, "r2": 0.5 + 0.1 * seed,
-                                       "unconstrained": int(arm == "dstg" and space == "ap" and layer == 5)})
+                    probe_rows.append(
+                        {
+                            "arm": arm,
+                            "space": space,
+                            "layer": layer,
+                            "target": "position",
+                            "seed": seed,
+                            "r2": 0.5 + 0.1 * seed,
+                            "unconstrained": int(arm == "dstg" and space == "ap" and layer == 5),
+                        }
+                    )
     lines = experiment.probe_table(experiment.probe_means(probe_rows), "position")
     assert lines[0].startswith("| Table 2 | layer 0") and len(lines) == 2 + 6
     dstg_row = next(line for line in lines if line.startswith("| DSTG |"))
@@ -388,15 +480,18 @@ def test_collect_keeps_the_training_seed_apart_from_the_probe_seed(tmp_path):
         folder = tmp_path / "analysis" / f"dstg-s{training_seed}"
         folder.mkdir(parents=True)
         (folder / "probes.csv").write_text(
-            "space,layer,target,seed,r2\n" + "".join(f"ap,0,position,{probe},{training_seed + probe / 10}\n"
-                                                   for probe in (0, 1, 2)))
+            "space,layer,target,seed,r2\n"
+            + "".join(f"ap,0,position,{probe},{training_seed + probe / 10}\n" for probe in (0, 1, 2))
+        )
         (folder / "ap_table.csv").write_text(
             "component,variance_ratio,cumulative_variance,low_frequency_share\n"
-            f"1,0.4,0.4,{0.9 - training_seed / 10}\n2,0.2,{0.6 + training_seed / 10},0.5\n3,0.1,0.8,0.1\n")
+            f"1,0.4,0.4,{0.9 - training_seed / 10}\n2,0.2,{0.6 + training_seed / 10},0.5\n3,0.1,0.8,0.1\n"
+        )
     collected = experiment.collect(tmp_path, runs_rows)
     probes = read_csv(tmp_path / "dstg_probes.csv")
     assert [(row["seed"], row["probe_seed"]) for row in probes] == [
-        (str(training), str(probe)) for training in (0, 1) for probe in (0, 1, 2)]
+        (str(training), str(probe)) for training in (0, 1) for probe in (0, 1, 2)
+    ]
     assert [float(row["r2"]) for row in probes if row["seed"] == "1"] == [1.0, 1.1, 1.2]
     two, low = experiment.geometry_summary(collected["geometry"])["dstg"]
     assert two == pytest.approx(0.65) and low == pytest.approx([0.85, 0.5, 0.1])  # means over training seeds

@@ -6,11 +6,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive_reference import naive_attention, padding_mask
 from transformers import pipeline
 from transformers.testing_utils import CaptureLogger
 
 import encoderlab.modeling.dta as dta_module
-from encoderlab.modeling.attention import logger as attention_logger
 from encoderlab import (
     DTABertConfig,
     DTABertForMaskedLM,
@@ -19,16 +19,23 @@ from encoderlab import (
     DTABertForTokenClassification,
     DTABertModel,
 )
+from encoderlab.modeling.attention import logger as attention_logger
 from encoderlab.tokenization import esm2_tokenizer
-from naive_reference import naive_attention, padding_mask
 
 TYPES = ["bidirectional", "causal", "dual_triangle"]
 POSITIONS = ["none", "absolute", "sinusoidal", "rope", "alibi"]
 
 
 def tiny_config(**overrides):
-    settings_ = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                     max_position_embeddings=32, initializer_range=0.3)
+    settings_ = dict(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+        initializer_range=0.3,
+    )
     settings_.update(overrides)
     return DTABertConfig(**settings_)
 
@@ -38,8 +45,9 @@ def build(model_class=DTABertForMaskedLM, dtype=torch.float64, seed=0, **overrid
     return model_class(tiny_config(**overrides)).to(dtype).eval()
 
 
-def naive_attention_forward(module, query, key, value, attention_inputs, *, attention_type, valid, bias_module=None,
-                            **unused):
+def naive_attention_forward(
+    module, query, key, value, attention_inputs, *, attention_type, valid, bias_module=None, **unused
+):
     """The naive reference with the signature of the functions in ALL_ATTENTION_FUNCTIONS; ``valid`` (B, L): the
     real tokens."""
     length = query.shape[2]
@@ -67,8 +75,9 @@ def test_every_implementation_matches_naive_model(attention_type, position, side
     mask = None if side == "none" else padding_mask([9, 6, 4], 9, side)
     real = torch.ones(3, 9, dtype=torch.bool) if mask is None else mask.bool()
     with monkeypatch.context() as patch:
-        patch.setitem(dta_module.ALL_ATTENTION_FUNCTIONS, "eager", functools.partial(naive_attention_forward,
-                                                                                     valid=real))
+        patch.setitem(
+            dta_module.ALL_ATTENTION_FUNCTIONS, "eager", functools.partial(naive_attention_forward, valid=real)
+        )
         expected = logits_with(model, "eager", ids, mask)
     for implementation in ("eager", "sdpa", "flex_attention"):
         got = logits_with(model, implementation, ids, mask)
@@ -144,12 +153,18 @@ def test_task_heads():
     labels = torch.randint(0, 5, (3, 8)).masked_fill(mask == 0, -100)
     assert tagger(input_ids=ids, attention_mask=mask, labels=labels).logits.shape == (3, 8, 5)
     qa = build(DTABertForQuestionAnswering)
-    out = qa(input_ids=ids, attention_mask=mask, start_positions=torch.tensor([1, 2, 0]),
-             end_positions=torch.tensor([3, 4, 1]))
+    out = qa(
+        input_ids=ids,
+        attention_mask=mask,
+        start_positions=torch.tensor([1, 2, 0]),
+        end_positions=torch.tensor([3, 4, 1]),
+    )
     assert out.start_logits.shape == (3, 8)
     cross_entropy = torch.nn.functional.cross_entropy
-    expected = (cross_entropy(out.start_logits, torch.tensor([1, 2, 0]))
-                + cross_entropy(out.end_logits, torch.tensor([3, 4, 1]))) / 2
+    expected = (
+        cross_entropy(out.start_logits, torch.tensor([1, 2, 0]))
+        + cross_entropy(out.end_logits, torch.tensor([3, 4, 1]))
+    ) / 2
     torch.testing.assert_close(out.loss, expected)
 
 
@@ -181,10 +196,8 @@ def test_output_attentions_on_sdpa_runs_that_call_with_eager():
         sdpa_model(input_ids=ids, output_attentions=True)
     assert captured.out.count("attention runs with 'eager' instead of 'sdpa'") == 1
     assert sdpa_model.config._attn_implementation == "sdpa"  # only that call ran eager
-    assert all(torch.equal(a, b) for a, b in zip(eager.attentions, fallback.attentions))
+    assert all(torch.equal(a, b) for a, b in zip(eager.attentions, fallback.attentions, strict=True))
     torch.testing.assert_close(fallback.logits, eager.logits, rtol=0, atol=1e-10)
-
-
 
 
 def test_value_embeddings_are_used_and_trained():
@@ -265,8 +278,12 @@ def test_rope_scaling_runs_past_the_training_length(scaling):
     if scaling == "linear":  # position 4k under factor 4 is position k unscaled
         short = ids[:, :32]
         positions = torch.arange(32)[None]
-        torch.testing.assert_close(model(input_ids=short, position_ids=4 * positions).logits,
-                                   unscaled(input_ids=short, position_ids=positions).logits, rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            model(input_ids=short, position_ids=4 * positions).logits,
+            unscaled(input_ids=short, position_ids=positions).logits,
+            rtol=0,
+            atol=1e-10,
+        )
 
 
 def test_fill_mask_pipeline():
@@ -277,24 +294,36 @@ def test_fill_mask_pipeline():
     assert len(predictions) == 3 and all("token_str" in p for p in predictions)
 
 
-@pytest.mark.parametrize("overrides,field,allowed", [
-    # bidirectional: the divisibility check itself must fire, not dual_triangle's "head_dim must be even".
-    (dict(hidden_size=30, num_attention_heads=4, attention_type="bidirectional"), "hidden_size=30",
-     "must be divisible by num_attention_heads=4"),
-    (dict(hidden_size=30, num_attention_heads=4), "hidden_size=30", "must be divisible by num_attention_heads=4"),
-    (dict(hidden_size=12, num_attention_heads=4, attention_type="dual_triangle"), "head_dim=3", "even"),
-    (dict(hidden_size=12, num_attention_heads=4, attention_type="causal", position_embedding_type="rope"),
-     "head_dim=3", "even"),
-    (dict(attention_type="sliding"), "attention_type='sliding'", "'dual_triangle'"),
-    (dict(position_embedding_type="relative"), "position_embedding_type='relative'", "'alibi'"),
-    (dict(unet=True, num_hidden_layers=3), "num_hidden_layers=3", "even"),
-    (dict(rope_scaling={"type": "dynamic", "factor": 2.0}, position_embedding_type="rope"),
-     "rope_scaling_type='dynamic'", "'yarn'"),
-    (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5", "[0, 1)"),
-    (dict(embedding_norm="yes"), "embedding_norm='yes'", "True or False"),
-    (dict(lm_head_norm=1), "lm_head_norm=1", "True or False"),
-    (dict(sparse_prediction="yes"), "sparse_prediction='yes'", "True or False"),
-])
+@pytest.mark.parametrize(
+    "overrides,field,allowed",
+    [
+        # bidirectional: the divisibility check itself must fire, not dual_triangle's "head_dim must be even".
+        (
+            dict(hidden_size=30, num_attention_heads=4, attention_type="bidirectional"),
+            "hidden_size=30",
+            "must be divisible by num_attention_heads=4",
+        ),
+        (dict(hidden_size=30, num_attention_heads=4), "hidden_size=30", "must be divisible by num_attention_heads=4"),
+        (dict(hidden_size=12, num_attention_heads=4, attention_type="dual_triangle"), "head_dim=3", "even"),
+        (
+            dict(hidden_size=12, num_attention_heads=4, attention_type="causal", position_embedding_type="rope"),
+            "head_dim=3",
+            "even",
+        ),
+        (dict(attention_type="sliding"), "attention_type='sliding'", "'dual_triangle'"),
+        (dict(position_embedding_type="relative"), "position_embedding_type='relative'", "'alibi'"),
+        (dict(unet=True, num_hidden_layers=3), "num_hidden_layers=3", "even"),
+        (
+            dict(rope_scaling={"type": "dynamic", "factor": 2.0}, position_embedding_type="rope"),
+            "rope_scaling_type='dynamic'",
+            "'yarn'",
+        ),
+        (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5", "[0, 1)"),
+        (dict(embedding_norm="yes"), "embedding_norm='yes'", "True or False"),
+        (dict(lm_head_norm=1), "lm_head_norm=1", "True or False"),
+        (dict(sparse_prediction="yes"), "sparse_prediction='yes'", "True or False"),
+    ],
+)
 def test_bad_config_is_rejected_clearly(overrides, field, allowed):
     with pytest.raises(ValueError) as error:
         tiny_config(**overrides)

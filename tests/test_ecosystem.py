@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, pipeline
+from remote_code import without_encoderlab
+from transformers import AutoModel, AutoModelForMaskedLM, pipeline
 
 from encoderlab import (
     DSTGNeoBERTConfig,
@@ -28,20 +29,41 @@ from encoderlab import (
     HOMAForTokenClassification,
 )
 from encoderlab.modeling.base import masked_mean
-from remote_code import without_encoderlab
 
 MLM, SEQUENCE, TOKEN = range(3)  # index of the task model in FAMILIES
 SIZES = dict(num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
 FAMILIES = {
-    "dta": (DTABertConfig, dict(SIZES, hidden_size=16, position_embedding_type="rope", unet=True,
-                                value_embeddings=True),
-            (DTABertForMaskedLM, DTABertForSequenceClassification, DTABertForTokenClassification)),
-    "homa": (HOMAConfig, dict(SIZES, hidden_size=16, attention_type="homa", block_size=6, block_stride=4,
-                              triadic_window=3, u_rank=4, fusion_hidden_size=8),
-             (HOMAForMaskedLM, HOMAForSequenceClassification, HOMAForTokenClassification)),
-    "dstg": (DSTGNeoBERTConfig, dict(SIZES, preset="dstg", hidden_size=32, ap_size=8,
-                                     relative_attention_num_buckets=8, relative_attention_max_distance=8),
-             (DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification, DSTGNeoBERTForTokenClassification)),
+    "dta": (
+        DTABertConfig,
+        dict(SIZES, hidden_size=16, position_embedding_type="rope", unet=True, value_embeddings=True),
+        (DTABertForMaskedLM, DTABertForSequenceClassification, DTABertForTokenClassification),
+    ),
+    "homa": (
+        HOMAConfig,
+        dict(
+            SIZES,
+            hidden_size=16,
+            attention_type="homa",
+            block_size=6,
+            block_stride=4,
+            triadic_window=3,
+            u_rank=4,
+            fusion_hidden_size=8,
+        ),
+        (HOMAForMaskedLM, HOMAForSequenceClassification, HOMAForTokenClassification),
+    ),
+    "dstg": (
+        DSTGNeoBERTConfig,
+        dict(
+            SIZES,
+            preset="dstg",
+            hidden_size=32,
+            ap_size=8,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=8,
+        ),
+        (DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification, DSTGNeoBERTForTokenClassification),
+    ),
 }
 # LoRA targets by module name (README "Works with"): the attention projections and the MLP of every layer.
 LORA_TARGETS = {
@@ -85,8 +107,11 @@ def checkpoints(tmp_path_factory, tokenizer):
     root = tmp_path_factory.mktemp("checkpoints")
     folders = {}
     for family in FAMILIES:
-        tasks = {"mlm": (MLM, {}), "sequence": (SEQUENCE, dict(id2label=SEQUENCE_LABELS)),
-                 "token": (TOKEN, dict(id2label=TOKEN_LABELS))}
+        tasks = {
+            "mlm": (MLM, {}),
+            "sequence": (SEQUENCE, dict(id2label=SEQUENCE_LABELS)),
+            "token": (TOKEN, dict(id2label=TOKEN_LABELS)),
+        }
         folders[family] = {}
         for task, (index, overrides) in tasks.items():
             folder = root / f"{family}-{task}"
@@ -110,21 +135,27 @@ HEAD = ("classifier",)  # the task head of sequence (dense + out_proj inside) an
 def labels_for(task, batch):
     if task == SEQUENCE:
         return torch.tensor([0, 2, 1])
-    return torch.where(batch["attention_mask"].bool(), torch.arange(batch["input_ids"].numel()).view_as(
-        batch["input_ids"]) % 3, -100)
+    return torch.where(
+        batch["attention_mask"].bool(), torch.arange(batch["input_ids"].numel()).view_as(batch["input_ids"]) % 3, -100
+    )
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated")  # peft asks the old name
-@pytest.mark.parametrize("task,task_type,modules_to_save", [
-    (SEQUENCE, "SEQ_CLS", None),  # peft's standard recipe: it adds modules_to_save=["classifier", "score"] itself
-    (SEQUENCE, None, HEAD),
-    (SEQUENCE, "SEQ_CLS", HEAD),
-    (TOKEN, None, HEAD),
-    (TOKEN, "TOKEN_CLS", HEAD),
-], ids=["sequence-SEQ_CLS", "sequence", "sequence-SEQ_CLS-classifier", "token", "token-TOKEN_CLS"])
+@pytest.mark.parametrize(
+    "task,task_type,modules_to_save",
+    [
+        (SEQUENCE, "SEQ_CLS", None),  # peft's standard recipe: it adds modules_to_save=["classifier", "score"] itself
+        (SEQUENCE, None, HEAD),
+        (SEQUENCE, "SEQ_CLS", HEAD),
+        (TOKEN, None, HEAD),
+        (TOKEN, "TOKEN_CLS", HEAD),
+    ],
+    ids=["sequence-SEQ_CLS", "sequence", "sequence-SEQ_CLS-classifier", "token", "token-TOKEN_CLS"],
+)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family, task, task_type, modules_to_save,
-                                                                        checkpoints, tokenizer, tmp_path):
+def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(
+    family, task, task_type, modules_to_save, checkpoints, tokenizer, tmp_path
+):
     """The whole task head lives under ``classifier``, the name peft's ``SEQ_CLS`` / ``TOKEN_CLS`` recipes train
     and save in full: every head weight trains, and the saved adapter restores it onto a base whose fresh head was
     drawn from another seed."""
@@ -138,8 +169,12 @@ def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family
     encoder_linears = [name for name, module in model.model.named_modules() if isinstance(module, torch.nn.Linear)]
     head_weights = {name for name, _ in model.classifier.named_parameters()}
     head_modules = None if modules_to_save is None else list(modules_to_save)  # a copy: peft extends it in place
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS[family],
-                                             modules_to_save=head_modules, task_type=task_type))
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=LORA_TARGETS[family], modules_to_save=head_modules, task_type=task_type
+        ),
+    )
     adapted = [name for name, module in model.base_model.model.model.named_modules() if isinstance(module, LoraLayer)]
     assert adapted == [name for name in encoder_linears if name.split(".")[-1] in LORA_TARGETS[family]]
     assert {name.split(".")[-1] for name in adapted} == set(LORA_TARGETS[family])  # every name is in the family
@@ -166,8 +201,9 @@ def test_lora_trains_adapters_and_head_only_and_the_saved_adapter_reloads(family
         trained = model(**batch).logits
     model.save_pretrained(tmp_path / "adapter")
     torch.manual_seed(2)  # a fresh base gets another random head: only the adapter's saved head can restore it
-    reloaded = PeftModel.from_pretrained(model_class.from_pretrained(base_folder, num_labels=3),
-                                         tmp_path / "adapter").eval()
+    reloaded = PeftModel.from_pretrained(
+        model_class.from_pretrained(base_folder, num_labels=3), tmp_path / "adapter"
+    ).eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, trained, rtol=0, atol=1e-6)
         merged = reloaded.merge_and_unload()
@@ -191,10 +227,12 @@ def test_gradient_checkpointing_with_lora_gives_the_same_loss_and_gradients(fami
         model = FAMILIES[family][2][SEQUENCE].from_pretrained(checkpoints[family]["mlm"], num_labels=3)
         if checkpointing:
             model.gradient_checkpointing_enable()
-        model = get_peft_model(model, LoraConfig(r=4, target_modules=LORA_TARGETS[family], init_lora_weights=False,
-                                                 modules_to_save=list(HEAD))).train()
+        model = get_peft_model(
+            model,
+            LoraConfig(r=4, target_modules=LORA_TARGETS[family], init_lora_weights=False, modules_to_save=list(HEAD)),
+        ).train()
         mlp_calls = []
-        model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))
+        model.base_model.model.model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))  # noqa: B023 (called in this iteration)
         loss = model(**batch, labels=labels).loss
         loss.backward()
         assert len(mlp_calls) == (2 if checkpointing else 1)  # recomputed in the backward when checkpointing
@@ -260,20 +298,39 @@ def remote_embeddings(tmp_path_factory, checkpoints):
     work = tmp_path_factory.mktemp("remote_sentence_transformers")
     (work / "script.py").write_text(REMOTE_SENTENCE_TRANSFORMERS)
     folders = {family: str(checkpoints[family]["mlm"]) for family in FAMILIES}
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"), "PATH": "/usr/bin:/bin",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-I", str(work / "script.py"), json.dumps(folders), json.dumps(SENTENCES),
-                           str(work / "embeddings.pt")], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(work / "modules"),
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(work / "script.py"),
+            json.dumps(folders),
+            json.dumps(SENTENCES),
+            str(work / "embeddings.pt"),
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(work / "embeddings.pt")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_sentence_transformers_loads_the_checkpoint_code_without_encoderlab(family, checkpoints, tokenizer,
-                                                                           remote_embeddings):
-    torch.testing.assert_close(remote_embeddings[family],
-                               reference_embeddings(checkpoints[family]["mlm"], tokenizer), rtol=0, atol=1e-5)
+def test_sentence_transformers_loads_the_checkpoint_code_without_encoderlab(
+    family, checkpoints, tokenizer, remote_embeddings
+):
+    torch.testing.assert_close(
+        remote_embeddings[family], reference_embeddings(checkpoints[family]["mlm"], tokenizer), rtol=0, atol=1e-5
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -318,8 +375,9 @@ def test_fill_mask_pipeline_ranks_the_model_probabilities(family, checkpoints, t
     position = batch["input_ids"][0].tolist().index(tokenizer.mask_token_id)
     probabilities, token_ids = logits[position].softmax(-1).topk(3)
     assert [prediction["token"] for prediction in predictions] == token_ids.tolist()
-    torch.testing.assert_close(torch.tensor([prediction["score"] for prediction in predictions]), probabilities,
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor([prediction["score"] for prediction in predictions]), probabilities, rtol=0, atol=1e-6
+    )
     assert predictions[0]["token_str"] == tokenizer.decode([token_ids[0]])
 
 
@@ -339,11 +397,12 @@ def test_text_classification_pipeline_names_labels_from_id2label(family, checkpo
     model = FAMILIES[family][2][SEQUENCE].from_pretrained(folder).eval()
     with torch.no_grad():
         probabilities = model(**encode(tokenizer)).logits.softmax(-1)
-    for scores, expected in zip(results, probabilities):
+    for scores, expected in zip(results, probabilities, strict=True):
         assert {score["label"] for score in scores} == set(SEQUENCE_LABELS.values())
         by_label = {score["label"]: score["score"] for score in scores}
-        torch.testing.assert_close(torch.tensor([by_label[SEQUENCE_LABELS[i]] for i in range(3)]), expected,
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor([by_label[SEQUENCE_LABELS[i]] for i in range(3)]), expected, rtol=0, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -362,4 +421,4 @@ def test_token_classification_pipeline_tags_every_token_with_id2label_names(fami
         score, label = probabilities[entity["index"]].max(-1)
         assert entity["entity"] == TOKEN_LABELS[int(label)]
         assert entity["score"] == pytest.approx(float(score), abs=1e-6)
-        assert text[entity["start"]:entity["end"]].lower() == entity["word"].replace("##", "")
+        assert text[entity["start"] : entity["end"]].lower() == entity["word"].replace("##", "")

@@ -8,15 +8,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 from safetensors.torch import load_file
 from scipy.stats import ttest_ind
+from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
 
 from encoderlab.cli import main
 from encoderlab.experiments import finetune as experiment
 from encoderlab.results.rows import read_results
-from figure_checks import assert_png_drawn
-
-from test_finetune import tiny_dta  # noqa: F401  (fixture: a tiny DTA-BERT masked LM + WordPiece tokenizer)
 
 TINY_RUN = ["train.max_steps=2", "train.eval_steps=2", "train.batch_size=4", "data.train_limit=16",
             "data.eval_limit=8", "train.logging_steps=1", "data.max_length=32"]  # fmt: skip
@@ -30,24 +29,29 @@ def test_model_and_override_syntax():
     assert experiment.parse_model("dta=runs/demo") == experiment.ModelArm("dta", "runs/demo", False)
     arm = experiment.parse_model("fresh=untrained:runs/demo")
     assert (arm.path, arm.untrained, arm.label) == ("runs/demo", True, "untrained:runs/demo")
-    for bad, message in (("runs/demo", "expected NAME=PATH"), ("a b=x", "must be letters"),
-                         ("x=untrained:", "no checkpoint"), ("x=", "expected NAME=PATH")):
+    for bad, message in (
+        ("runs/demo", "expected NAME=PATH"),
+        ("a b=x", "must be letters"),
+        ("x=untrained:", "no checkpoint"),
+        ("x=", "expected NAME=PATH"),
+    ):
         with pytest.raises(ValueError, match=message):
             experiment.parse_model(bad)
     with pytest.raises(ValueError, match="repeated: \\['a'\\]"):
         experiment.parse_models(["a=x", "a=y"])
     common, per_task = experiment.split_overrides(
-        ["train.lr=1e-4", "squad_v2:data.train=f.json[0:3]", "data.validation=g.json[3:5]"], ["squad_v1", "squad_v2"])
+        ["train.lr=1e-4", "squad_v2:data.train=f.json[0:3]", "data.validation=g.json[3:5]"], ["squad_v1", "squad_v2"]
+    )
     assert common == ["train.lr=1e-4", "data.validation=g.json[3:5]"]
     assert per_task == {"squad_v1": [], "squad_v2": ["data.train=f.json[0:3]"]}
     with pytest.raises(ValueError, match="names task 'rte', which is not in --tasks"):
         experiment.split_overrides(["rte:train.lr=1"], ["cola"])
 
 
-
 def test_glue_stands_for_every_local_glue_task_with_train_and_dev(shared_data):
     found = experiment.expand_tasks(["glue", "rte", "squad_v1"], [f"data.path={shared_data / 'glue'}"], None)
     assert found == ["cola", "sst2", "mrpc", "stsb", "rte", "squad_v1"]  # WNLI's folder has no dev.tsv here
+
 
 def test_untrained_arm_has_the_config_and_tokenizer_but_fresh_weights(tiny_dta, tmp_path):  # noqa: F811
     from transformers import AutoConfig, AutoTokenizer
@@ -61,8 +65,9 @@ def test_untrained_arm_has_the_config_and_tokenizer_but_fresh_weights(tiny_dta, 
     pretrained_config = AutoConfig.from_pretrained(tiny_dta).to_dict()
     for folder in (seed0, seed1):
         config = AutoConfig.from_pretrained(folder).to_dict()
-        assert {k: v for k, v in config.items() if k not in drop} == \
-            {k: v for k, v in pretrained_config.items() if k not in drop}
+        assert {k: v for k, v in config.items() if k not in drop} == {
+            k: v for k, v in pretrained_config.items() if k not in drop
+        }
         assert AutoTokenizer.from_pretrained(folder).get_vocab() == AutoTokenizer.from_pretrained(tiny_dta).get_vocab()
 
     pretrained = {key.removeprefix("model."): value for key, value in load_file(tiny_dta / "model.safetensors").items()}
@@ -79,8 +84,12 @@ def test_untrained_arm_has_the_config_and_tokenizer_but_fresh_weights(tiny_dta, 
     assert all(torch.equal(value, load_file(again / "model.safetensors")[key]) for key, value in fresh[0].items())
 
 
-def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_data, tiny_dta, tmp_path,  # noqa: F811
-                                                                      monkeypatch):
+def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(
+    shared_data,
+    tiny_dta,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
     out = tmp_path / "sweep"
     arms = experiment.parse_models([f"dta={tiny_dta}", f"fresh=untrained:{tiny_dta}"])
     overrides = glue_overrides(shared_data)
@@ -110,8 +119,9 @@ def test_sweep_resumes_skips_finished_rows_and_refuses_other_settings(shared_dat
     (out / experiment.RUNS_CSV).write_text("".join(lines[:-1]))
     lost = saved[-1]
     again = experiment.sweep(arms, ["rte"], [0, 1], out, overrides=overrides)
-    assert [(row["model"], str(row["seed"]), str(row["score"])) for row in again] == \
-        [(lost["model"], lost["seed"], lost["score"])]
+    assert [(row["model"], str(row["seed"]), str(row["score"])) for row in again] == [
+        (lost["model"], lost["seed"], lost["score"])
+    ]
 
     with pytest.raises(ValueError, match="with settings .* not .* with the settings given now"):
         experiment.sweep(arms, ["rte"], [0], out, overrides=[*overrides, "train.lr=3e-4"])
@@ -153,13 +163,31 @@ def fake_rows(seed=0):
                 if (model, task, run_seed) == ("c", "stsb", 2):
                     continue
                 score = float(rng.normal(50 + shift, 2))
-                metrics = {"f1": score, "exact": score - 3} if task == "squad_v1" else \
-                    {"matthews_correlation": score / 100} if task == "cola" else \
-                    {"accuracy": score / 100} if task == "wnli" else \
-                    {"pearson": score / 100 + 0.01, "spearmanr": score / 100 - 0.01}
-                rows.append({"model": model, "task": task, "seed": run_seed, "checkpoint": model, "main_metric": "x",
-                             "score": score, "metrics": json.dumps(metrics), "steps": 1, "tokens_seen": 1,
-                             "seconds": 1.0, "setup": "s", "run_dir": "r"})
+                metrics = (
+                    {"f1": score, "exact": score - 3}
+                    if task == "squad_v1"
+                    else {"matthews_correlation": score / 100}
+                    if task == "cola"
+                    else {"accuracy": score / 100}
+                    if task == "wnli"
+                    else {"pearson": score / 100 + 0.01, "spearmanr": score / 100 - 0.01}
+                )
+                rows.append(
+                    {
+                        "model": model,
+                        "task": task,
+                        "seed": run_seed,
+                        "checkpoint": model,
+                        "main_metric": "x",
+                        "score": score,
+                        "metrics": json.dumps(metrics),
+                        "steps": 1,
+                        "tokens_seen": 1,
+                        "seconds": 1.0,
+                        "setup": "s",
+                        "run_dir": "r",
+                    }
+                )
     return rows
 
 
@@ -168,8 +196,12 @@ def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
 
     write_rows(tmp_path / experiment.RUNS_CSV, fake_rows())
     paths = experiment.write_outputs(tmp_path, baselines=["b", "c"])
-    assert {path.name for path in paths} == {"finetune_summary.md", "finetune_table.csv", "finetune_stats.csv",
-                                             "finetune_bars.png"}
+    assert {path.name for path in paths} == {
+        "finetune_summary.md",
+        "finetune_table.csv",
+        "finetune_stats.csv",
+        "finetune_bars.png",
+    }
     assert_png_drawn(tmp_path / "finetune_bars.png")
     rows = read_results(tmp_path / experiment.RUNS_CSV)
 
@@ -210,23 +242,53 @@ def test_summary_numbers_equal_scipy_on_the_csv(tmp_path):
 def test_summary_from_a_real_sweep_and_the_command_line(shared_data, tiny_dta, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "cli"
     sets = [arg for override in glue_overrides(shared_data) for arg in ("--set", override)]
-    assert main(["experiment", "finetune", "--model", f"dta={tiny_dta}", "--model", f"fresh=untrained:{tiny_dta}",
-                 "--tasks", "cola", "mrpc", "--seeds", "0", "1", "--baseline", "fresh", "--out-dir", str(out),
-                 *sets]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "finetune",
+                "--model",
+                f"dta={tiny_dta}",
+                "--model",
+                f"fresh=untrained:{tiny_dta}",
+                "--tasks",
+                "cola",
+                "mrpc",
+                "--seeds",
+                "0",
+                "1",
+                "--baseline",
+                "fresh",
+                "--out-dir",
+                str(out),
+                *sets,
+            ]
+        )
+        == 0
+    )
     rows = read_results(out / experiment.RUNS_CSV)
     assert len(rows) == 8
     for row in rows:  # the score is the job's metric, as the GLUE leaderboard takes it
         metrics = json.loads(row["metrics"])
-        expected = metrics["matthews_correlation"] if row["task"] == "cola" else (metrics["f1"] + metrics["accuracy"]) / 2
+        expected = (
+            metrics["matthews_correlation"] if row["task"] == "cola" else (metrics["f1"] + metrics["accuracy"]) / 2
+        )
         assert float(row["score"]) == pytest.approx(100 * expected)
     stats = read_results(out / "finetune_stats.csv")
     assert {r["task"] for r in stats} == {"cola", "mrpc", experiment.GLUE_AVERAGE}
     for entry in stats:
-        values = {model: [float(r["score"]) for r in rows if (r["model"], r["task"]) == (model, entry["task"])]
-                  for model in ("dta", "fresh")}
+        values = {
+            model: [float(r["score"]) for r in rows if (r["model"], r["task"]) == (model, entry["task"])]
+            for model in ("dta", "fresh")
+        }
         if entry["task"] == experiment.GLUE_AVERAGE:
-            values = {model: [np.mean([float(r["score"]) for r in rows if r["model"] == model and r["seed"] == seed])
-                              for seed in ("0", "1")] for model in ("dta", "fresh")}
+            values = {
+                model: [
+                    np.mean([float(r["score"]) for r in rows if r["model"] == model and r["seed"] == seed])
+                    for seed in ("0", "1")
+                ]
+                for model in ("dta", "fresh")
+            }
         p = ttest_ind(values["dta"], values["fresh"], equal_var=False).pvalue
         assert (math.isnan(p) and entry["p_value"] == "nan") or float(entry["p_value"]) == pytest.approx(p)
     assert main(["experiment", "finetune", "--plots-only", "--out-dir", str(out), "--baseline", "nobody"]) == 1

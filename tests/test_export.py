@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from remote_code import without_encoderlab
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -26,7 +27,6 @@ from encoderlab import (
 )
 from encoderlab.export import EXPORT_RULE, carried_modules, import_problems
 from encoderlab.registry import FAMILIES
-from remote_code import without_encoderlab
 
 AUTO_CLASSES = [
     (AutoModel, DTABertModel),
@@ -38,8 +38,17 @@ AUTO_CLASSES = [
 
 
 def tiny_model(model_class=DTABertForMaskedLM, **overrides):
-    settings = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                    position_embedding_type="rope", unet=True, value_embeddings=True, initializer_range=0.2)
+    settings = dict(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        position_embedding_type="rope",
+        unet=True,
+        value_embeddings=True,
+        initializer_range=0.2,
+    )
     settings.update(overrides)
     torch.manual_seed(0)
     model = model_class(DTABertConfig(**settings)).eval()
@@ -105,8 +114,14 @@ def run_without_encoderlab(tmp_path, folder, tag):
     torch.save((IDS, MASK), tmp_path / "inputs.pt")
     out, resave = tmp_path / f"logits_{tag}.pt", tmp_path / f"resaved_{tag}"
     env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-I", str(script), str(folder), str(tmp_path / "inputs.pt"), str(out),
-                             str(resave)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-I", str(script), str(folder), str(tmp_path / "inputs.pt"), str(out), str(resave)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(out), resave
 
@@ -127,32 +142,45 @@ def test_remote_code_loads_without_encoderlab_and_gives_identical_logits(tmp_pat
 # ----------------------------------------------------------------------------------------------------------------
 # the rule for imports inside the modules a checkpoint carries
 
+
 def test_every_module_a_checkpoint_carries_keeps_the_export_rule():
     carried = {module for config_class in FAMILIES for module in carried_modules(config_class)}
-    assert {"encoderlab.configuration.homa", "encoderlab.modeling.kernels.sdpa", "encoderlab.modeling.documents",
-            "encoderlab.modeling.kernels.triadic_triton"} <= carried
+    assert {
+        "encoderlab.configuration.homa",
+        "encoderlab.modeling.kernels.sdpa",
+        "encoderlab.modeling.documents",
+        "encoderlab.modeling.kernels.triadic_triton",
+    } <= carried
     problems = [problem for module in sorted(carried) for problem in import_problems(module)]
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("line,why", [
-    ("from .kernels import sdpa", "imports the package encoderlab.modeling.kernels"),
-    ("from . import documents", "imports the package encoderlab.modeling"),
-    ("from ..configuration import dta", "imports the package encoderlab.configuration"),
-    ("import encoderlab.modeling.documents", "imports encoderlab by its absolute name"),
-    ("from .kernels.no_such_backend import x", "imports encoderlab.modeling.kernels.no_such_backend, which does not "
-                                               "exist"),
-])
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        ("from .kernels import sdpa", "imports the package encoderlab.modeling.kernels"),
+        ("from . import documents", "imports the package encoderlab.modeling"),
+        ("from ..configuration import dta", "imports the package encoderlab.configuration"),
+        ("import encoderlab.modeling.documents", "imports encoderlab by its absolute name"),
+        (
+            "from .kernels.no_such_backend import x",
+            "imports encoderlab.modeling.kernels.no_such_backend, which does not exist",
+        ),
+    ],
+)
 def test_a_broken_rule_is_named_with_its_import_and_the_rule(line, why):
     source = f"import torch\n\n\ndef forward():\n    {line}\n"
     assert import_problems("encoderlab.modeling.dta", source) == [
-        f"encoderlab.modeling.dta line 5: `{line}` {why}; the rule: {EXPORT_RULE}"]
+        f"encoderlab.modeling.dta line 5: `{line}` {why}; the rule: {EXPORT_RULE}"
+    ]
 
 
 def test_imports_the_export_can_rewrite_are_kept():
-    source = ("from ..configuration.dta import DTABertConfig\nfrom .kernels.sdpa import SdpaInputs\n"
-              "from encoderlab.modeling.documents import run_index\n"
-              "try:\n    from encoderlab.export import write_remote_code\nexcept ImportError:\n    pass\n")
+    source = (
+        "from ..configuration.dta import DTABertConfig\nfrom .kernels.sdpa import SdpaInputs\n"
+        "from encoderlab.modeling.documents import run_index\n"
+        "try:\n    from encoderlab.export import write_remote_code\nexcept ImportError:\n    pass\n"
+    )
     assert import_problems("encoderlab.modeling.dta", source) == []
 
 
@@ -166,8 +194,11 @@ def test_saving_refuses_code_that_breaks_the_rule_before_writing_a_file(tmp_path
         return source + "\nfrom .kernels import sdpa\n" if module_name == "encoderlab.modeling.dta" else source
 
     monkeypatch.setattr(export, "module_source", with_a_package_import)
-    with pytest.raises(ValueError, match=r"cannot export encoderlab.modeling.dta: encoderlab.modeling.dta line \d+: "
-                                         r"`from .kernels import sdpa` imports the package "
-                                         r"encoderlab.modeling.kernels; the rule: a module that checkpoints carry"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot export encoderlab.modeling.dta: encoderlab.modeling.dta line \d+: "
+        r"`from .kernels import sdpa` imports the package "
+        r"encoderlab.modeling.kernels; the rule: a module that checkpoints carry",
+    ):
         export.write_remote_code(DTABertConfig, tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from remote_code import without_encoderlab
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
@@ -22,7 +23,6 @@ from encoderlab import (
     HOMAConfig,
     HOMAForMaskedLM,
 )
-from remote_code import without_encoderlab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 AUTO_CLASS_BY_ARCHITECTURE_SUFFIX = {
@@ -42,8 +42,9 @@ def test_every_family_has_a_fixture_checkpoint():
 def test_saved_checkpoint_loads_unchanged(name):
     folder = FIXTURES / name
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
-    auto_class = next(auto for suffix, auto in AUTO_CLASS_BY_ARCHITECTURE_SUFFIX.items()
-                      if architecture.endswith(suffix))
+    auto_class = next(
+        auto for suffix, auto in AUTO_CLASS_BY_ARCHITECTURE_SUFFIX.items() if architecture.endswith(suffix)
+    )
     model, info = auto_class.from_pretrained(folder, output_loading_info=True)
     assert type(model).__name__ == architecture
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
@@ -59,32 +60,85 @@ def test_saved_checkpoint_loads_unchanged(name):
 
 VOCAB = 32
 PAD, CLS, SEP = 0, 1, 2
-DTA = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-           max_position_embeddings=24)
-HOMA = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-            max_position_embeddings=24, block_size=6, block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8,
-            linformer_k=5)
-DSTG = dict(vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-            max_position_embeddings=24, cls_token_id=CLS, sep_token_id=SEP, relative_attention_num_buckets=8,
-            relative_attention_max_distance=8)
+DTA = dict(
+    vocab_size=VOCAB,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=24,
+)
+HOMA = dict(
+    vocab_size=VOCAB,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=24,
+    block_size=6,
+    block_stride=4,
+    triadic_window=3,
+    u_rank=4,
+    fusion_hidden_size=8,
+    linformer_k=5,
+)
+DSTG = dict(
+    vocab_size=VOCAB,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=24,
+    cls_token_id=CLS,
+    sep_token_id=SEP,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=8,
+)
 
 CASES = {
-    **{f"dta-{kind}-{position}": (DTABertForMaskedLM, DTABertConfig, dict(
-        DTA, attention_type=kind, position_embedding_type=position))
-       for kind in ("bidirectional", "causal", "dual_triangle")
-       for position in ("none", "absolute", "sinusoidal", "rope", "alibi")},
-    "dta-unet-value-embeddings": (DTABertForMaskedLM, DTABertConfig, dict(
-        DTA, num_hidden_layers=4, attention_type="dual_triangle", position_embedding_type="rope", unet=True,
-        value_embeddings=True)),
-    **{f"homa-{kind}": (HOMAForMaskedLM, HOMAConfig, dict(HOMA, attention_type=kind))
-       for kind in ("pairwise", "blockwise", "triadic")},
-    "homa-linformer": (HOMAForMaskedLM, HOMAConfig, dict(HOMA, attention_type="linformer",
-                                                         position_embedding_type="absolute")),
-    **{f"homa-homa-{fusion}": (HOMAForMaskedLM, HOMAConfig, dict(HOMA, attention_type="homa", fusion=fusion))
-       for fusion in ("mlp", "add", "gated")},
-    **{f"dstg-{preset}": (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig, dict(
-        DSTG, preset=preset, **(dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=16))))
-       for preset in ("dstg", "ap", "rp", "rope")},
+    **{
+        f"dta-{kind}-{position}": (
+            DTABertForMaskedLM,
+            DTABertConfig,
+            dict(DTA, attention_type=kind, position_embedding_type=position),
+        )
+        for kind in ("bidirectional", "causal", "dual_triangle")
+        for position in ("none", "absolute", "sinusoidal", "rope", "alibi")
+    },
+    "dta-unet-value-embeddings": (
+        DTABertForMaskedLM,
+        DTABertConfig,
+        dict(
+            DTA,
+            num_hidden_layers=4,
+            attention_type="dual_triangle",
+            position_embedding_type="rope",
+            unet=True,
+            value_embeddings=True,
+        ),
+    ),
+    **{
+        f"homa-{kind}": (HOMAForMaskedLM, HOMAConfig, dict(HOMA, attention_type=kind))
+        for kind in ("pairwise", "blockwise", "triadic")
+    },
+    "homa-linformer": (
+        HOMAForMaskedLM,
+        HOMAConfig,
+        dict(HOMA, attention_type="linformer", position_embedding_type="absolute"),
+    ),
+    **{
+        f"homa-homa-{fusion}": (HOMAForMaskedLM, HOMAConfig, dict(HOMA, attention_type="homa", fusion=fusion))
+        for fusion in ("mlp", "add", "gated")
+    },
+    **{
+        f"dstg-{preset}": (
+            DSTGNeoBERTForMaskedLM,
+            DSTGNeoBERTConfig,
+            dict(
+                DSTG, preset=preset, **(dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=16))
+            ),
+        )
+        for preset in ("dstg", "ap", "rp", "rope")
+    },
 }
 # HOMA's triadic pathway has no (L, L) map; its pairwise-only presets run one kernel whatever the implementation.
 WITH_ATTENTION_MAPS = sorted(name for name in CASES if not name.startswith("homa"))
@@ -107,8 +161,9 @@ def padded_batch(side, seed=0):
     ids = torch.full((3, 10), PAD)
     mask = torch.zeros(3, 10, dtype=torch.long)
     for row, length in enumerate((10, 7, 4)):
-        tokens = torch.cat([torch.tensor([CLS]), torch.randint(3, VOCAB, (length - 2,), generator=generator),
-                            torch.tensor([SEP])])
+        tokens = torch.cat(
+            [torch.tensor([CLS]), torch.randint(3, VOCAB, (length - 2,), generator=generator), torch.tensor([SEP])]
+        )
         span = slice(10 - length, 10) if side == "left" else slice(0, length)
         ids[row, span], mask[row, span] = tokens, 1
     return ids, mask
@@ -124,8 +179,9 @@ def test_set_attn_implementation_switches_and_every_implementation_agrees(name, 
     logits = {}
     # every kernel the model runs (HOMA's blocks and Linformer: eager and sdpa), ending on the default, so the round
     # trip is checked
-    implementations = [name for name in ("eager", "flex_attention", "sdpa")
-                       if model.config.attention_blocker(name) is None]
+    implementations = [
+        name for name in ("eager", "flex_attention", "sdpa") if model.config.attention_blocker(name) is None
+    ]
     for implementation in implementations:
         model.set_attn_implementation(implementation)
         assert model.config._attn_implementation == implementation
@@ -143,9 +199,13 @@ def test_set_attn_implementation_changes_the_kernel_that_runs(monkeypatch):
     calls = []
     for implementation in ("eager", "sdpa"):
         kernel = attention.ALL_ATTENTION_FUNCTIONS[implementation]
-        monkeypatch.setitem(attention.ALL_ATTENTION_FUNCTIONS, implementation,
-                            lambda *args, _kernel=kernel, _name=implementation, **kwargs:
-                            calls.append(_name) or _kernel(*args, **kwargs))
+        monkeypatch.setitem(
+            attention.ALL_ATTENTION_FUNCTIONS,
+            implementation,
+            lambda *args, _kernel=kernel, _name=implementation, **kwargs: (
+                calls.append(_name) or _kernel(*args, **kwargs)
+            ),
+        )
     model.set_attn_implementation("eager")
     model(input_ids=ids, attention_mask=mask)
     model.set_attn_implementation("sdpa")
@@ -171,7 +231,7 @@ def test_attention_maps_are_the_probabilities_used(name):
     assert len(outputs.attentions) == model.config.num_hidden_layers
     real = mask.bool()
     gradients = torch.autograd.grad(outputs.logits[real].sum(), outputs.attentions)
-    for probs, gradient in zip(outputs.attentions, gradients):
+    for probs, gradient in zip(outputs.attentions, gradients, strict=True):
         assert gradient.abs().max() > 0
         row_sums = probs.sum(-1).transpose(1, 2)[real]  # (real queries, heads)
         torch.testing.assert_close(row_sums, torch.ones_like(row_sums))
@@ -223,11 +283,27 @@ def remote_logits(tmp_path_factory):
     (work / "remote.py").write_text(REMOTE_LOGITS_SCRIPT)
     # The remote side runs with this process's thread count: the comparison is bitwise, and a matmul split over
     # another number of threads sums in another order (a run with OMP_NUM_THREADS=2 failed on dstg-ap).
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"), "PATH": "/usr/bin:/bin",
-           "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    done = subprocess.run([sys.executable, "-I", str(work / "remote.py"), str(work / "checkpoints"),
-                           str(work / "inputs.pt"), str(work / "logits.pt")], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=600)
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(work / "modules"),
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(work / "remote.py"),
+            str(work / "checkpoints"),
+            str(work / "inputs.pt"),
+            str(work / "logits.pt"),
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return before_saving, local, torch.load(work / "logits.pt")
 
@@ -323,7 +399,9 @@ def test_meta_device_construction_then_init_weights_or_a_checkpoint(name, tmp_pa
     model.init_weights()
     torch.manual_seed(0)
     reference = model_class(config_class(**settings)).eval()
-    for (parameter_name, parameter), reference_parameter in zip(model.named_parameters(), reference.parameters()):
+    for (parameter_name, parameter), reference_parameter in zip(
+        model.named_parameters(), reference.parameters(), strict=True
+    ):
         assert not parameter.isnan().any(), f"{parameter_name} was left uninitialised"
         if (reference_parameter == reference_parameter.flatten()[0]).all():  # ones, zeros, scalars: same values
             assert torch.equal(parameter, reference_parameter), parameter_name
@@ -334,5 +412,9 @@ def test_meta_device_construction_then_init_weights_or_a_checkpoint(name, tmp_pa
         # A meta-built model filled from a checkpoint is the checkpoint's model.
         reference.save_pretrained(tmp_path)
         model.load_state_dict(load_file(tmp_path / "model.safetensors"))
-        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
-                                   reference(input_ids=ids, attention_mask=mask).logits, rtol=0, atol=0)
+        torch.testing.assert_close(
+            model(input_ids=ids, attention_mask=mask).logits,
+            reference(input_ids=ids, attention_mask=mask).logits,
+            rtol=0,
+            atol=0,
+        )

@@ -10,10 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 from huggingface_hub import ModelCard
+from remote_code import without_encoderlab
 from safetensors.torch import load_file
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_squared_error
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.cli import main
 from encoderlab.metrics import load_metric
@@ -22,10 +25,6 @@ from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.report import glue_table
 from encoderlab.training.finetune.run import task_list
 from encoderlab.training.finetune.tokens import encode_words, word_windows
-from figure_checks import assert_png_drawn
-from remote_code import without_encoderlab
-from tiny_checkpoints import save_tiny_dta_mlm
-
 
 # ---------------------------------------------------------------------------------------------
 # Metrics
@@ -39,8 +38,10 @@ def prediction_file(tmp_path_factory):
     references = rng.integers(0, 3, 200)
     predictions = np.where(rng.random(200) < 0.6, references, rng.integers(0, 3, 200))
     scores = rng.normal(size=200)
-    data = {"classes": {"predictions": predictions.tolist(), "references": references.tolist()},
-            "scores": {"predictions": (scores + rng.normal(size=200)).tolist(), "references": scores.tolist()}}
+    data = {
+        "classes": {"predictions": predictions.tolist(), "references": references.tolist()},
+        "scores": {"predictions": (scores + rng.normal(size=200)).tolist(), "references": scores.tolist()},
+    }
     path = tmp_path_factory.mktemp("predictions") / "predictions.json"
     path.write_text(json.dumps(data))
     return json.loads(path.read_text())
@@ -55,8 +56,11 @@ def test_each_glue_metric_equals_sklearn_and_scipy(prediction_file, config):
         classes = 3 if config == "mnli" else 2
         p = [x % classes for x in prediction_file["classes"]["predictions"]]
         r = [x % classes for x in prediction_file["classes"]["references"]]
-        expected = {"matthews_correlation": matthews_corrcoef(r, p)} if config == "cola" \
+        expected = (
+            {"matthews_correlation": matthews_corrcoef(r, p)}
+            if config == "cola"
             else {"accuracy": accuracy_score(r, p)}
+        )
         if config in ("mrpc", "qqp"):
             expected["f1"] = f1_score(r, p)
     assert load_metric("glue", config).compute(predictions=p, references=r) == pytest.approx(expected, abs=1e-12)
@@ -65,14 +69,16 @@ def test_each_glue_metric_equals_sklearn_and_scipy(prediction_file, config):
 def test_regression_and_token_metrics_equal_scipy_and_sklearn(prediction_file):
     p, r = prediction_file["scores"]["predictions"], prediction_file["scores"]["references"]
     assert load_metric("regression").compute(predictions=p, references=r) == pytest.approx(
-        {"pearson": pearsonr(p, r).statistic, "spearmanr": spearmanr(p, r).statistic,
-         "mse": mean_squared_error(r, p)}, abs=1e-12)
+        {"pearson": pearsonr(p, r).statistic, "spearmanr": spearmanr(p, r).statistic, "mse": mean_squared_error(r, p)},
+        abs=1e-12,
+    )
     p, r = np.array(prediction_file["classes"]["predictions"]), np.array(prediction_file["classes"]["references"])
     r_ignored = np.where(np.arange(200) % 7 == 0, -100, r)  # unresolved residues
     keep = r_ignored != -100
     result = load_metric("sequence_labeling", "ss3").compute(predictions=p, references=r_ignored)
-    assert result == pytest.approx({"q3": accuracy_score(r[keep], p[keep]),
-                                    "macro_f1": f1_score(r[keep], p[keep], average="macro")}, abs=1e-12)
+    assert result == pytest.approx(
+        {"q3": accuracy_score(r[keep], p[keep]), "macro_f1": f1_score(r[keep], p[keep], average="macro")}, abs=1e-12
+    )
 
 
 def test_unknown_metric_names_the_allowed_ones():
@@ -142,8 +148,15 @@ def tiny_bert(tmp_path_factory, tiny_dta):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dta)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                        num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     folder = tmp_path_factory.mktemp("bert")
     BertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -157,8 +170,14 @@ def tiny_protein_dta(tmp_path_factory):
 
     tokenizer = tape_iupac_tokenizer()
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
     folder = tmp_path_factory.mktemp("protein_dta")
     DTABertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -190,8 +209,11 @@ def saved_model_logits(run_dir, texts):
 
 def first_rows(path, count, delimiter=","):
     with open(path, newline="") as handle:
-        return list(csv.DictReader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t"
-                                   else csv.QUOTE_MINIMAL))[:count]
+        return list(
+            csv.DictReader(
+                handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+            )
+        )[:count]
 
 
 RUN_FILES = {"config.json", "model.safetensors", "tokenizer.json", "results.json", "metrics.csv", "dev_curve.png",
@@ -233,7 +255,8 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     rows = first_rows(shared_data / "glue/SST-2/dev.tsv", 32, delimiter="\t")
     predicted = saved_model_logits(run_dir, [row["sentence"] for row in rows]).argmax(-1)
     assert results["metrics"]["validation"]["accuracy"] == pytest.approx(
-        np.mean(predicted == [int(row["label"]) for row in rows]))
+        np.mean(predicted == [int(row["label"]) for row in rows])
+    )
 
     card = ModelCard.load(run_dir / "README.md")
     assert card.data.pipeline_tag == "text-classification"
@@ -242,8 +265,10 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     assert "| validation | `SST-2/dev.tsv`: first 32 of 872 examples (data.eval_limit=32) |" in card.text
     # how much of the training split the 8 steps of 8 drew, not only how much was kept
     assert results["train_seen"] == {"seen": 64, "available": 64, "unit": "examples", "epochs": 1.0}
-    assert ("| train | `SST-2/train.tsv`: first 64 of 67349 examples (data.train_limit=64); 64 examples drawn in "
-            "training (1.00 epochs) |") in card.text
+    assert (
+        "| train | `SST-2/train.tsv`: first 64 of 67349 examples (data.train_limit=64); 64 examples drawn in "
+        "training (1.00 epochs) |"
+    ) in card.text
 
     model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
@@ -253,13 +278,18 @@ def test_glue_sst2_run_folder_card_and_reloads(shared_data, tiny_dta, tmp_path):
     script = tmp_path / "remote.py"
     script.write_text(REMOTE_PIPELINE)
     env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-I", str(script), str(run_dir), text], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-I", str(script), str(run_dir), text],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip(), done.stderr[-3000:]
     remote = json.loads(done.stdout.strip().splitlines()[-1])
-    assert remote[0]["label"] == local[0]["label"] and remote[0]["score"] == pytest.approx(local[0]["score"],
-                                                                                           abs=1e-5)
+    assert remote[0]["label"] == local[0]["label"] and remote[0]["score"] == pytest.approx(local[0]["score"], abs=1e-5)
 
 
 def test_stsb_regression_on_a_plain_bert(shared_data, tiny_bert, tmp_path):
@@ -274,8 +304,10 @@ def test_stsb_regression_on_a_plain_bert(shared_data, tiny_bert, tmp_path):
 
 def test_glue_group_runs_every_task_found_and_averages_without_wnli():
     dev = {"examples": 100, "available": 100, "capped": False}
-    table = glue_table({"cola": {"matthews_correlation": 0.2}, "mrpc": {"f1": 0.8, "accuracy": 0.7},
-                        "wnli": {"accuracy": 0.1}}, {"cola": dev, "mrpc": dev, "wnli": dev})
+    table = glue_table(
+        {"cola": {"matthews_correlation": 0.2}, "mrpc": {"f1": 0.8, "accuracy": 0.7}, "wnli": {"accuracy": 0.1}},
+        {"cola": dev, "mrpc": dev, "wnli": dev},
+    )
     assert "| cola | matthews_correlation 0.2000 | 100 | 20.0 |" in table
     assert "**47.5**" in table  # (20 + 75) / 2: WNLI left out
 
@@ -286,9 +318,16 @@ def test_secondary_structure_scores_every_residue_and_tags_with_names(shared_dat
     from encoderlab.training.finetune.predict import tag
 
     run_dir = tmp_path / "ss3"
-    results = quick_run("secondary_structure", tiny_protein_dta, run_dir, f"data.path={shared_data / 'tape'}"
-                        "/secondary_structure", "data.max_length=64", "data.eval_limit=8", "data.test_limit=8",
-                        "data.eval_splits=[test_cb513, test_new364]").results
+    results = quick_run(
+        "secondary_structure",
+        tiny_protein_dta,
+        run_dir,
+        f"data.path={shared_data / 'tape'}/secondary_structure",
+        "data.max_length=64",
+        "data.eval_limit=8",
+        "data.test_limit=8",
+        "data.eval_splits=[test_cb513, test_new364]",
+    ).results
     assert set(results["metrics"]) == {"validation", "test_cb513", "test_new364"}
     assert results["features"]["test_cb513"] > results["examples"]["test_cb513"]  # long chains became windows
     with open(shared_data / "tape/secondary_structure/test_cb513.csv") as handle:
@@ -297,7 +336,7 @@ def test_secondary_structure_scores_every_residue_and_tags_with_names(shared_dat
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     # Q3 is the saved model's per-residue accuracy over every resolved residue of the 8 chains scored.
     right = counted = 0
-    for row, tagged in zip(rows, tag(model, tokenizer, [row["sequence"] for row in rows])):
+    for row, tagged in zip(rows, tag(model, tokenizer, [row["sequence"] for row in rows]), strict=True):
         for residue, label, resolved in zip(tagged, row["ss3"], row["resolved"], strict=True):
             counted += resolved == "1"
             right += resolved == "1" and residue["label"] == label
@@ -318,8 +357,9 @@ def test_secondary_structure_scores_every_residue_and_tags_with_names(shared_dat
 
 
 def test_fluorescence_regression(shared_data, tiny_protein_dta, tmp_path):
-    results = quick_run("fluorescence", tiny_protein_dta, tmp_path / "gfp",
-                        f"data.path={shared_data / 'tape/fluorescence'}").results
+    results = quick_run(
+        "fluorescence", tiny_protein_dta, tmp_path / "gfp", f"data.path={shared_data / 'tape/fluorescence'}"
+    ).results
     assert results["main_metric"] == "spearmanr"
     assert set(results["metrics"]) == {"validation", "test"}
     # The test scores are the saved model's on the 32 test sequences scored.
@@ -349,9 +389,15 @@ def test_own_csv_classification_and_predict_cli(tiny_dta, tmp_path, capsys):
     write_own_csv(tmp_path / "train.csv", own_rows(64, 0))
     write_own_csv(tmp_path / "dev.csv", own_rows(16, 1))
     run_dir = tmp_path / "own"
-    results = quick_run("text-classification", tiny_dta, run_dir, f"data.train={tmp_path / 'train.csv'}",
-                        f"data.validation={tmp_path / 'dev.csv'}", "data.text_columns=[review]",
-                        "data.label_column=stars").results
+    results = quick_run(
+        "text-classification",
+        tiny_dta,
+        run_dir,
+        f"data.train={tmp_path / 'train.csv'}",
+        f"data.validation={tmp_path / 'dev.csv'}",
+        "data.text_columns=[review]",
+        "data.label_column=stars",
+    ).results
     assert results["label_names"] == ["bad", "good"]
     assert {"accuracy", "macro_f1"} <= set(results["metrics"]["validation"])
     capsys.readouterr()
@@ -366,8 +412,9 @@ def test_lora_adapter_saves_reloads_and_equals_the_merged_model(shared_data, tin
     from transformers import AutoModelForSequenceClassification
 
     run_dir = tmp_path / "lora"
-    results = quick_run("rte", tiny_dta, run_dir, f"data.path={shared_data / 'glue'}", "lora.r=4",
-                        "train.lr=1e-3").results
+    results = quick_run(
+        "rte", tiny_dta, run_dir, f"data.path={shared_data / 'glue'}", "lora.r=4", "train.lr=1e-3"
+    ).results
     assert results["lora"]["r"] == 4 and (run_dir / "adapter" / "adapter_config.json").is_file()
     assert "LoRA (rank 4" in (run_dir / "README.md").read_text()
     merged = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
@@ -439,8 +486,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("task,model,overrides,message", BAD)
-def test_bad_input_fails_before_anything_is_written(shared_data, tiny_bert, tmp_path, task, model, overrides,
-                                                      message):
+def test_bad_input_fails_before_anything_is_written(shared_data, tiny_bert, tmp_path, task, model, overrides, message):
     out = tmp_path / "run"
     model = str(tmp_path / model) if model else str(tiny_bert)
     overrides = [f"data.path={shared_data / 'glue'}", f"output_dir={out}", *overrides]
@@ -452,8 +498,13 @@ def test_bad_input_fails_before_anything_is_written(shared_data, tiny_bert, tmp_
 def test_labels_outside_the_label_names_and_busy_output_dir(tiny_dta, tmp_path):
     write_own_csv(tmp_path / "train.csv", own_rows(16, 0))
     write_own_csv(tmp_path / "dev.csv", [("great", "good"), ("dull", "meh")])
-    own = [f"data.train={tmp_path / 'train.csv'}", f"data.validation={tmp_path / 'dev.csv'}",
-           "data.text_columns=[review]", "data.label_column=stars", f"output_dir={tmp_path / 'out'}"]
+    own = [
+        f"data.train={tmp_path / 'train.csv'}",
+        f"data.validation={tmp_path / 'dev.csv'}",
+        "data.text_columns=[review]",
+        "data.label_column=stars",
+        f"output_dir={tmp_path / 'out'}",
+    ]
     with pytest.raises(ValueError, match=r"label 'meh' is not one of \['bad', 'good'\].*num_labels=2"):
         finetune(load_finetune_config("text-classification", str(tiny_dta), None, own))
     assert not (tmp_path / "out").exists()
@@ -467,20 +518,33 @@ def test_regression_checkpoint_refuses_a_classification_task(shared_data, tiny_b
     from transformers import AutoModelForSequenceClassification
 
     regression = tmp_path / "regression"
-    AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=1,
-                                                       problem_type="regression").save_pretrained(regression)
+    AutoModelForSequenceClassification.from_pretrained(
+        tiny_bert, num_labels=1, problem_type="regression"
+    ).save_pretrained(regression)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (regression / name).write_bytes((tiny_bert / name).read_bytes())
     with pytest.raises(ValueError, match="model.path has a regression head .* task 'sst2' is single_label"):
-        finetune(load_finetune_config("sst2", str(regression), None, [f"data.path={shared_data / 'glue'}",
-                                                                       f"output_dir={tmp_path / 'x'}"]))
+        finetune(
+            load_finetune_config(
+                "sst2", str(regression), None, [f"data.path={shared_data / 'glue'}", f"output_dir={tmp_path / 'x'}"]
+            )
+        )
 
 
 def test_list_names_every_task_with_source_head_metric_and_cpu_default(capsys):
     assert main(["finetune", "--list"]) == 0
     out = capsys.readouterr().out
-    for name in ("cola", "stsb", "mnli", "secondary_structure", "fluorescence", "stability", "text-classification",
-                 "token-classification", "glue"):
+    for name in (
+        "cola",
+        "stsb",
+        "mnli",
+        "secondary_structure",
+        "fluorescence",
+        "stability",
+        "text-classification",
+        "token-classification",
+        "glue",
+    ):
         assert f"\n{name} " in out
     assert "nyu-mll/glue" in out and "SequenceClassification" in out and "glue[cola]" in out
     assert "train.max_steps=300" in task_list()
@@ -511,25 +575,46 @@ def test_own_jsonl_multi_label_and_token_classification(tiny_dta, tmp_path):
                 labels = sorted(rng.choice(list(topics), rng.integers(1, 3), replace=False).tolist())
                 words = [word for label in labels for word in topics[label]]
                 tags = [label for label in labels for _ in topics[label]]
-                handle.write(json.dumps({"text": " ".join(words), "labels": labels, "words": words,
-                                         "tags": tags}) + "\n")
+                handle.write(
+                    json.dumps({"text": " ".join(words), "labels": labels, "words": words, "tags": tags}) + "\n"
+                )
 
     write(tmp_path / "train.jsonl", 48)
     write(tmp_path / "dev.jsonl", 16)
     files = [f"data.train={tmp_path / 'train.jsonl'}", f"data.validation={tmp_path / 'dev.jsonl'}"]
-    multi = quick_run("text-classification", tiny_dta, tmp_path / "multi", *files, "data.text_columns=[text]",
-                      "data.label_column=labels", "data.problem_type=multi_label_classification").results
+    multi = quick_run(
+        "text-classification",
+        tiny_dta,
+        tmp_path / "multi",
+        *files,
+        "data.text_columns=[text]",
+        "data.label_column=labels",
+        "data.problem_type=multi_label_classification",
+    ).results
     assert multi["label_names"] == ["food", "money", "sport"] and multi["main_metric"] == "micro_f1"
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "multi")
     assert model.config.problem_type == "multi_label_classification" and model.config.num_labels == 3
-    tokens = quick_run("token-classification", tiny_dta, tmp_path / "tokens", *files, "data.text_columns=[words]",
-                       "data.label_column=tags").results
+    tokens = quick_run(
+        "token-classification",
+        tiny_dta,
+        tmp_path / "tokens",
+        *files,
+        "data.text_columns=[words]",
+        "data.label_column=tags",
+    ).results
     assert tokens["label_names"] == ["food", "money", "sport"]
     assert AutoModelForTokenClassification.from_pretrained(tmp_path / "tokens").config.id2label[2] == "sport"
     with pytest.raises(ValueError, match="must be a list"):
-        quick_run("text-classification", tiny_dta, tmp_path / "bad", *files, "data.text_columns=[text]",
-                  "data.label_column=words", "data.problem_type=multi_label_classification",
-                  "data.label_names=x")
+        quick_run(
+            "text-classification",
+            tiny_dta,
+            tmp_path / "bad",
+            *files,
+            "data.text_columns=[text]",
+            "data.label_column=words",
+            "data.problem_type=multi_label_classification",
+            "data.label_names=x",
+        )
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
@@ -541,21 +626,27 @@ def test_squad_card_model_index_lists_the_scores_only(version):
     answers = {"text": ["William"], "answer_start": [0]}
     none = {"text": [], "answer_start": []}
     references = [{"id": "q1", "answers": answers}, {"id": "q2", "answers": none if version == "v2" else answers}]
-    predictions = [{"id": "q1", "prediction_text": "William", "no_answer_score": -1.0},
-                   {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0}]
+    predictions = [
+        {"id": "q1", "prediction_text": "William", "no_answer_score": -1.0},
+        {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0},
+    ]
     if version == "v1":
         predictions = [{key: p[key] for key in ("id", "prediction_text")} for p in predictions]
     metrics = load_metric("squad", version).compute(predictions=predictions, references=references)
     dataset, config = ("rajpurkar/squad_v2", "squad_v2") if version == "v2" else ("rajpurkar/squad", "plain_text")
-    hub_split = {"origin": "hub", "name": dataset, "config": config, "hub_split": "validation",
-                 "whole_hub_split": True}
-    results = {"pipeline_tag": "question-answering", "task": f"squad_{version}", "data": {"validation": hub_split},
-               "metrics": {"validation": {**metrics, "loss": 1.0, "runtime": 0.1}}}
+    hub_split = {"origin": "hub", "name": dataset, "config": config, "hub_split": "validation", "whole_hub_split": True}
+    results = {
+        "pipeline_tag": "question-answering",
+        "task": f"squad_{version}",
+        "data": {"validation": hub_split},
+        "metrics": {"validation": {**metrics, "loss": 1.0, "runtime": 0.1}},
+    }
     entries = _finetune_eval_results(results)
     assert {(entry.dataset_type, entry.dataset_config) for entry in entries} == {(dataset, config)}
     listed = {entry.metric_type: entry.metric_value for entry in entries}
-    expected = {"exact_match", "f1"} | ({"HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact",
-                                         "best_f1"} if version == "v2" else set())
+    expected = {"exact_match", "f1"} | (
+        {"HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1"} if version == "v2" else set()
+    )
     assert set(listed) == expected
     ours = {"exact_match": "exact" if version == "v2" else "exact_match"}  # the Hub's name for v2's "exact"
     assert all(listed[key] == pytest.approx(metrics[ours.get(key, key)], abs=1e-4) for key in expected)

@@ -10,13 +10,13 @@ import math
 
 import pytest
 import torch
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.cli import main
 from encoderlab.training.finetune.config import load_finetune_config
 from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.point import schedule
 from encoderlab.training.finetune.run import LIST_WIDTH, task_list
-from tiny_checkpoints import save_tiny_dta_mlm
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +93,33 @@ def test_a_qa_prediction_warns_of_no_sequence_length(tokenizer, tmp_path, tokeni
     import encoderlab
 
     torch.manual_seed(0)
-    config = encoderlab.DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                                      num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    config = encoderlab.DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
     encoderlab.DTABertForQuestionAnswering(config).save_pretrained(tmp_path / "qa")
     tokenizer.save_pretrained(tmp_path / "qa")
-    assert main(["predict", "qa", "--model", str(tmp_path / "qa"), "--question", "Who ruled Normandy?",
-                 "--context", "In 1066 Normandy was ruled by William.", "--doc-stride", "16"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "qa",
+                "--model",
+                str(tmp_path / "qa"),
+                "--question",
+                "Who ruled Normandy?",
+                "--context",
+                "In 1066 Normandy was ruled by William.",
+                "--doc-stride",
+                "16",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["question"] == "Who ruled Normandy?"
     assert not [m for m in tokenizer_warnings if "sequence length is longer" in m], tokenizer_warnings
 
@@ -134,8 +155,12 @@ def test_a_sentence_pair_is_read_without_text_columns(mlm, tmp_path):
 
     rows = [(text, "the film", label) for text, label in sentiment_rows(16)]
     train = write_csv(tmp_path / "pairs.csv", ["sentence1", "sentence2", "label"], rows)
-    run = load_finetune_config("text-classification", str(mlm), None,
-                               quick(tmp_path / "run", f"data.train={train}", f"data.validation={train}"))
+    run = load_finetune_config(
+        "text-classification",
+        str(mlm),
+        None,
+        quick(tmp_path / "run", f"data.train={train}", f"data.validation={train}"),
+    )
     raw = prepare(run).raw["train"]
     assert raw[0]["text"] == rows[0][0] and raw[0]["text_pair"] == "the film"
 
@@ -145,8 +170,9 @@ def test_no_or_several_obvious_text_columns_list_the_files_columns(mlm, tmp_path
     rows = [(*(["a charming film"] * (len(header) - 1)), "good")] * 8
     train = write_csv(tmp_path / "train.csv", header, rows)
     run_dir = tmp_path / "run"
-    run = load_finetune_config("text-classification", str(mlm), None,
-                               quick(run_dir, f"data.train={train}", f"data.validation={train}"))
+    run = load_finetune_config(
+        "text-classification", str(mlm), None, quick(run_dir, f"data.train={train}", f"data.validation={train}")
+    )
     with pytest.raises(ValueError, match="needs data.text_columns") as error:
         finetune(run)
     assert str(header) in str(error.value)  # the file's own columns, in its order
@@ -160,11 +186,30 @@ def test_no_or_several_obvious_text_columns_list_the_files_columns(mlm, tmp_path
 
 def test_pair_predictions_echo_the_second_text(sentence_run, tmp_path, capsys):
     run_dir = str(sentence_run.run_dir)
-    assert main(["predict", "classify", "--model", run_dir, "--text", "a dull film", "--text-pair", "it was",
-                 "--text", "a moving film", "--text-pair", "it is"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "classify",
+                "--model",
+                run_dir,
+                "--text",
+                "a dull film",
+                "--text-pair",
+                "it was",
+                "--text",
+                "a moving film",
+                "--text-pair",
+                "it is",
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(line["text"], line["text_pair"]) for line in lines] == [("a dull film", "it was"),
-                                                                     ("a moving film", "it is")]
+    assert [(line["text"], line["text_pair"]) for line in lines] == [
+        ("a dull film", "it was"),
+        ("a moving film", "it is"),
+    ]
     file = tmp_path / "pairs.jsonl"
     file.write_text(json.dumps({"text": "a dull film", "text_pair": "it was"}) + "\n", encoding="utf-8")
     assert main(["predict", "classify", "--model", run_dir, "--file", str(file)]) == 0
@@ -200,8 +245,13 @@ def test_stsb_cpu_default_evaluates_five_times_not_seventeen():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task, hint", [("sst2", "data.path=FOLDER, a folder holding SST-2/train.tsv"),
-                                        ("squad_v2", "data.train=train-v2.0.json --set data.validation=dev-v2.0.json")])
+@pytest.mark.parametrize(
+    "task, hint",
+    [
+        ("sst2", "data.path=FOLDER, a folder holding SST-2/train.tsv"),
+        ("squad_v2", "data.train=train-v2.0.json --set data.validation=dev-v2.0.json"),
+    ],
+)
 def test_an_unreachable_hub_dataset_names_the_local_option(mlm, tmp_path, monkeypatch, task, hint):
     import datasets
 

@@ -6,12 +6,12 @@ import csv
 import dataclasses
 
 import pytest
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.training.finetune.config import FinetuneTrainSection, load_finetune_config
 from encoderlab.training.finetune.layer_decay import LayerDecayTrainer
 from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.point import Point, Recipe, point_name
-from tiny_checkpoints import save_tiny_dta_mlm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,8 +35,12 @@ def own_data(tmp_path) -> list[str]:
     rows = [(f"review number {i} was {'good' if i % 2 else 'bad'}", "good" if i % 2 else "bad") for i in range(16)]
     with open(tmp_path / "train.csv", "w", newline="") as handle:
         csv.writer(handle).writerows([("review", "stars"), *rows])
-    return [f"data.train={tmp_path / 'train.csv'}", f"data.validation={tmp_path / 'train.csv'}",
-            "data.text_columns=[review]", "data.label_column=stars"]
+    return [
+        f"data.train={tmp_path / 'train.csv'}",
+        f"data.validation={tmp_path / 'train.csv'}",
+        "data.text_columns=[review]",
+        "data.label_column=stars",
+    ]
 
 
 def record_rates(monkeypatch) -> list[dict]:
@@ -57,15 +61,23 @@ def record_rates(monkeypatch) -> list[dict]:
 @pytest.mark.parametrize("decay", [1.0, 0.5])
 def test_each_points_lr_reaches_the_optimizer_groups_once(tiny_dta, tmp_path, monkeypatch, decay):
     seen = record_rates(monkeypatch)
-    overrides = [*own_data(tmp_path), "train.max_steps=1", "train.eval_steps=1", "train.batch_size=16",
-                 f"train.lr={TRAIN_LR}", f"search.lr={list(GRID)}", f"train.layerwise_lr_decay={decay}",
-                 "train.warmup_fraction=0", f"output_dir={tmp_path / 'run'}"]
+    overrides = [
+        *own_data(tmp_path),
+        "train.max_steps=1",
+        "train.eval_steps=1",
+        "train.batch_size=16",
+        f"train.lr={TRAIN_LR}",
+        f"search.lr={list(GRID)}",
+        f"train.layerwise_lr_decay={decay}",
+        "train.warmup_fraction=0",
+        f"output_dir={tmp_path / 'run'}",
+    ]
     results = finetune(load_finetune_config("text-classification", str(tiny_dta), None, overrides)).results
     assert [point["lr"] for point in results["grid"]] == list(GRID)
     assert [point["learning_rate"] for point in seen] == list(GRID)
     first, second = seen
     # the head and final norm train at the point's lr, each layer below at decay x the one above: one factor of lr
-    assert set(first["groups"]) == {GRID[0] * decay ** depth for depth in range(4)}
+    assert set(first["groups"]) == {GRID[0] * decay**depth for depth in range(4)}
     assert max(first["groups"]) == GRID[0]
     assert second["groups"] == [2 * rate for rate in first["groups"]]  # twice the lr: every group's rate twice
     for point in seen:

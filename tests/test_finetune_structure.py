@@ -62,26 +62,30 @@ def test_a_kind_without_an_abstract_hook_cannot_be_built():
 
 def test_each_kind_says_its_evaluation_splits():
     mnli = load_finetune_config("mnli", "unused", overrides=["data.test=[extra.csv]"])
-    assert get_kind("sequence").eval_splits(get_task("mnli"), mnli.data, raw={}) == \
-        ["validation_mismatched", "test_extra"]
+    assert get_kind("sequence").eval_splits(get_task("mnli"), mnli.data, raw={}) == [
+        "validation_mismatched",
+        "test_extra",
+    ]
     squad = load_finetune_config("squad_v1", "unused")
     raw = {"train": [], "validation": [], "test_dev_half": []}
     assert get_kind("qa").eval_splits(get_task("squad_v1"), squad.data, raw) == ["test_dev_half"]
 
 
-@pytest.mark.parametrize("task,fields", [("squad_v2", ["start_positions", "end_positions"]), ("sst2", ["labels"]),
-                                         ("secondary_structure", ["labels"])])
+@pytest.mark.parametrize(
+    "task,fields",
+    [("squad_v2", ["start_positions", "end_positions"]), ("sst2", ["labels"]), ("secondary_structure", ["labels"])],
+)
 def test_the_trainer_reads_the_kinds_label_fields(task, fields, tmp_path):
     run = load_finetune_config(task, "unused")
     point = Point(lr=run.train.lr, batch_size=run.train.batch_size, weight_decay=run.train.weight_decay)
     steps = schedule(train_size=100, examples_per_step=point.batch_size, epochs=1.0, max_steps=10, eval_steps=5)
-    args = training_arguments(point, steps, point_recipe(run), tmp_path, get_task(task).kind_object().label_fields,
-                              "f1")
+    args = training_arguments(
+        point, steps, point_recipe(run), tmp_path, get_task(task).kind_object().label_fields, "f1"
+    )
     assert args.label_names == fields
 
 
 def test_squad_v2_saves_its_threshold_and_v1_nothing():
     kind = get_kind("qa")
-    assert kind.model_config_updates(get_task("squad_v2"), {"eval_best_f1_thresh": -1.5}) == \
-        {"qa_null_threshold": -1.5}
+    assert kind.model_config_updates(get_task("squad_v2"), {"eval_best_f1_thresh": -1.5}) == {"qa_null_threshold": -1.5}
     assert kind.model_config_updates(get_task("squad_v1"), {"eval_best_f1_thresh": -1.5}) == {}

@@ -12,21 +12,21 @@ import random
 
 import pytest
 import torch
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.cli import main
 from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.tokenization.protein import tape_iupac_tokenizer
 from encoderlab.training import text_files
-from encoderlab.training.finetune.model_setup import load_model
-from encoderlab.training.finetune.predict import check_residues, classify, tag
 from encoderlab.training.finetune.config import load_finetune_config
+from encoderlab.training.finetune.model_setup import load_model
 from encoderlab.training.finetune.pipeline import finetune
+from encoderlab.training.finetune.predict import check_residues, classify, tag
 from encoderlab.training.finetune.prepare import prepare
 from encoderlab.training.finetune.report import format_results
 from encoderlab.training.sources import load_documents
 from encoderlab.training.text_files import first_undecodable
-from tiny_checkpoints import save_tiny_dta_mlm
 
 RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
 POSITIONS = 64
@@ -37,9 +37,20 @@ def tiny_homa(tmp_path_factory):
     """A tiny HOMA masked LM with TAPE's residue tokenizer and a 64-row position table."""
     tokenizer = tape_iupac_tokenizer(POSITIONS)
     torch.manual_seed(0)
-    config = HOMAConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=16,
-                        num_attention_heads=2, num_hidden_layers=1, intermediate_size=32, block_size=8, block_stride=4,
-                        triadic_window=3, u_rank=4, fusion_hidden_size=8, max_position_embeddings=POSITIONS)
+    config = HOMAConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=32,
+        block_size=8,
+        block_stride=4,
+        triadic_window=3,
+        u_rank=4,
+        fusion_hidden_size=8,
+        max_position_embeddings=POSITIONS,
+    )
     folder = tmp_path_factory.mktemp("homa")
     HOMAForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -74,10 +85,23 @@ def regression_run(model, tmp_path, train_rows, *more, validation_rows=None):
     """A per-sequence regression on own protein CSVs (columns sequence, score)."""
     train = write_rows(tmp_path / "train.csv", ["sequence", "score"], train_rows)
     dev = write_rows(tmp_path / "dev.csv", ["sequence", "score"], validation_rows or train_rows[:8])
-    return load_finetune_config("text-classification", str(model), None, [
-        f"data.train={train}", f"data.validation={dev}", "data.problem_type=regression",
-        "data.text_columns=[sequence]", "data.label_column=score", "train.max_steps=2", "train.eval_steps=2",
-        "train.batch_size=4", f"output_dir={tmp_path / 'run'}", *more])
+    return load_finetune_config(
+        "text-classification",
+        str(model),
+        None,
+        [
+            f"data.train={train}",
+            f"data.validation={dev}",
+            "data.problem_type=regression",
+            "data.text_columns=[sequence]",
+            "data.label_column=score",
+            "train.max_steps=2",
+            "train.eval_steps=2",
+            "train.batch_size=4",
+            f"output_dir={tmp_path / 'run'}",
+            *more,
+        ],
+    )
 
 
 def scored(sequences):
@@ -93,8 +117,11 @@ def test_a_character_outside_the_alphabet_stops_the_run_naming_the_record(tiny_h
     rows = scored(proteins(12, 20))
     rows[2] = ("MKTJAY*VL", "0.5")  # file line 4: J and * have no token in TAPE's alphabet
     run = regression_run(tiny_homa, tmp_path, rows)
-    with pytest.raises(ValueError, match=r"train\.csv line 4: 2 character\(s\) outside the tokenizer's residue "
-                                         r"alphabet: 'J' at 3, '\*' at 6.*data\.unknown_residues=allow"):
+    with pytest.raises(
+        ValueError,
+        match=r"train\.csv line 4: 2 character\(s\) outside the tokenizer's residue "
+        r"alphabet: 'J' at 3, '\*' at 6.*data\.unknown_residues=allow",
+    ):
         finetune(run)
     assert not (tmp_path / "run").exists()
 
@@ -121,27 +148,40 @@ def test_allowed_unknown_characters_and_lowercase_are_counted_per_split(tiny_hom
         "validation": {"records": 4, "lowercase_records": 0, "unknown_characters": 1, "unknown_records": 1},
     }
     logged = "\n".join(record.getMessage() for record in caplog.records)
-    assert ("train: 12 sequences checked against the residue alphabet: 2 with lowercase letters, read as "
-            "uppercase; 3 character(s) outside the residue alphabet in 2 sequence(s)") in logged
-    assert ("train: 3 character(s) outside the residue alphabet in 2 of 12 sequences read as the unknown token, "
-            "2 sequence(s) with lowercase letters read as uppercase") in format_results(result.results)
+    assert (
+        "train: 12 sequences checked against the residue alphabet: 2 with lowercase letters, read as "
+        "uppercase; 3 character(s) outside the residue alphabet in 2 sequence(s)"
+    ) in logged
+    assert (
+        "train: 3 character(s) outside the residue alphabet in 2 of 12 sequences read as the unknown token, "
+        "2 sequence(s) with lowercase letters read as uppercase"
+    ) in format_results(result.results)
     card = (result.run_dir / "README.md").read_text(encoding="utf-8")
-    assert ("`train`: 3 character(s) outside the tokenizer's residue alphabet in 2 of 12 sequences, read as the "
-            "unknown token (`data.unknown_residues=allow`); 2 sequence(s) with lowercase letters") in card
+    assert (
+        "`train`: 3 character(s) outside the tokenizer's residue alphabet in 2 of 12 sequences, read as the "
+        "unknown token (`data.unknown_residues=allow`); 2 sequence(s) with lowercase letters"
+    ) in card
 
 
 def test_token_tasks_check_residues_and_text_tokenizers_are_not_checked(tiny_homa, text_mlm, tmp_path):
     tagged = [(sequence, "H" * len(sequence)) for sequence in proteins(6, 12)]
     tagged[4] = ("MKJT", "HHHH")
     train = write_rows(tmp_path / "ss.csv", ["sequence", "ss3"], tagged)
-    overrides = [f"data.train={train}", f"data.validation={train}", "data.text_columns=[sequence]",
-                 "data.label_column=ss3"]
+    overrides = [
+        f"data.train={train}",
+        f"data.validation={train}",
+        "data.text_columns=[sequence]",
+        "data.label_column=ss3",
+    ]
     with pytest.raises(ValueError, match=r"ss\.csv line 6: 1 character\(s\) .*'J' at 2"):
         prepare(load_finetune_config("token-classification", str(tiny_homa), None, overrides))
     # A text tokenizer's vocabulary covers any text: nothing is checked, nothing counted.
     texts = write_rows(tmp_path / "texts.csv", ["text", "label"], [("a * b 123 J", "x"), ("more J words", "y")] * 4)
-    prepared = prepare(load_finetune_config("text-classification", str(text_mlm), None,
-                                            [f"data.train={texts}", f"data.validation={texts}"]))
+    prepared = prepare(
+        load_finetune_config(
+            "text-classification", str(text_mlm), None, [f"data.train={texts}", f"data.validation={texts}"]
+        )
+    )
     assert prepared.residues is None
 
 
@@ -174,12 +214,25 @@ def ragged_csv(path, sequences):
 
 def test_records_of_another_field_count_stop_the_run_naming_their_lines(tiny_homa, tmp_path):
     train, ragged = ragged_csv(tmp_path / "ragged.csv", proteins(20, 12))
-    run = load_finetune_config("text-classification", str(tiny_homa), None, [
-        f"data.train={train}", f"data.validation={train}", "data.problem_type=regression",
-        "data.text_columns=[sequence]", "data.label_column=score", f"output_dir={tmp_path / 'run'}"])
-    with pytest.raises(ValueError, match=rf"3 record\(s\) of '.*ragged\.csv' have a number of fields other than the "
-                                         rf"header's 3 \(line\(s\) {ragged[0]}, {ragged[1]}, {ragged[2]}\).*"
-                                         r"data\.skip_malformed_rows=true"):
+    run = load_finetune_config(
+        "text-classification",
+        str(tiny_homa),
+        None,
+        [
+            f"data.train={train}",
+            f"data.validation={train}",
+            "data.problem_type=regression",
+            "data.text_columns=[sequence]",
+            "data.label_column=score",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"3 record\(s\) of '.*ragged\.csv' have a number of fields other than the "
+        rf"header's 3 \(line\(s\) {ragged[0]}, {ragged[1]}, {ragged[2]}\).*"
+        r"data\.skip_malformed_rows=true",
+    ):
         finetune(run)
     assert not (tmp_path / "run").exists()
 
@@ -188,10 +241,23 @@ def test_skipped_records_are_counted_as_the_files_and_reported(tiny_homa, tmp_pa
     sequences = proteins(20, 12)
     train, ragged = ragged_csv(tmp_path / "ragged.csv", sequences)
     dev = write_rows(tmp_path / "dev.csv", ["sequence", "score"], scored(sequences[:4]))
-    run = load_finetune_config("text-classification", str(tiny_homa), None, [
-        f"data.train={train}", f"data.validation={dev}", "data.problem_type=regression",
-        "data.text_columns=[sequence]", "data.label_column=score", "data.skip_malformed_rows=true",
-        "train.max_steps=1", "train.eval_steps=1", "train.batch_size=4", f"output_dir={tmp_path / 'run'}"])
+    run = load_finetune_config(
+        "text-classification",
+        str(tiny_homa),
+        None,
+        [
+            f"data.train={train}",
+            f"data.validation={dev}",
+            "data.problem_type=regression",
+            "data.text_columns=[sequence]",
+            "data.label_column=score",
+            "data.skip_malformed_rows=true",
+            "train.max_steps=1",
+            "train.eval_steps=1",
+            "train.batch_size=4",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
     with caplog.at_level(logging.INFO):
         result = finetune(run)
     source = result.results["data"]["train"]
@@ -199,11 +265,14 @@ def test_skipped_records_are_counted_as_the_files_and_reported(tiny_homa, tmp_pa
     assert source["capped"] is False and result.results["examples"]["train"] == 17
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "train: 17 of 20 examples from" in logged and "3 malformed records left out" in logged
-    assert (f"train: 3 malformed record(s) left out (data.skip_malformed_rows=true), line(s) {ragged}"
-            in format_results(result.results))
+    assert f"train: 3 malformed record(s) left out (data.skip_malformed_rows=true), line(s) {ragged}" in format_results(
+        result.results
+    )
     card = (result.run_dir / "README.md").read_text(encoding="utf-8")
-    assert (f"`ragged.csv`: all 17 examples; 3 record(s) whose number of fields differs from the header's left out "
-            f"(line(s) {', '.join(map(str, ragged))}; `data.skip_malformed_rows`)") in card
+    assert (
+        f"`ragged.csv`: all 17 examples; 3 record(s) whose number of fields differs from the header's left out "
+        f"(line(s) {', '.join(map(str, ragged))}; `data.skip_malformed_rows`)"
+    ) in card
     # the kept records keep their own lines: the two-line record, then the one after the blank line
     assert prepare(run).sources["train"].lines[:3] == [2, 3, 6]
 
@@ -212,9 +281,18 @@ def test_errors_name_the_line_after_multi_line_records(tiny_homa, tmp_path):
     sequences = proteins(6, 12)
     train = tmp_path / "train.csv"
     train.write_text(f'sequence,score,note\n{sequences[0]},1,"two\nlines"\n\n{sequences[1]},high,\n', encoding="utf-8")
-    run = load_finetune_config("text-classification", str(tiny_homa), None, [
-        f"data.train={train}", f"data.validation={train}", "data.problem_type=regression",
-        "data.text_columns=[sequence]", "data.label_column=score"])
+    run = load_finetune_config(
+        "text-classification",
+        str(tiny_homa),
+        None,
+        [
+            f"data.train={train}",
+            f"data.validation={train}",
+            "data.problem_type=regression",
+            "data.text_columns=[sequence]",
+            "data.label_column=score",
+        ],
+    )
     with pytest.raises(ValueError, match=r"train\.csv line 5: label 'high' is not a number"):
         prepare(run)
 
@@ -239,8 +317,7 @@ def placeholder_head(tmp_path_factory, text_mlm):
 def own_labels(tmp_path, labels):
     rows = [(f"review number {index}", labels[index % len(labels)]) for index in range(24)]
     train = write_rows(tmp_path / "train.csv", ["text", "label"], rows)
-    return [f"data.train={train}", f"data.validation={train}", "train.max_steps=1",
-            f"output_dir={tmp_path / 'run'}"]
+    return [f"data.train={train}", f"data.validation={train}", "train.max_steps=1", f"output_dir={tmp_path / 'run'}"]
 
 
 def test_a_placeholder_head_of_another_size_gets_the_one_line_error(placeholder_head, tmp_path):
@@ -249,20 +326,21 @@ def test_a_placeholder_head_of_another_size_gets_the_one_line_error(placeholder_
         finetune(load_finetune_config("text-classification", str(placeholder_head), None, overrides))
     message = str(error.value)
     assert "\n" not in message and not (tmp_path / "run").exists()
-    assert ("has a 3-label head trained for the labels ['LABEL_0', 'LABEL_1', 'LABEL_2'] (config.id2label), but the "
-            "data's labels are ['High', 'Low', 'Mid', 'high', 'low', 'mid'] (6); ['High', 'high'] and ['Low', 'low'] "
-            "and ['Mid', 'mid'] differ only in case; its output layer has 3 rows, not 6. Set model.new_head=true") \
-        in message
-    run = load_finetune_config("text-classification", str(placeholder_head), None,
-                               [*overrides, "model.new_head=true"])
+    assert (
+        "has a 3-label head trained for the labels ['LABEL_0', 'LABEL_1', 'LABEL_2'] (config.id2label), but the "
+        "data's labels are ['High', 'Low', 'Mid', 'high', 'low', 'mid'] (6); ['High', 'high'] and ['Low', 'low'] "
+        "and ['Mid', 'mid'] differ only in case; its output layer has 3 rows, not 6. Set model.new_head=true"
+    ) in message
+    run = load_finetune_config("text-classification", str(placeholder_head), None, [*overrides, "model.new_head=true"])
     prepared = prepare(run)
     model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert model.config.num_labels == 6 and initialised and all(n.startswith("classifier.") for n in initialised)
 
 
 def test_a_placeholder_head_of_the_same_size_is_kept(placeholder_head, tmp_path):
-    run = load_finetune_config("text-classification", str(placeholder_head), None,
-                               own_labels(tmp_path, ["high", "low", "mid"]))
+    run = load_finetune_config(
+        "text-classification", str(placeholder_head), None, own_labels(tmp_path, ["high", "low", "mid"])
+    )
     prepared = prepare(run)
     assert not prepared.model.new_head
     _, initialised = load_model(prepared.model, prepared.task, prepared.kind)
@@ -271,8 +349,11 @@ def test_a_placeholder_head_of_the_same_size_is_kept(placeholder_head, tmp_path)
 
 def test_a_regression_on_a_classifier_head_is_refused_in_one_line(placeholder_head, tmp_path):
     overrides = [*own_labels(tmp_path, ["0.5", "1.5"]), "data.problem_type=regression"]
-    with pytest.raises(ValueError, match=r"has a 3-label head .*data's labels are a score \(regression, 1 output\); "
-                                         r"its output layer has 3 rows, not 1\. Set model\.new_head=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"has a 3-label head .*data's labels are a score \(regression, 1 output\); "
+        r"its output layer has 3 rows, not 1\. Set model\.new_head=true",
+    ):
         prepare(load_finetune_config("text-classification", str(placeholder_head), None, overrides))
 
 
@@ -283,8 +364,9 @@ def test_a_regression_on_a_classifier_head_is_refused_in_one_line(placeholder_he
 
 def test_the_default_length_is_the_datas_longest_within_the_position_limit(tiny_homa, tmp_path):
     lengths = [30, 45, 20, 60, 12, 33, 41, 25]  # with <cls> and <sep>: the longest is 62 tokens, under 64
-    prepared = prepare(regression_run(tiny_homa, tmp_path, scored(proteins(8, lengths)),
-                                      validation_rows=scored(proteins(2, [10, 50]))))
+    prepared = prepare(
+        regression_run(tiny_homa, tmp_path, scored(proteins(8, lengths)), validation_rows=scored(proteins(2, [10, 50])))
+    )
     assert prepared.settings.data.max_length == 62 and prepared.max_length_chosen == "the data's longest sequence"
     assert prepared.tokenizer.model_max_length == 62
     assert [len(ids) for ids in prepared.features["train"]["input_ids"]] == [n + 2 for n in lengths]  # none cut
@@ -293,8 +375,11 @@ def test_the_default_length_is_the_datas_longest_within_the_position_limit(tiny_
 def test_cutting_many_sequences_by_default_is_refused(tiny_homa, tmp_path):
     lengths = [40] * 18 + [100, 120]  # 2 of 20 (10%) longer than the 64 positions
     run = regression_run(tiny_homa, tmp_path, scored(proteins(20, lengths)))
-    with pytest.raises(ValueError, match=r"train: 2 of 20 sequences \(10%; the longest 122 tokens\) do not fit the "
-                                         r"checkpoint's max_position_embeddings=64 .*set data\.max_length=64"):
+    with pytest.raises(
+        ValueError,
+        match=r"train: 2 of 20 sequences \(10%; the longest 122 tokens\) do not fit the "
+        r"checkpoint's max_position_embeddings=64 .*set data\.max_length=64",
+    ):
         finetune(run)
     assert not (tmp_path / "run").exists()
 
@@ -313,8 +398,11 @@ def test_an_explicit_length_truncates_as_asked_and_text_keeps_128(tiny_homa, tex
     assert prepared.settings.data.max_length == 32 and prepared.max_length_chosen == "data.max_length"
     assert {len(ids) for ids in prepared.features["train"]["input_ids"]} == {32}
     texts = write_rows(tmp_path / "texts.csv", ["text", "label"], [("a charming film", "good")] * 8)
-    prepared = prepare(load_finetune_config("text-classification", str(text_mlm), None,
-                                            [f"data.train={texts}", f"data.validation={texts}"]))
+    prepared = prepare(
+        load_finetune_config(
+            "text-classification", str(text_mlm), None, [f"data.train={texts}", f"data.validation={texts}"]
+        )
+    )
     assert (prepared.settings.data.max_length, prepared.max_length_chosen) == (128, "default")
 
 
@@ -340,28 +428,45 @@ def assert_names_the_byte(error, path, offset):
 
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
 def test_a_fine_tuning_file_that_is_not_utf8_is_named_with_the_offset(text_mlm, tmp_path, suffix):
-    rows = {".csv": ("text,label", lambda i, extra: f"review {i} {extra},good"),
-            ".tsv": ("text\tlabel", lambda i, extra: f"review {i} {extra}\tgood"),
-            ".jsonl": ("", lambda i, extra: f'{{"text": "review {i} {extra}", "label": "good"}}')}
+    rows = {
+        ".csv": ("text,label", lambda i, extra: f"review {i} {extra},good"),
+        ".tsv": ("text\tlabel", lambda i, extra: f"review {i} {extra}\tgood"),
+        ".jsonl": ("", lambda i, extra: f'{{"text": "review {i} {extra}", "label": "good"}}'),
+    }
     train = tmp_path / f"train{suffix}"
     offset = latin1_file(train, *rows[suffix], rows=3000, bad_row=2500)
     assert offset > 8192 * 2  # past the reader's first buffers: the codec's own position would be wrong
-    run = load_finetune_config("text-classification", str(text_mlm), None,
-                               [f"data.train={train}", f"data.validation={train}", f"output_dir={tmp_path / 'run'}"])
+    run = load_finetune_config(
+        "text-classification",
+        str(text_mlm),
+        None,
+        [f"data.train={train}", f"data.validation={train}", f"output_dir={tmp_path / 'run'}"],
+    )
     with pytest.raises(ValueError) as error:
         finetune(run)
     assert_names_the_byte(error.value, train, offset)
     assert not (tmp_path / "run").exists()
 
 
-CORPORA = {"corpus.txt": ("", lambda i, extra: f"document {i} words {extra}\n"),
-           "corpus.fasta.gz": ("", lambda i, extra: f">p{i}\nMKTAYIAK{extra}"),
-           "corpus.csv": ("text", lambda i, extra: f"document {i} words {extra}"),
-           "corpus.jsonl": ("", lambda i, extra: f'{{"text": "document {i} {extra}"}}')}
+CORPORA = {
+    "corpus.txt": ("", lambda i, extra: f"document {i} words {extra}\n"),
+    "corpus.fasta.gz": ("", lambda i, extra: f">p{i}\nMKTAYIAK{extra}"),
+    "corpus.csv": ("text", lambda i, extra: f"document {i} words {extra}"),
+    "corpus.jsonl": ("", lambda i, extra: f'{{"text": "document {i} {extra}"}}'),
+}
 
 
-@pytest.mark.parametrize("name, streaming", [("corpus.txt", True), ("corpus.fasta.gz", True), ("corpus.csv", True),
-                                             ("corpus.csv", False), ("corpus.jsonl", True), ("corpus.jsonl", False)])
+@pytest.mark.parametrize(
+    "name, streaming",
+    [
+        ("corpus.txt", True),
+        ("corpus.fasta.gz", True),
+        ("corpus.csv", True),
+        ("corpus.csv", False),
+        ("corpus.jsonl", True),
+        ("corpus.jsonl", False),
+    ],
+)
 def test_a_pretraining_corpus_that_is_not_utf8_is_named_with_the_offset(tmp_path, monkeypatch, name, streaming):
     import datasets
 
@@ -380,8 +485,13 @@ def test_squad_files_and_qa_inputs_that_are_not_utf8_are_named_with_the_offset(t
 
     squad = tmp_path / "train.json"
     question = '{{"id": "q{0}", "question": "Where {1}?", "answers": [], "is_impossible": true}}'
-    offset = latin1_file(squad, '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [',
-                         lambda i, extra: question.format(i, extra) + ("," if i < 999 else "]}]}]}"), 1000, 700)
+    offset = latin1_file(
+        squad,
+        '{"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [',
+        lambda i, extra: question.format(i, extra) + ("," if i < 999 else "]}]}]}"),
+        1000,
+        700,
+    )
     with pytest.raises(ValueError) as error:
         read_squad_json(squad)
     assert_names_the_byte(error.value, squad, offset)
@@ -401,9 +511,9 @@ def test_first_undecodable_agrees_with_decoding_the_whole_file(tmp_path, monkeyp
         data = "".join(rng.choice("aé€😀\n") for _ in range(rng.randrange(40))).encode()
         if trial % 3 == 0:
             cut = rng.randrange(len(data) + 1)
-            data = data[:cut] + bytes([rng.choice([0x80, 0xd7, 0xe9, 0xff])]) + data[cut:]
+            data = data[:cut] + bytes([rng.choice([0x80, 0xD7, 0xE9, 0xFF])]) + data[cut:]
         elif trial % 3 == 1:
-            data = data[:rng.randrange(len(data) + 1)]
+            data = data[: rng.randrange(len(data) + 1)]
         path.write_bytes(data)
         try:
             data.decode("utf-8")
@@ -416,10 +526,14 @@ def test_first_undecodable_agrees_with_decoding_the_whole_file(tmp_path, monkeyp
 def test_a_utf16_file_is_said_to_be_one(text_mlm, tmp_path):
     train = tmp_path / "train.tsv"
     train.write_bytes("text\tlabel\nfine\tgood\n".encode("utf-16"))
-    run = load_finetune_config("text-classification", str(text_mlm), None,
-                               [f"data.train={train}", f"data.validation={train}"])
-    with pytest.raises(ValueError, match=r"byte 0xff at byte offset 0 does not decode\. It starts with a UTF-16 "
-                                         r"byte-order mark.*iconv -f UTF-16 -t UTF-8"):
+    run = load_finetune_config(
+        "text-classification", str(text_mlm), None, [f"data.train={train}", f"data.validation={train}"]
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"byte 0xff at byte offset 0 does not decode\. It starts with a UTF-16 "
+        r"byte-order mark.*iconv -f UTF-16 -t UTF-8",
+    ):
         prepare(run)
 
 
@@ -434,11 +548,17 @@ def protein_heads(tmp_path_factory, tiny_homa):
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
     folders = {}
-    for name, auto_class in (("token", AutoModelForTokenClassification),
-                             ("classify", AutoModelForSequenceClassification)):
+    for name, auto_class in (
+        ("token", AutoModelForTokenClassification),
+        ("classify", AutoModelForSequenceClassification),
+    ):
         labels = ["H", "E", "C"] if name == "token" else ["soluble", "membrane"]
-        model = auto_class.from_pretrained(tiny_homa, num_labels=len(labels), id2label=dict(enumerate(labels)),
-                                           label2id={label: i for i, label in enumerate(labels)})
+        model = auto_class.from_pretrained(
+            tiny_homa,
+            num_labels=len(labels),
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+        )
         folders[name] = tmp_path_factory.mktemp(name)
         model.save_pretrained(folders[name])
         AutoTokenizer.from_pretrained(tiny_homa).save_pretrained(folders[name])
@@ -462,8 +582,10 @@ def test_predict_refuses_unknown_residues_naming_the_input(protein_heads, tmp_pa
     assert main(["predict", command, "--model", str(folder), "--file", str(file), "--unknown-residues", "allow"]) == 0
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2
-    assert ("1 character(s) outside the residue alphabet in 1 of 2 sequences read as the unknown token; 1 sequence(s) "
-            "with lowercase letters read as uppercase") in captured.err
+    assert (
+        "1 character(s) outside the residue alphabet in 1 of 2 sequences read as the unknown token; 1 sequence(s) "
+        "with lowercase letters read as uppercase"
+    ) in captured.err
 
 
 def test_the_prediction_api_checks_residues_too(protein_heads):
@@ -478,7 +600,11 @@ def test_the_prediction_api_checks_residues_too(protein_heads):
     with pytest.raises(ValueError, match=r"input 1: 1 character\(s\) .*'\*' at 2"):
         classify(classifier, tokenizer, ["MK*"])
     assert check_residues(tokenizer, [("MkT",), ("AJ",)], unknown_residues="allow").as_dict() == {
-        "records": 2, "lowercase_records": 1, "unknown_characters": 1, "unknown_records": 1}
+        "records": 2,
+        "lowercase_records": 1,
+        "unknown_characters": 1,
+        "unknown_records": 1,
+    }
 
 
 def test_a_prediction_file_that_is_not_utf8_is_named_with_the_offset(protein_heads, tmp_path, capsys):

@@ -12,18 +12,18 @@ import sys
 import time
 
 import pytest
+from test_finetune import QUICK, own_rows, tiny_dta, write_own_csv  # noqa: F401 (a fixture)
+from test_pretrain import ENV, TINY, tiny_run
 
 from encoderlab import HOMAConfig, cli
+from encoderlab.run_files import MARKER_FILE, RUN_CONFIG_FILE
 from encoderlab.training import demo
 from encoderlab.training.finetune.model_setup import check_length
 from encoderlab.training.lengths import position_limits
 from encoderlab.training.pretrain import pretrain
 from encoderlab.training.pretrain_command import interrupted
 from encoderlab.training.run_config import bundled_config_names
-from encoderlab.run_files import MARKER_FILE, RUN_CONFIG_FILE
 from encoderlab.training.run_folder import last_checkpoint, start_run_folder
-from test_finetune import QUICK, own_rows, tiny_dta, write_own_csv  # noqa: F401 (a fixture)
-from test_pretrain import ENV, TINY, tiny_run
 
 
 def tiny_config_file(folder, **train):
@@ -52,20 +52,38 @@ def test_the_long_evaluation_past_a_learned_position_table_is_refused_before_any
     missing = str(tmp_path / "no-corpus.txt")  # a check that ran after reading data would fail on this instead
 
     def table_of(rows):
-        return {"config": {**TINY["model"]["config"], "position_embedding_type": "absolute",
-                           "max_position_embeddings": rows}}
+        return {
+            "config": {
+                **TINY["model"]["config"],
+                "position_embedding_type": "absolute",
+                "max_position_embeddings": rows,
+            }
+        }
 
-    with pytest.raises(ValueError, match=r"^data.long_factor x train.seq_len = 4 x 32 = 128 exceeds model.config."
-                       r"max_position_embeddings=64 \(absolute positions.*allowed: <= 64; lower data.long_factor"):
+    with pytest.raises(
+        ValueError,
+        match=r"^data.long_factor x train.seq_len = 4 x 32 = 128 exceeds model.config."
+        r"max_position_embeddings=64 \(absolute positions.*allowed: <= 64; lower data.long_factor",
+    ):
         pretrain(tiny_run(run_dir, model=table_of(64), data={"source": missing}))
     with pytest.raises(ValueError, match=r"^train.seq_len=32 exceeds model.config.max_position_embeddings=16"):
         pretrain(tiny_run(run_dir, model=table_of(16)))
     assert not run_dir.exists()
     # the command of the report: the demo config with a 256-row table, whose long evaluations are 512 tokens
-    argv = ["pretrain", "--config", "demo", "--set", "model.config.position_embedding_type=absolute", "--set",
-            "model.config.max_position_embeddings=256", "--output-dir", str(run_dir)]
+    argv = [
+        "pretrain",
+        "--config",
+        "demo",
+        "--set",
+        "model.config.position_embedding_type=absolute",
+        "--set",
+        "model.config.max_position_embeddings=256",
+        "--output-dir",
+        str(run_dir),
+    ]
     assert "data.long_factor x train.seq_len = 4 x 128 = 512 exceeds model.config.max_position_embeddings=256" in (
-        error_of(argv, capsys))
+        error_of(argv, capsys)
+    )
     assert not run_dir.exists()
     assert pretrain(tiny_run(run_dir, model=table_of(128))).results["long_len"] == 128  # 4 x 32 fits: it trains
 
@@ -81,8 +99,11 @@ def test_position_limits_are_the_models_own():
         if fits:
             check_length(linformer, max_length)
         else:
-            with pytest.raises(ValueError, match=r"data.max_length=41 exceeds the checkpoint's max_position_embeddings"
-                               r"=40 \(linformer"):
+            with pytest.raises(
+                ValueError,
+                match=r"data.max_length=41 exceeds the checkpoint's max_position_embeddings"
+                r"=40 \(linformer",
+            ):
                 check_length(linformer, max_length)
 
 
@@ -133,8 +154,9 @@ def test_output_dir_and_overwrite_replace_a_run_only_once_the_new_one_can_start(
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "notes.txt").write_text("mine")
     capsys.readouterr()
-    assert "holds no encoderlab run" in error_of(["pretrain", "--config", config, "--output-dir",
-                                                  str(tmp_path / "notes"), "--overwrite"], capsys)
+    assert "holds no encoderlab run" in error_of(
+        ["pretrain", "--config", config, "--output-dir", str(tmp_path / "notes"), "--overwrite"], capsys
+    )
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["notes.txt"]
 
 
@@ -157,15 +179,26 @@ def test_the_demo_replaces_an_earlier_demo_only_once_the_new_run_can_start(tmp_p
     assert "--overwrite to replace it" in error_of(["demo", "--output-dir", str(tmp_path / "pretrained")], capsys)
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "notes.txt").write_text("mine")
-    assert "holds no encoderlab run" in error_of(["demo", "--output-dir", str(tmp_path / "notes"), "--overwrite"],
-                                                 capsys)
+    assert "holds no encoderlab run" in error_of(
+        ["demo", "--output-dir", str(tmp_path / "notes"), "--overwrite"], capsys
+    )
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["notes.txt"]
 
 
-TINY_DEMO = [f"{key}={value}" for key, value in {
-    "model.config.hidden_size": 32, "model.config.num_hidden_layers": 2, "model.config.intermediate_size": 64,
-    "tokenizer.vocab_size": 300, "train.seq_len": 32, "train.batch_size": 4, "train.token_budget": 2400,
-    "data.max_eval_examples": 4, "train.logging_steps": 2}.items()]
+TINY_DEMO = [
+    f"{key}={value}"
+    for key, value in {
+        "model.config.hidden_size": 32,
+        "model.config.num_hidden_layers": 2,
+        "model.config.intermediate_size": 64,
+        "tokenizer.vocab_size": 300,
+        "train.seq_len": 32,
+        "train.batch_size": 4,
+        "train.token_budget": 2400,
+        "data.max_eval_examples": 4,
+        "train.logging_steps": 2,
+    }.items()
+]
 """The demo at the size of the tiny run: ~20 steps."""
 
 
@@ -180,8 +213,12 @@ def test_the_demo_prints_a_first_result_at_a_quarter_of_the_run_then_the_rest(tm
     monkeypatch.setattr(demo, "fill_mask", recording_fill_mask)
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    stages = re.findall(r"^\[(\d+)% after [\d.]+ min\] step (\d+) of (\d+): masked accuracy [\d.]+ on the validation "
-                        r"windows; fill-mask: '.*' \(p=[\d.]+\)$", out, re.M)
+    stages = re.findall(
+        r"^\[(\d+)% after [\d.]+ min\] step (\d+) of (\d+): masked accuracy [\d.]+ on the validation "
+        r"windows; fill-mask: '.*' \(p=[\d.]+\)$",
+        out,
+        re.M,
+    )
     max_steps = int(stages[0][2])
     # at every evaluation but the last (the demo config's 4), the first at a quarter of the run
     assert [int(step) for _, step, _ in stages] == [math.ceil(max_steps / 4) * k for k in (1, 2, 3)]
@@ -190,7 +227,8 @@ def test_the_demo_prints_a_first_result_at_a_quarter_of_the_run_then_the_rest(tm
     steps = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "demo").glob("checkpoint-*"))
     assert steps[-1] == max_steps
     assert demo.interrupted_demo(tmp_path / "demo").startswith(
-        f"Interrupted: {tmp_path / 'demo' / f'checkpoint-{max_steps}'} keeps the model as it was there")
+        f"Interrupted: {tmp_path / 'demo' / f'checkpoint-{max_steps}'} keeps the model as it was there"
+    )
     assert cli.main(argv) == 0  # an earlier demo run is replaced
 
 
@@ -216,8 +254,16 @@ def test_ctrl_c_prints_how_to_resume_and_the_resume_is_quiet_and_piped_logs_are_
     config_text["model"]["config"]["tie_word_embeddings"] = True  # the decoder is saved once, as the embeddings
     config.write_text(json.dumps(config_text))
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "encoderlab.cli", "pretrain", "--config", str(config), "--output-dir",
-               str(run_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "encoderlab.cli",
+        "pretrain",
+        "--config",
+        str(config),
+        "--output-dir",
+        str(run_dir),
+    ]
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while last_checkpoint(run_dir) is None and process.poll() is None:  # however long the start takes here
         time.sleep(0.05)
@@ -232,8 +278,9 @@ def test_ctrl_c_prints_how_to_resume_and_the_resume_is_quiet_and_piped_logs_are_
     for text in (out, err):  # piped: no bar redrawn with carriage returns or cursor escapes
         assert "\r" not in text and "\x1b[" not in text
     assert re.search(r"^step \d+/\d+ \(\d+%\): loss \d", out, re.M), out[-2000:]  # progress, as plain lines
-    resumed = subprocess.run([sys.executable, "-m", "encoderlab.cli", *resume.split()[1:]], env=ENV,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "encoderlab.cli", *resume.split()[1:]], env=ENV, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "missing keys" not in resumed.stderr + resumed.stdout
     results = json.loads((run_dir / "results.json").read_text())
@@ -245,8 +292,9 @@ def test_the_interrupted_message_says_where_the_run_stands(tmp_path):
     run = tiny_run(tmp_path / "run")
     assert "nothing was written" in interrupted(run, "CMD")
     start_run_folder(tmp_path / "run", "pretrain", run.to_dict())
-    assert interrupted(run, "CMD") == ("Interrupted: no checkpoint yet (resuming trains from step 0); continue with: "
-                                       "CMD")
+    assert interrupted(run, "CMD") == (
+        "Interrupted: no checkpoint yet (resuming trains from step 0); continue with: CMD"
+    )
     (tmp_path / "run" / "checkpoint-8").mkdir()
     (tmp_path / "run" / "checkpoint-8" / "trainer_state.json").write_text("{}")
     (tmp_path / "run" / "checkpoint-12").mkdir()  # cut short while it was saved: no trainer_state.json
@@ -283,22 +331,36 @@ def test_publish_without_the_hub_says_so_and_touches_nothing(finished_run, offli
     assert sorted(p.name for p in finished_run.iterdir()) == before  # no published.json
 
 
-def test_finetune_overwrite_replaces_its_run_only_once_the_new_one_has_read_its_data(tiny_dta, tmp_path, capsys):
+def test_finetune_overwrite_replaces_its_run_only_once_the_new_one_has_read_its_data(tiny_dta, tmp_path, capsys):  # noqa: F811
     write_own_csv(tmp_path / "train.csv", own_rows(16, 0))
     write_own_csv(tmp_path / "dev.csv", own_rows(8, 1))
     write_own_csv(tmp_path / "bad.csv", [("great", "good"), ("dull", "meh")])  # a label outside the training labels
     run_dir = tmp_path / "own"
-    argv = ["finetune", "--task", "text-classification", "--model", str(tiny_dta), "--output-dir", str(run_dir),
-            *(word for setting in [*QUICK, f"data.train={tmp_path / 'train.csv'}", "data.text_columns=[review]",
-                                   "data.label_column=stars"] for word in ("--set", setting))]
+    argv = [
+        "finetune",
+        "--task",
+        "text-classification",
+        "--model",
+        str(tiny_dta),
+        "--output-dir",
+        str(run_dir),
+        *(
+            word
+            for setting in [
+                *QUICK,
+                f"data.train={tmp_path / 'train.csv'}",
+                "data.text_columns=[review]",
+                "data.label_column=stars",
+            ]
+            for word in ("--set", setting)
+        ),
+    ]
     assert cli.main([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"]) == 0
     out, err = capsys.readouterr()  # not a terminal: progress as lines, no redrawn bars
     assert re.search(r"^step \d+/\d+ \(\d+%\): loss \d", out, re.M) and "\r" not in err + out
-    assert "--overwrite to replace it" in error_of([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"],
-                                                    capsys)
+    assert "--overwrite to replace it" in error_of([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}"], capsys)
     (run_dir / "earlier.txt").write_text("from the earlier run")
-    assert "label 'meh'" in error_of([*argv, "--set", f"data.validation={tmp_path / 'bad.csv'}", "--overwrite"],
-                                     capsys)
+    assert "label 'meh'" in error_of([*argv, "--set", f"data.validation={tmp_path / 'bad.csv'}", "--overwrite"], capsys)
     assert (run_dir / "earlier.txt").is_file() and (run_dir / "results.json").is_file()
     assert cli.main([*argv, "--set", f"data.validation={tmp_path / 'dev.csv'}", "--overwrite"]) == 0
     assert not (run_dir / "earlier.txt").exists() and (run_dir / "results.json").is_file()

@@ -19,13 +19,13 @@ from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
 
+import fsdp_worker
 import pytest
 import torch
+from test_pretrain import ENV, TINY, tiny_run
 
-import fsdp_worker
 from encoderlab.training import fsdp
 from encoderlab.training.launch import accelerate_config_names, accelerate_config_path
-from test_pretrain import ENV, TINY, tiny_run
 
 BIN = os.path.dirname(sys.executable)
 TORCHRUN = os.path.join(BIN, "torchrun")
@@ -63,8 +63,20 @@ def run_worker(*arguments, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def train_args(**values) -> Namespace:
-    defaults = dict(command="train", mode="single", case=",".join(CASES), tie=True, optimizer="adamw", steps=STEPS,
-                    checkpoint=None, save_at=0, stop_at=0, resume=False, activation_checkpointing=False, gather=None)
+    defaults = dict(
+        command="train",
+        mode="single",
+        case=",".join(CASES),
+        tie=True,
+        optimizer="adamw",
+        steps=STEPS,
+        checkpoint=None,
+        save_at=0,
+        stop_at=0,
+        resume=False,
+        activation_checkpointing=False,
+        gather=None,
+    )
     return Namespace(**{**defaults, **values})
 
 
@@ -74,8 +86,13 @@ def train_three_ways(folder: Path) -> SimpleNamespace:
     common = ["train", "--case", ",".join(CASES), "--tie", "--steps", STEPS]
     extra = {"fsdp": ["--gather", folder / "gathered"], "ddp": []}
     launches = {
-        mode: subprocess.Popen(torchrun(*common, "--mode", mode, "--out", folder / f"{mode}.pt", *extra[mode]),
-                               env=WORKER_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        mode: subprocess.Popen(
+            torchrun(*common, "--mode", mode, "--out", folder / f"{mode}.pt", *extra[mode]),
+            env=WORKER_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for mode in ("fsdp", "ddp")
     }
     fsdp_worker.train(train_args(out=folder / "single.pt"))
@@ -96,10 +113,10 @@ def test_pretrain_builds_its_optimizer_when_the_trainer_asks_so_that_fsdp_accept
     `optimizers=` (bench/gpu/check.py found this on an H100: every FSDP2 pretraining run stopped there). Here the
     Trainer's argument check runs as if FSDP were on; the run must train with encoderlab's Muon + AdamW over the
     parameters of the model the Trainer holds."""
+    from test_pretrain import tiny_run
     from transformers import Trainer, TrainerCallback
 
     from encoderlab.training.pretrain import pretrain
-    from test_pretrain import tiny_run
 
     validate = Trainer._validate_args
 
@@ -174,8 +191,16 @@ def test_fsdp2_config_gives_the_plugin_and_trainer_settings_expected(monkeypatch
     assert not fsdp.fsdp_requested(ddp) and ddp["ACCELERATE_MIXED_PRECISION"] == "bf16"
 
 
-@pytest.mark.parametrize("case,blocks", [(DTA, ["DTABertLayer"]), (HOMA, ["HOMALayer"]), (DSTG, ["DSTGLayer"]),
-                                         ("dstg-rope", ["NeoBERTLayer"]), (CLASSIFIER, ["DTABertLayer"])])
+@pytest.mark.parametrize(
+    "case,blocks",
+    [
+        (DTA, ["DTABertLayer"]),
+        (HOMA, ["HOMALayer"]),
+        (DSTG, ["DSTGLayer"]),
+        ("dstg-rope", ["NeoBERTLayer"]),
+        (CLASSIFIER, ["DTABertLayer"]),
+    ],
+)
 def test_wrap_block_names_are_the_blocks_the_model_has(case, blocks):
     model = fsdp_worker.new_model(case)
     assert fsdp.wrap_block_names(model) == blocks
@@ -334,9 +359,8 @@ def test_fsdp_activation_checkpointing_keeps_logits_and_gradients(tmp_path):
 def test_fsdp_ddp_and_one_process_train_alike_and_the_gathered_folder_loads(tmp_path):
     """One test, so that pytest-xdist never trains the three ways twice. The gathered DTA-BERT folder loads
     through the Auto classes (tied decoder tied) and through remote code without encoderlab, with equal logits."""
-    from transformers import AutoModelForMaskedLM
-
     from test_export import IDS, MASK, run_without_encoderlab
+    from transformers import AutoModelForMaskedLM
 
     runs = train_three_ways(tmp_path)
     for case in CASES:
@@ -425,7 +449,7 @@ def test_two_node_launch_on_one_machine_pretrains(tmp_path):
         for rank in range(2)
     ]  # fmt: skip
     outputs = [node.communicate(timeout=600) for node in nodes]
-    for node, (_, errors) in zip(nodes, outputs):
+    for node, (_, errors) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, errors[-4000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["plan"]["examples_per_step"] == 2 * TINY["train"]["batch_size"]  # two processes trained
@@ -445,14 +469,38 @@ def test_deepspeed_zero2_config_pretrains_on_two_cpu_processes(tmp_path):
     from transformers import AutoModelForMaskedLM
 
     config = tmp_path / "run.json"
-    config.write_text(json.dumps({**TINY, "optimizer": {"name": "adamw"},
-                                  "train": {**TINY["train"], "token_budget": 1500, "evaluations": 1}}))
+    config.write_text(
+        json.dumps(
+            {**TINY, "optimizer": {"name": "adamw"}, "train": {**TINY["train"], "token_budget": 1500, "evaluations": 1}}
+        )
+    )
     config_file = accelerate_config_path("deepspeed_zero2")
-    command = [os.path.join(BIN, "accelerate"), "launch", "--config_file", str(config_file),
-               "--mixed_precision", "no", "--num_processes", "2", "--main_process_port", str(free_port()), "-m",
-               "encoderlab.cli", "pretrain", "--config", str(config), "--set", f"output_dir={tmp_path / 'run'}"]
-    done = subprocess.run(command, env={**ENV, "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"},
-                          capture_output=True, text=True, timeout=600)
+    command = [
+        os.path.join(BIN, "accelerate"),
+        "launch",
+        "--config_file",
+        str(config_file),
+        "--mixed_precision",
+        "no",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "encoderlab.cli",
+        "pretrain",
+        "--config",
+        str(config),
+        "--set",
+        f"output_dir={tmp_path / 'run'}",
+    ]
+    done = subprocess.run(
+        command,
+        env={**ENV, "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["plan"]["examples_per_step"] == 2 * TINY["train"]["batch_size"]

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from step_clock import StepClock
 
 from encoderlab.experiments.homa.paper import PAPER_TABLE2
-from step_clock import StepClock
 
 GPU_DIR = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 TABLE2_ARMS = {("homa", "7"), ("homa", "5"), ("homa", "3"), ("blockwise", ""), ("pairwise", ""), ("linformer", "")}
@@ -48,8 +48,25 @@ def quick_run(experiments, tmp_path_factory):
         pytest.skip(f"real data folder {SHARED_DATA} is absent")
     out = tmp_path_factory.mktemp("homa_table") / "out"
     # a budget no calibration on any machine comes near: every arm trains --quick's 4 steps
-    assert experiments.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(SHARED_DATA),
-                             "--parts", "homa", "--minutes", "1e6"], clock=StepClock()) == 0
+    assert (
+        experiments.main(
+            [
+                "--device",
+                "cpu",
+                "--quick",
+                "--out",
+                str(out),
+                "--data",
+                str(SHARED_DATA),
+                "--parts",
+                "homa",
+                "--minutes",
+                "1e6",
+            ],
+            clock=StepClock(),
+        )
+        == 0
+    )
     return out
 
 
@@ -83,8 +100,10 @@ def test_the_paper_numbers_stand_beside_ours(quick_run):
     header = [name.strip() for name in header]
     assert header[:5] == ["model", "CB513 F1", "paper", "CB513 Acc", "paper"]
     for label, values in PAPER_TABLE2.items():
-        row = [cell.strip() for cell in next(line for line in lines if line.startswith(f"| {label} |")).strip("|")
-               .split("|")]
+        row = [
+            cell.strip()
+            for cell in next(line for line in lines if line.startswith(f"| {label} |")).strip("|").split("|")
+        ]
         ours = next(c for c in cells if c["label"] == label and c["column"] == "CB513 Acc")
         assert row[3].startswith(f"{float(ours['mean']):.4f} ± ") and row[4] == f"{values['CB513 Acc']:.4f}"
 
@@ -98,8 +117,25 @@ def test_the_output_folder_holds_the_result_files_only(experiments, quick_run):
 def test_a_budget_too_short_for_a_task_is_reported_as_skipped(experiments, tmp_path, shared_data):
     out = tmp_path / "out"
     # 3 s of budget: under the 10 s a task needs at least, whatever the machine
-    assert experiments.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                             "--parts", "homa", "--minutes", "0.05"], clock=StepClock()) == 0
+    assert (
+        experiments.main(
+            [
+                "--device",
+                "cpu",
+                "--quick",
+                "--out",
+                str(out),
+                "--data",
+                str(shared_data),
+                "--parts",
+                "homa",
+                "--minutes",
+                "0.05",
+            ],
+            clock=StepClock(),
+        )
+        == 0
+    )
     summary = (out / "experiments_summary.md").read_text()
     assert "## HOMA Table 2 at the paper's size: ss3" in summary and "- skipped: " in summary
     assert "calibration," not in summary and not (out / "homa_runs.csv").exists()  # nothing trained
@@ -107,15 +143,27 @@ def test_a_budget_too_short_for_a_task_is_reported_as_skipped(experiments, tmp_p
 
 def fake_calibration(experiments, homa_step=0.2, blockwise_step=0.05):
     return experiments.Calibration(
-        seconds_per_step={"homa": homa_step, "blockwise": blockwise_step}, evaluation={"homa": 3.0, "blockwise": 1.0},
-        final={"homa": 6.0, "blockwise": 2.0}, overhead=20.0, steps_per_epoch=650,
-        tokens_per_second={"homa": 1.0, "blockwise": 1.0}, results={})
+        seconds_per_step={"homa": homa_step, "blockwise": blockwise_step},
+        evaluation={"homa": 3.0, "blockwise": 1.0},
+        final={"homa": 6.0, "blockwise": 2.0},
+        overhead=20.0,
+        steps_per_epoch=650,
+        tokens_per_second={"homa": 1.0, "blockwise": 1.0},
+        results={},
+    )
 
 
 def context_with(experiments, tmp_path, seconds_left, quick=False):
     """A context with exactly `seconds_left` at every reading (a clock that does not move)."""
-    return experiments.common.Context(device="cpu", quick=quick, out=tmp_path, data=None, scratch=tmp_path,
-                                      seconds=seconds_left, clock=StepClock(step=0))
+    return experiments.common.Context(
+        device="cpu",
+        quick=quick,
+        out=tmp_path,
+        data=None,
+        scratch=tmp_path,
+        seconds=seconds_left,
+        clock=StepClock(step=0),
+    )
 
 
 def test_the_step_count_is_the_most_that_lets_every_arm_finish(experiments, tmp_path):
@@ -130,7 +178,8 @@ def test_the_step_count_is_the_most_that_lets_every_arm_finish(experiments, tmp_
     # HOMA arms at w = 7's step, Pairwise-2D and Linear-2D at Blockwise-2D's with the margin
     assert calibration.arm_seconds("homa", 100) - calibration.arm_seconds("homa", 0) == pytest.approx(20.0)
     assert calibration.arm_seconds("pairwise", 100) - calibration.arm_seconds("pairwise", 0) == pytest.approx(
-        100 * 0.05 * experiments.BASELINE_MARGIN)
+        100 * 0.05 * experiments.BASELINE_MARGIN
+    )
     # never past the paper's 30 epochs, however much time is left
     plenty = experiments.homa_steps(context_with(experiments, tmp_path, 1e7), calibration, 1)
     assert plenty == experiments.PAPER_MAX_EPOCHS * 650
@@ -147,8 +196,9 @@ def test_tape_root_reads_plain_csv_in_place_and_unpacks_gzipped_splits(experimen
     for split, text in texts.items():
         with gzip.open(packed / f"{split}.csv.gz", "wt") as handle:
             handle.write(text)
-    context = experiments.common.Context(device="cpu", quick=True, out=tmp_path, data=data, scratch=tmp_path / "s",
-                                         seconds=60)
+    context = experiments.common.Context(
+        device="cpu", quick=True, out=tmp_path, data=data, scratch=tmp_path / "s", seconds=60
+    )
     assert experiments.tape_root(context, "ss3") == data / "tape"
     root = experiments.tape_root(context, "stability")
     assert root != data / "tape"
@@ -169,18 +219,24 @@ def write_run(run_dir, log):
 
 
 def test_run_timing_leaves_the_first_stretch_and_the_evaluations_out_of_a_step(experiments, tmp_path):
-    losses = [{"loss": 1.0, "step": step, "train_runtime": runtime, "num_input_tokens_seen": 100 * step}
-              for step, runtime in ((2, 5.0), (4, 5.6), (6, 5.8), (8, 6.0))]  # start-up and compilation: 5.4 s
-    closing = [{"eval_loss": 1.0, "eval_runtime": 0.5, "step": 8},
-               {"train_loss": 1.0, "train_runtime": 6.5, "num_input_tokens_seen": 800, "step": 8},
-               {"validation_loss": 1.0, "validation_runtime": 0.4, "step": 8},
-               {"test_cb513_loss": 1.0, "test_cb513_runtime": 0.3, "step": 8}]
+    losses = [
+        {"loss": 1.0, "step": step, "train_runtime": runtime, "num_input_tokens_seen": 100 * step}
+        for step, runtime in ((2, 5.0), (4, 5.6), (6, 5.8), (8, 6.0))
+    ]  # start-up and compilation: 5.4 s
+    closing = [
+        {"eval_loss": 1.0, "eval_runtime": 0.5, "step": 8},
+        {"train_loss": 1.0, "train_runtime": 6.5, "num_input_tokens_seen": 800, "step": 8},
+        {"validation_loss": 1.0, "validation_runtime": 0.4, "step": 8},
+        {"test_cb513_loss": 1.0, "test_cb513_runtime": 0.3, "step": 8},
+    ]
     write_run(tmp_path / "clock", losses + closing)
     timing = experiments.run_timing(tmp_path / "clock")
     assert timing["seconds_per_step"] == pytest.approx(0.1) and timing["tokens_per_second"] == pytest.approx(1000)
     assert timing["evaluation"] == 0.5 and timing["final"] == pytest.approx(0.7)
     assert timing["steps_per_epoch"] == math.ceil(1000 / 16)
     # without a running clock in the loss logs: the whole training over its steps, start-up included
-    write_run(tmp_path / "closing", [{key: value for key, value in entry.items() if key != "train_runtime"}
-                                     for entry in losses] + closing)
+    write_run(
+        tmp_path / "closing",
+        [{key: value for key, value in entry.items() if key != "train_runtime"} for entry in losses] + closing,
+    )
     assert experiments.run_timing(tmp_path / "closing")["seconds_per_step"] == pytest.approx((6.5 - 0.5) / 8)

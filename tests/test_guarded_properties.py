@@ -22,15 +22,17 @@ from encoderlab.experiments.homa.arms import COLUMNS as HOMA_COLUMNS
 from encoderlab.experiments.homa.paper import PAPER_TABLE2
 from encoderlab.hub_cards.card import build_model_card
 from encoderlab.metrics import load_metric
+
+# Internal functions, imported here only (their modules may move).
+from encoderlab.modeling.attention import (
+    attend,  # one attention call without a model
+    choose_attention,  # the kernel a run trains with when none is named
+)
 from encoderlab.modeling.dstg import DSTGNeoBERTForMaskedLM
 from encoderlab.modeling.dta import DTABertForMaskedLM
 from encoderlab.modeling.homa import HOMAForMaskedLM
 from encoderlab.modeling.positions import ALiBiBias, T5RelativeBias
 from encoderlab.run_files import RunRecord
-
-# Internal functions, imported here only (their modules may move).
-from encoderlab.modeling.attention import attend  # one attention call without a model
-from encoderlab.modeling.attention import choose_attention  # the kernel a run trains with when none is named
 from encoderlab.training.finetune.model_path import check_model_path  # --model: local folder or Hub id
 from encoderlab.training.finetune.report import format_results  # the summary a fine-tuning run prints
 from encoderlab.training.finetune.squad import no_answer_baseline  # SQuAD's trivial rule, scored
@@ -52,18 +54,36 @@ def family_model(family, implementation, attention_dropout=0.0, **overrides):
     """A two-layer model of ``family`` ("dta", "homa", "dstg") with seeded weights and no hidden dropout, so that
     attention dropout is the only randomness of a forward (but DSTG's training-time position shift)."""
     torch.manual_seed(0)
-    sizes = dict(vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                 hidden_dropout_prob=0.0, attention_dropout=attention_dropout, attn_implementation=implementation)
+    sizes = dict(
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        hidden_dropout_prob=0.0,
+        attention_dropout=attention_dropout,
+        attn_implementation=implementation,
+    )
     sizes["max_position_embeddings"] = overrides.pop("max_position_embeddings", 64)
     if family == "dta":
         return DTABertForMaskedLM(DTABertConfig(hidden_size=16, **sizes, **overrides))
     if family == "homa":
-        return HOMAForMaskedLM(HOMAConfig(hidden_size=16, block_size=6, block_stride=3, linformer_k=5, **sizes,
-                                          **overrides))
+        return HOMAForMaskedLM(
+            HOMAConfig(hidden_size=16, block_size=6, block_stride=3, linformer_k=5, **sizes, **overrides)
+        )
     preset = overrides.pop("preset", "dstg")
-    return DSTGNeoBERTForMaskedLM(DSTGNeoBERTConfig(
-        hidden_size=24, preset=preset, ap_size=8 if preset == "dstg" else None, cls_token_id=CLS, sep_token_id=SEP,
-        relative_attention_num_buckets=8, relative_attention_max_distance=6, **sizes, **overrides))
+    return DSTGNeoBERTForMaskedLM(
+        DSTGNeoBERTConfig(
+            hidden_size=24,
+            preset=preset,
+            ap_size=8 if preset == "dstg" else None,
+            cls_token_id=CLS,
+            sep_token_id=SEP,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=6,
+            **sizes,
+            **overrides,
+        )
+    )
 
 
 # family, overrides: the attention paths of each family that take the implementation's kernel or their own
@@ -85,7 +105,7 @@ def batch(rows=2, seq_len=13, fully_padded_row=False):
     generator = torch.Generator().manual_seed(1)
     input_ids = torch.randint(5, VOCAB, (rows + fully_padded_row, seq_len), generator=generator)
     attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, seq_len - 4:] = 0
+    attention_mask[1, seq_len - 4 :] = 0
     if fully_padded_row:
         attention_mask[-1] = 0
     input_ids[:, 0] = CLS
@@ -115,8 +135,13 @@ def test_attention_dropout_is_off_in_eval_and_on_in_train(case, implementation, 
         first, second = (dropping(input_ids=input_ids, attention_mask=attention_mask).logits for _ in range(2))
         without = plain(input_ids=input_ids, attention_mask=attention_mask).logits
     assert torch.equal(first, second), "two eval forwards differ: attention dropout is on in eval"
-    torch.testing.assert_close(first[real], without[real], rtol=0, atol=1e-6,
-                               msg="eval with attention_dropout=0.5 differs from eval without it")
+    torch.testing.assert_close(
+        first[real],
+        without[real],
+        rtol=0,
+        atol=1e-6,
+        msg="eval with attention_dropout=0.5 differs from eval without it",
+    )
 
     if implementation == "flex_attention":
         return  # training with attention dropout is refused there (test_flex_attention_refuses_attention_dropout...)
@@ -126,8 +151,9 @@ def test_attention_dropout_is_off_in_eval_and_on_in_train(case, implementation, 
         torch.manual_seed(3)  # the same draws for everything else that is random in training (DSTG's shift)
         outputs[name] = model(input_ids=input_ids, attention_mask=attention_mask).logits[real]
     assert torch.equal(outputs["plain"], outputs["plain again"]), "training forwards without dropout differ"
-    assert not torch.allclose(outputs["dropping"], outputs["plain"]), \
+    assert not torch.allclose(outputs["dropping"], outputs["plain"]), (
         "attention_dropout=0.5 changes nothing in training"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -160,10 +186,18 @@ def test_bf16_eager_softmax_matches_an_fp32_reference_on_large_and_flat_logits(a
     mask = torch.ones(1, seq_len, dtype=torch.long)
     mask[:, -5:] = 0
     with torch.no_grad():
-        got, _ = attend(query, key, value, implementation="eager", attention_mask=mask, attention_type=attention_type,
-                        scale=1.0)
-        expected, _ = attend(query.float(), key.float(), value.float(), implementation="eager",
-                             attention_mask=mask, attention_type=attention_type, scale=1.0)
+        got, _ = attend(
+            query, key, value, implementation="eager", attention_mask=mask, attention_type=attention_type, scale=1.0
+        )
+        expected, _ = attend(
+            query.float(),
+            key.float(),
+            value.float(),
+            implementation="eager",
+            attention_mask=mask,
+            attention_type=attention_type,
+            scale=1.0,
+        )
     assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
     error = (got.float() - expected).abs().max().item()
     assert error <= 2**-6 * expected.abs().max().item(), f"bf16 eager output off the fp32 reference by {error:.3g}"
@@ -216,19 +250,28 @@ def test_sdpa_row_of_padding_attends_to_its_own_row(attention_type, bias, seq_le
     query, key = (torch.randn(shape, generator=generator, requires_grad=True) for _ in range(2))
     value = (1 + torch.rand(shape, generator=generator)).requires_grad_()
     mask = torch.ones(3, seq_len, dtype=torch.long)
-    mask[1, seq_len // 2:] = 0
+    mask[1, seq_len // 2 :] = 0
     mask[2] = 0  # every key of this row is padding
     documents = None
     if packed:  # row 0: two documents; row 1: three, its last one all padding; row 2: two, all padding
         documents = torch.zeros(3, seq_len, dtype=torch.long)
-        documents[:, seq_len // 3:] = 1
-        documents[1, seq_len - 3:] = 2
-    output, _ = attend(query, key, value, implementation="sdpa", attention_mask=mask, document_ids=documents,
-                       attention_type=attention_type, bias_module=bias_of(bias, 4))
+        documents[:, seq_len // 3 :] = 1
+        documents[1, seq_len - 3 :] = 2
+    output, _ = attend(
+        query,
+        key,
+        value,
+        implementation="sdpa",
+        attention_mask=mask,
+        document_ids=documents,
+        attention_type=attention_type,
+        bias_module=bias_of(bias, 4),
+    )
     assert torch.isfinite(output).all(), "non-finite attention output"
     low, high = output.min().item(), output.max().item()
-    assert 1 - 1e-5 <= low and high <= 2 + 1e-5, \
+    assert 1 - 1e-5 <= low and high <= 2 + 1e-5, (
         f"outputs in [{low:.3g}, {high:.3g}]: a row attended to no key (values lie in [1, 2])"
+    )
     output.pow(2).sum().backward()
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         assert torch.isfinite(tensor.grad).all(), f"non-finite gradient of the {name}"
@@ -283,8 +326,15 @@ NON_CUDA_DEVICES = ("cpu", "mps", "xpu", "meta", "hpu", "cpu:0", "mps:0")
 
 
 def test_the_automatic_kernel_is_sdpa_on_every_device_that_is_not_cuda():
-    config = DTABertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=24, attention_type="dual_triangle", position_embedding_type="rope")
+    config = DTABertConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=24,
+        attention_type="dual_triangle",
+        position_embedding_type="rope",
+    )
     assert config.varlen_blocker is None  # this model trains through varlen where a GPU allows it
     for device in NON_CUDA_DEVICES:
         choice = automatic_choice(config, device)
@@ -346,33 +396,61 @@ SQUAD_EXAMPLES = [
 def squad_results(answers):
     """A SQuAD v2 run's results.json as the printed summary and the model card read it, the model answering
     ``answers`` (id -> text, "" for no answer), beside the always-no-answer baseline on the same questions."""
-    predictions = [{"id": e["id"], "prediction_text": answers[e["id"]], "no_answer_score": 0.0}
-                   for e in SQUAD_EXAMPLES]
+    predictions = [{"id": e["id"], "prediction_text": answers[e["id"]], "no_answer_score": 0.0} for e in SQUAD_EXAMPLES]
     references = [{"id": e["id"], "answers": e["answers"]} for e in SQUAD_EXAMPLES]
-    metrics = load_metric("squad", "v2").compute(predictions=predictions, references=references,
-                                                 no_answer_threshold=None)
-    source = {"origin": "local", "name": "dev.json", "articles": None, "whole_hub_split": False, "capped": False,
-              "examples": len(SQUAD_EXAMPLES), "available": len(SQUAD_EXAMPLES)}
-    return {"task": "squad_v2", "pipeline_tag": "question-answering", "problem_type": "question_answering",
-            "metric_config": "v2", "main_metric": "f1", "metrics": {"validation": metrics},
-            "baseline": {"name": "always no answer",
-                         "metrics": {"validation": no_answer_baseline(SQUAD_EXAMPLES, version_2=True)}},
-            "best_point": {"learning_rate": 3e-5}, "grid": [{"learning_rate": 3e-5, "f1": metrics["f1"]}],
-            "steps": 10, "best_step": 10, "eval_steps": 5, "data": {"validation": source}, "initialised_weights": [],
-            "base_checkpoint": "runs/base", "base_model_note": "a local checkpoint"}
+    metrics = load_metric("squad", "v2").compute(
+        predictions=predictions, references=references, no_answer_threshold=None
+    )
+    source = {
+        "origin": "local",
+        "name": "dev.json",
+        "articles": None,
+        "whole_hub_split": False,
+        "capped": False,
+        "examples": len(SQUAD_EXAMPLES),
+        "available": len(SQUAD_EXAMPLES),
+    }
+    return {
+        "task": "squad_v2",
+        "pipeline_tag": "question-answering",
+        "problem_type": "question_answering",
+        "metric_config": "v2",
+        "main_metric": "f1",
+        "metrics": {"validation": metrics},
+        "baseline": {
+            "name": "always no answer",
+            "metrics": {"validation": no_answer_baseline(SQUAD_EXAMPLES, version_2=True)},
+        },
+        "best_point": {"learning_rate": 3e-5},
+        "grid": [{"learning_rate": 3e-5, "f1": metrics["f1"]}],
+        "steps": 10,
+        "best_step": 10,
+        "eval_steps": 5,
+        "data": {"validation": source},
+        "initialised_weights": [],
+        "base_checkpoint": "runs/base",
+        "base_model_note": "a local checkpoint",
+    }
 
 
 def card_text(results):
-    record = RunRecord(config={"model_type": "dta_bert"}, results=results, run={"data": {"max_length": 64},
-                                                                                   "train": {}}, folder="runs/squad")
+    record = RunRecord(
+        config={"model_type": "dta_bert"},
+        results=results,
+        run={"data": {"max_length": 64}, "train": {}},
+        folder="runs/squad",
+    )
     return str(build_model_card(record))
 
 
-@pytest.mark.parametrize("answers,expected", [
-    ({"q1": "William", "q2": "Rollo", "q3": "", "q4": ""}, +50.0),  # every question right: 100 vs 50
-    ({"q1": "", "q2": "", "q3": "Rollo", "q4": "William"}, -50.0),  # every question wrong: 0 vs 50
-    ({"q1": "William", "q2": "", "q3": "", "q4": "Rollo"}, 0.0),
-])
+@pytest.mark.parametrize(
+    "answers,expected",
+    [
+        ({"q1": "William", "q2": "Rollo", "q3": "", "q4": ""}, +50.0),  # every question right: 100 vs 50
+        ({"q1": "", "q2": "", "q3": "Rollo", "q4": "William"}, -50.0),  # every question wrong: 0 vs 50
+        ({"q1": "William", "q2": "", "q3": "", "q4": "Rollo"}, 0.0),
+    ],
+)
 def test_squad_summary_margin_is_the_model_minus_the_baseline(answers, expected):
     """The printed summary and the model card both say "the model's f1 minus the baseline's": a model better than
     answering nothing shows a positive margin, a worse one a negative margin."""
@@ -406,7 +484,7 @@ def read_paper_table2(text):
         dataset = name or dataset  # a dataset's name stands over its first column only
         headers.append(f"{dataset.replace('CASPI2', 'CASP12')} {metric}")  # the text's OCR reads CASP12 as CASPI2
     table = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip():
             break
         label, *cells = line.split("\t")
@@ -417,8 +495,9 @@ def read_paper_table2(text):
 
 def read_table_csv(path):
     with open(path, newline="", encoding="utf-8") as handle:
-        return {row.pop("model"): {column: float(value) for column, value in row.items()}
-                for row in csv.DictReader(handle)}
+        return {
+            row.pop("model"): {column: float(value) for column, value in row.items()} for row in csv.DictReader(handle)
+        }
 
 
 def test_the_checked_table2_csv_is_the_seeds_table():

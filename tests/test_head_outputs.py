@@ -7,11 +7,11 @@ import inspect
 import pytest
 import torch
 import transformers
+from test_model_inputs import FAMILIES, FAMILY_HEADS, build, good_batch, good_labels
 
 import encoderlab
 from encoderlab.modeling import dstg, dta, homa
 from encoderlab.registry import FAMILIES as REGISTERED
-from test_model_inputs import FAMILIES, FAMILY_HEADS, build, good_batch, good_labels
 
 TASK_HEADS = [(family, head) for family, head in FAMILY_HEADS if head != "base"]
 
@@ -37,9 +37,9 @@ def test_return_dict_false_gives_the_tuple_of_the_output(family, head):
     assert isinstance(as_dict, transformers.utils.ModelOutput) and isinstance(as_tuple, tuple)
     expected = as_dict.to_tuple()
     assert len(as_tuple) == len(expected) and as_dict.loss is not None and as_dict.hidden_states is not None
-    for got, want in zip(as_tuple, expected):
+    for got, want in zip(as_tuple, expected, strict=True):
         if isinstance(want, tuple):
-            assert all(torch.equal(a, b) for a, b in zip(got, want))
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
         else:
             assert torch.equal(got, want)
 
@@ -71,12 +71,17 @@ def test_heads_take_transformers_kwargs_in_place_of_named_flags(family, head):
     assert parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
 
 
-@pytest.mark.parametrize("module, config_class", [(dta, encoderlab.DTABertConfig), (homa, encoderlab.HOMAConfig),
-                                                  (dstg, encoderlab.DSTGNeoBERTConfig)])
+@pytest.mark.parametrize(
+    "module, config_class",
+    [(dta, encoderlab.DTABertConfig), (homa, encoderlab.HOMAConfig), (dstg, encoderlab.DSTGNeoBERTConfig)],
+)
 def test_every_task_model_of_a_family_is_registered_from_its_auto_class_map(module, config_class):
     auto_map = next(value for name, value in vars(module).items() if name.endswith("_AUTO_CLASSES"))
-    task_models = {value for name, value in vars(module).items() if inspect.isclass(value)
-                   and value.__module__ == module.__name__ and "For" in name}
+    task_models = {
+        value
+        for name, value in vars(module).items()
+        if inspect.isclass(value) and value.__module__ == module.__name__ and "For" in name
+    }
     assert task_models <= set(auto_map.values())
     assert REGISTERED[config_class] == auto_map
     for auto_name, model_class in auto_map.items():

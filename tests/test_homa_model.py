@@ -16,9 +16,20 @@ from encoderlab.registry import register_family
 
 register_family(HOMAConfig, HOMA_AUTO_CLASSES)
 
-TINY = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32, block_size=6,
-            block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8, linformer_k=5,
-            max_position_embeddings=40, hidden_dropout_prob=0.0)
+TINY = dict(
+    hidden_size=16,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=32,
+    block_size=6,
+    block_stride=4,
+    triadic_window=3,
+    u_rank=4,
+    fusion_hidden_size=8,
+    linformer_k=5,
+    max_position_embeddings=40,
+    hidden_dropout_prob=0.0,
+)
 
 
 def tiny_config(**overrides):
@@ -39,19 +50,22 @@ def batch(lengths, seq_len, side="right", seed=0):
 # Config
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (dict(triadic_window=4), "triadic_window=4 must be odd"),
-    (dict(triadic_window=9, block_size=8, block_stride=4), "triadic_window=9 must be <= block_size=8"),
-    (dict(block_stride=7, block_size=6), "block_stride=7 must be <= block_size=6"),
-    (dict(u_rank=17), "u_rank=17 must be <= hidden_size=16"),
-    (dict(u_rank=0), "u_rank=0 must be a positive integer"),
-    (dict(attention_type="tensor"), "attention_type='tensor' is not supported"),
-    (dict(fusion="concat"), "fusion='concat' is not supported"),
-    (dict(position_embedding_type="alibi"), "position_embedding_type='alibi' is not supported"),
-    (dict(attention_type="linformer", position_embedding_type="rope"), "does not apply to attention_type"),
-    (dict(fusion="gated", fusion_gate_init=float("nan")), "fusion_gate_init=nan must be a finite number"),
-    (dict(fusion="gated", fusion_gate_init="open"), "fusion_gate_init='open' must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(triadic_window=4), "triadic_window=4 must be odd"),
+        (dict(triadic_window=9, block_size=8, block_stride=4), "triadic_window=9 must be <= block_size=8"),
+        (dict(block_stride=7, block_size=6), "block_stride=7 must be <= block_size=6"),
+        (dict(u_rank=17), "u_rank=17 must be <= hidden_size=16"),
+        (dict(u_rank=0), "u_rank=0 must be a positive integer"),
+        (dict(attention_type="tensor"), "attention_type='tensor' is not supported"),
+        (dict(fusion="concat"), "fusion='concat' is not supported"),
+        (dict(position_embedding_type="alibi"), "position_embedding_type='alibi' is not supported"),
+        (dict(attention_type="linformer", position_embedding_type="rope"), "does not apply to attention_type"),
+        (dict(fusion="gated", fusion_gate_init=float("nan")), "fusion_gate_init=nan must be a finite number"),
+        (dict(fusion="gated", fusion_gate_init="open"), "fusion_gate_init='open' must be a finite number"),
+    ],
+)
 def test_config_rejects_bad_values(overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**overrides)
@@ -64,7 +78,9 @@ def test_full_rank_u_is_allowed():
 def test_linformer_rejects_a_length_above_its_max():
     model = HOMAModel(tiny_config(attention_type="linformer", position_embedding_type="none")).eval()
     input_ids, attention_mask = batch([41], 41)
-    with pytest.raises(ValueError, match="sequence length 41 exceeds max_position_embeddings=40 of linformer attention"):
+    with pytest.raises(
+        ValueError, match="sequence length 41 exceeds max_position_embeddings=40 of linformer attention"
+    ):
         model(input_ids=input_ids, attention_mask=attention_mask)
 
 

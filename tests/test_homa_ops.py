@@ -22,9 +22,19 @@ HIDDEN, HEADS, BLOCK, STRIDE = 8, 2, 8, 5
 
 def make_config(attention_type="homa", **overrides):
     options = dict(
-        attention_type=attention_type, hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=1,
-        block_size=BLOCK, block_stride=STRIDE, triadic_window=3, u_rank=2, fusion="mlp", fusion_hidden_size=6,
-        linformer_k=5, max_position_embeddings=32, vocab_size=30,
+        attention_type=attention_type,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_hidden_layers=1,
+        block_size=BLOCK,
+        block_stride=STRIDE,
+        triadic_window=3,
+        u_rank=2,
+        fusion="mlp",
+        fusion_hidden_size=6,
+        linformer_k=5,
+        max_position_embeddings=32,
+        vocab_size=30,
     )
     options.update(overrides)
     config = HOMAConfig(**options)
@@ -46,7 +56,7 @@ def padding_mask(lengths, seq_len, side="right"):
         if side == "right":
             mask[row, :length] = True
         else:
-            mask[row, seq_len - length:] = True
+            mask[row, seq_len - length :] = True
     return mask
 
 
@@ -175,9 +185,10 @@ def test_homa_matches_reference_for_every_window_and_rank(window, u_rank):
     assert_matches_reference(layer, random_hidden(2, 23), mask)
 
 
-@pytest.mark.parametrize("attention_type,fusion", [
-    ("homa", "mlp"), ("homa", "add"), ("homa", "gated"), ("triadic", "mlp"), ("blockwise", "mlp"),
-])
+@pytest.mark.parametrize(
+    "attention_type,fusion",
+    [("homa", "mlp"), ("homa", "add"), ("homa", "gated"), ("triadic", "mlp"), ("blockwise", "mlp")],
+)
 def test_fusions_and_pathways_match_reference(attention_type, fusion):
     layer = make_layer(make_config(attention_type, fusion=fusion, triadic_window=5))
     mask = padding_mask([19, 12], 19, side="left")
@@ -304,7 +315,7 @@ def test_triadic_function_gradcheck():
     inputs = [torch.randn(2, 1, 6, 3, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
     key_mask = torch.tensor([[1, 1, 0, 1, 1, 1], [0, 1, 1, 1, 1, 0]], dtype=torch.bool)[:, None, :]
     for window in (1, 5):
-        assert torch.autograd.gradcheck(lambda q, k, u, v: triadic_attention(q, k, u, v, key_mask, window), inputs)
+        assert torch.autograd.gradcheck(lambda q, k, u, v: triadic_attention(q, k, u, v, key_mask, window), inputs)  # noqa: B023 (called in this iteration)
 
 
 @pytest.mark.parametrize("fusion", ["mlp", "gated"])
@@ -343,7 +354,7 @@ def test_triadic_reads_no_uninitialised_memory(monkeypatch):
     empty_like, new_empty = torch.empty_like, torch.Tensor.new_empty
     monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: empty_like(*args, **kwargs).fill_(math.nan))
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda *args, **kwargs: new_empty(*args, **kwargs).fill_(math.nan))
-    for poisoned, expected in zip(run(), clean):
+    for poisoned, expected in zip(run(), clean, strict=True):
         torch.testing.assert_close(poisoned, expected, rtol=0, atol=0)
 
 

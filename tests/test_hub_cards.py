@@ -13,15 +13,14 @@ import jinja2
 import pytest
 import yaml
 from huggingface_hub import ModelCard
+from test_pretrain import ENV, tiny_run
 
 from encoderlab.cli import main
 from encoderlab.hub_cards import card as card_module
 from encoderlab.hub_cards.card import TEMPLATES, build_model_card, validate_model_card
 from encoderlab.hub_cards.publish import public_run_config, stage_run
-from encoderlab.training.pretrain import pretrain
 from encoderlab.run_files import LOAD_TIME_KEYS, MARKER_FILE, RunRecord, read_run_config, read_run_record
-
-from test_pretrain import ENV, tiny_run
+from encoderlab.training.pretrain import pretrain
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +92,9 @@ def with_results(record, **changes):
 def test_long_length_and_factor_come_from_the_results(run_dir):
     record = read_run_record(run_dir)
     assert (record.results["seq_len"], record.results["long_len"]) == (32, 128)
-    written = with_results(record, seq_len=None, long_len=None,
-                           lengths={"seq_len": 32, "long_factor": 3, "long_seq_len": 96})
+    written = with_results(
+        record, seq_len=None, long_len=None, lengths={"seq_len": 32, "long_factor": 3, "long_seq_len": 96}
+    )
     # a run from before results.json had ``lengths``: the factor comes from its two lengths
     derived = with_results(record, lengths=None, long_len=64)
     for changed, long_len, factor in ((written, 96, 3), (derived, 64, 2)):
@@ -106,8 +106,15 @@ def test_long_length_and_factor_come_from_the_results(run_dir):
 
 def finetune_record(**results):
     """The record of a fine-tuning run of a three-label classifier on local files, with `results` changed."""
-    source = {"origin": "local", "name": "train.csv", "articles": None, "whole_hub_split": False, "capped": False,
-              "examples": 64, "available": 64}
+    source = {
+        "origin": "local",
+        "name": "train.csv",
+        "articles": None,
+        "whole_hub_split": False,
+        "capped": False,
+        "examples": 64,
+        "available": 64,
+    }
     return RunRecord(
         config={"model_type": "dta_bert", "id2label": {"0": "a", "1": "b", "2": "c"}},
         results={"task": "own", "pipeline_tag": "text-classification", "problem_type": "single_label_classification",
@@ -155,8 +162,9 @@ def test_the_templates_ship_with_the_package():
     patterns = config["options.package_data"]["encoderlab.hub_cards"].split(",")
     templates = sorted(path.name for path in TEMPLATES.iterdir())
     assert templates == ["finetuning.md", "pretraining.md"]
-    assert all(any((TEMPLATES / name).relative_to(TEMPLATES.parent).match(p.strip()) for p in patterns)
-               for name in templates)
+    assert all(
+        any((TEMPLATES / name).relative_to(TEMPLATES.parent).match(p.strip()) for p in patterns) for name in templates
+    )
 
 
 def mark_as_checkpoints(folder):
@@ -185,7 +193,8 @@ def test_publish_stages_the_run_folders_own_top_level_files_never_a_checkpoints(
         assert (out / name).read_bytes() == (run / name).read_bytes(), name
     tokenizer_config = json.loads((run / "tokenizer_config.json").read_text())
     assert json.loads((out / "tokenizer_config.json").read_text()) == {
-        key: value for key, value in tokenizer_config.items() if key not in LOAD_TIME_KEYS}
+        key: value for key, value in tokenizer_config.items() if key not in LOAD_TIME_KEYS
+    }
     assert yaml.safe_load((out / "run_config.yaml").read_text()) == public_run_config(read_run_config(run), None)
     card = build_model_card(read_run_record(run), repo_id="acme/tiny-dta")
     assert ModelCard.load(out / "README.md").text == card.text

@@ -131,19 +131,29 @@ def part_of(module: str) -> str:
 
 def imports_leaving(graph: dict, parts) -> list[str]:
     """The imports of a module of one of `parts` from a module of encoderlab outside them."""
-    return [f"{module} imports {target}" for module, targets in sorted(graph.items()) if part_of(module) in parts
-            for target in sorted(targets) if target.startswith("encoderlab") and part_of(target) not in parts]
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if part_of(module) in parts
+        for target in sorted(targets)
+        if target.startswith("encoderlab") and part_of(target) not in parts
+    ]
 
 
 def kernel_readers(graph: dict, part: str) -> list[str]:
     """The modules of `part` that import an attention kernel's module."""
-    return [f"{module} imports {target}" for module, targets in sorted(graph.items()) if part_of(module) == part
-            for target in sorted(targets) if target.startswith("encoderlab.modeling.kernels")]
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if part_of(module) == part
+        for target in sorted(targets)
+        if target.startswith("encoderlab.modeling.kernels")
+    ]
 
 
 def layer_of(module: str, layers=LAYERS, package="encoderlab") -> int:
     """The level in ``layers`` of ``module``'s part of ``package`` (its first name below the package)."""
-    part = module[len(package) + 1:].split(".")[0] if module.startswith(package + ".") else ""
+    part = module[len(package) + 1 :].split(".")[0] if module.startswith(package + ".") else ""
     for level, parts in enumerate(layers):
         if part in parts:
             return level
@@ -154,12 +164,16 @@ def upward_imports(graph: dict, layers=LAYERS, package="encoderlab") -> list[str
     def within(module):
         return module == package or module.startswith(package + ".")
 
-    inside = {module: {target for target in targets if within(target)}
-              for module, targets in graph.items() if within(module)}
-    return [f"{module} (layer {layer_of(module, layers, package)}) imports {target} "
-            f"(layer {layer_of(target, layers, package)})"
-            for module, targets in sorted(inside.items()) for target in sorted(targets)
-            if layer_of(target, layers, package) > layer_of(module, layers, package)]
+    inside = {
+        module: {target for target in targets if within(target)} for module, targets in graph.items() if within(module)
+    }
+    return [
+        f"{module} (layer {layer_of(module, layers, package)}) imports {target} "
+        f"(layer {layer_of(target, layers, package)})"
+        for module, targets in sorted(inside.items())
+        for target in sorted(targets)
+        if layer_of(target, layers, package) > layer_of(module, layers, package)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -194,14 +208,16 @@ def test_no_import_goes_up_the_layers(graph):
     assert not upward_imports(graph)
     planted = {"encoderlab.results.rows": {"encoderlab.experiments.sweeps"}, "encoderlab.experiments.sweeps": set()}
     assert upward_imports(planted) == [
-        "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 8)"]
+        "encoderlab.results.rows (layer 0) imports encoderlab.experiments.sweeps (layer 8)"
+    ]
 
 
 def test_no_modeling_import_goes_up_its_layers(graph):
     assert not upward_imports(graph, MODELING_LAYERS, "encoderlab.modeling")
     planted = {"encoderlab.modeling.kernels.sdpa": {"encoderlab.modeling.attention"}}
     assert upward_imports(planted, MODELING_LAYERS, "encoderlab.modeling") == [
-        "encoderlab.modeling.kernels.sdpa (layer 1) imports encoderlab.modeling.attention (layer 2)"]
+        "encoderlab.modeling.kernels.sdpa (layer 1) imports encoderlab.modeling.attention (layer 2)"
+    ]
 
 
 def test_no_family_imports_another(graph):
@@ -226,8 +242,9 @@ def test_the_code_a_checkpoint_carries_imports_only_itself():
 
 
 def test_optional_imports_are_told_from_the_others():
-    source = ("try:\n    from .low import rows\nexcept ImportError:\n    pass\n\n"
-              "def run():\n    from .low import stats\n")
+    source = (
+        "try:\n    from .low import rows\nexcept ImportError:\n    pass\n\ndef run():\n    from .low import stats\n"
+    )
     assert [node.lineno for node in import_nodes(ast.parse(source), outside_try=True)] == [7]
     assert len(import_nodes(ast.parse(source))) == 2
 
@@ -238,7 +255,8 @@ def test_training_takes_the_kernel_of_a_run_from_modeling_attention(graph):
     assert not kernel_readers(graph, "training")
     planted = {"encoderlab.training.pretrain": {"encoderlab.modeling.kernels.varlen", "encoderlab.modeling.attention"}}
     assert kernel_readers(planted, "training") == [
-        "encoderlab.training.pretrain imports encoderlab.modeling.kernels.varlen"]
+        "encoderlab.training.pretrain imports encoderlab.modeling.kernels.varlen"
+    ]
 
 
 FINETUNE = "encoderlab.training.finetune"
@@ -250,16 +268,22 @@ down, `run` is the command. Every other module of training/finetune/ takes value
 def run_config_readers_imported(graph: dict, package=FINETUNE, readers=FINETUNE_RUN_CONFIG_READERS) -> list[str]:
     """The imports of a module that reads the run config by another module of `package`."""
     readers = {f"{package}.{name}" for name in readers}
-    return [f"{module} imports {target}" for module, targets in sorted(graph.items())
-            if module.startswith(package + ".") and module not in readers for target in sorted(targets & readers)]
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module.startswith(package + ".") and module not in readers
+        for target in sorted(targets & readers)
+    ]
 
 
 def test_finetune_leaf_modules_take_values_not_the_run_config(graph):
     """Only the orchestration of fine-tuning reads the run config; nothing below it climbs back up to it."""
     assert {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS} <= graph.keys()
     assert not run_config_readers_imported(graph)
-    planted = {f"{FINETUNE}.point": {f"{FINETUNE}.config", f"{FINETUNE}.tasks"},
-               f"{FINETUNE}.pipeline": {f"{FINETUNE}.config", f"{FINETUNE}.point"}}
+    planted = {
+        f"{FINETUNE}.point": {f"{FINETUNE}.config", f"{FINETUNE}.tasks"},
+        f"{FINETUNE}.pipeline": {f"{FINETUNE}.config", f"{FINETUNE}.point"},
+    }
     assert run_config_readers_imported(planted) == [f"{FINETUNE}.point imports {FINETUNE}.config"]
 
 
@@ -272,9 +296,14 @@ values; so do fine-tuning's modules but its readers, which the test above names.
 
 def run_config_importers(graph: dict, readers=PRETRAIN_RUN_CONFIG_READERS) -> list[str]:
     """The modules of training/, but `readers` and fine-tuning's, that import the run-config module."""
-    allowed = {f"{TRAINING}.{name}" for name in readers} | {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS}
-    return sorted(module for module, targets in graph.items() if module.startswith(TRAINING + ".")
-                  and module not in allowed and f"{TRAINING}.run_config" in targets)
+    allowed = {f"{TRAINING}.{name}" for name in readers} | {
+        f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS
+    }
+    return sorted(
+        module
+        for module, targets in graph.items()
+        if module.startswith(TRAINING + ".") and module not in allowed and f"{TRAINING}.run_config" in targets
+    )
 
 
 def test_training_leaf_modules_take_values_not_the_run_config(graph):

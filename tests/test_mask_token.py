@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from remote_code import without_encoderlab
+from tiny_checkpoints import save_tiny_dta_mlm
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 from encoderlab.tokenization import TRAINED_TOKENIZERS, build_tokenizer
 from encoderlab.training.demo import EXAMPLE, fill_mask_example
-from remote_code import without_encoderlab
-from tiny_checkpoints import save_tiny_dta_mlm
 
 SENTENCE = "The function returns a {mask} of strings."
 WORDS = [" value", " list", " string"]
@@ -92,8 +92,9 @@ def test_the_demos_fill_mask_example_reads_the_mask_as_a_word(run_folder):
     assert not lone_space(tokenizer, before), before
     predictions = fill_mask_example(run_folder)  # the random tiny model may predict any token, "Ġthe" or "F"
     assert len(predictions) == 5
-    assert_filled_without_double_space(predictions, EXAMPLE.format(mask=tokenizer.mask_token), tokenizer.mask_token,
-                                       exact=True)
+    assert_filled_without_double_space(
+        predictions, EXAMPLE.format(mask=tokenizer.mask_token), tokenizer.mask_token, exact=True
+    )
 
 
 REMOTE_FILL = without_encoderlab("""
@@ -114,8 +115,14 @@ def test_without_encoderlab_through_trust_remote_code(run_folder, tmp_path):
     script = tmp_path / "remote.py"
     script.write_text(REMOTE_FILL)
     env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-I", str(script), str(run_folder), text, json.dumps(WORDS)], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-I", str(script), str(run_folder), text, json.dumps(WORDS)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     remote = json.loads(done.stdout.strip().splitlines()[-1])
     assert remote["tokens"] == tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 from scipy.stats import ttest_ind
 from transformers import AutoTokenizer
 
@@ -15,12 +16,10 @@ from encoderlab import DTABertConfig, DTABertForMaskedLM
 from encoderlab.experiments.mlm import arms as plan
 from encoderlab.experiments.mlm import figures, options, summary
 from encoderlab.experiments.mlm import training as mlm
-from encoderlab.results import stats
 from encoderlab.experiments.mlm.arms import Arm
+from encoderlab.results import stats
 from encoderlab.training.metrics import write_metrics_csv
 from encoderlab.training.pretrain import RunConfig, load_run_config
-from figure_checks import assert_png_drawn
-
 
 METRICS = ("mlm_loss", "accuracy", "micro_f1", "mcc")
 
@@ -37,12 +36,29 @@ def parse(tmp_path, *extra):
 
 def synthetic_row(attention, positions, seed, accuracy, loss=2.0):
     """A row as `train_arm` returns it (the CSV turns every value into a string)."""
-    row = {"attention": attention, "positions": positions, "seed": seed, "setup": "x", "steps": 10,
-           "tokens_seen": 1000, "drope_step": 7 if positions == "rope-off" else "", "unigram_short": 0.15,
-           "unigram_long": 0.16, "floor_short": 0.22, "floor_long": 0.23, "wall_seconds": 1.0}
+    row = {
+        "attention": attention,
+        "positions": positions,
+        "seed": seed,
+        "setup": "x",
+        "steps": 10,
+        "tokens_seen": 1000,
+        "drope_step": 7 if positions == "rope-off" else "",
+        "unigram_short": 0.15,
+        "unigram_long": 0.16,
+        "floor_short": 0.22,
+        "floor_long": 0.23,
+        "wall_seconds": 1.0,
+    }
     for length in ("short", "long"):
-        row.update({f"test_{length}_mlm_loss": loss, f"test_{length}_accuracy": accuracy,
-                    f"test_{length}_micro_f1": accuracy, f"test_{length}_mcc": accuracy - 0.1})
+        row.update(
+            {
+                f"test_{length}_mlm_loss": loss,
+                f"test_{length}_accuracy": accuracy,
+                f"test_{length}_micro_f1": accuracy,
+                f"test_{length}_mcc": accuracy - 0.1,
+            }
+        )
     return row
 
 
@@ -66,9 +82,19 @@ def assert_row_is_its_run(row):
 
 
 def synthetic_curve(row):
-    return [{"attention": row["attention"], "positions": row["positions"], "seed": row["seed"], "step": str(step),
-             "tokens": str(100 * step), "length": length, **{name: row[f"test_{length}_{name}"] for name in METRICS}}
-            for step in (5, 10) for length in ("short", "long")]
+    return [
+        {
+            "attention": row["attention"],
+            "positions": row["positions"],
+            "seed": row["seed"],
+            "step": str(step),
+            "tokens": str(100 * step),
+            "length": length,
+            **{name: row[f"test_{length}_{name}"] for name in METRICS},
+        }
+        for step in (5, 10)
+        for length in ("short", "long")
+    ]
 
 
 def test_arm_config_sets_the_arm_fields(tmp_path):
@@ -123,8 +149,9 @@ def test_data_path_and_training_length_axis(tmp_path):
     assert plan.arm_config(base, Arm("dual_triangle", "rope", 1), 32, tmp_path).train.seq_len == 64
     with pytest.raises(ValueError, match="scaling='dynamic'"):
         plan.grid(["dual_triangle"], ["rope"], [0], scalings=["dynamic"])
-    scaled = RunConfig.from_dict({**base.to_dict(), "model": {"family": "dta_bert",
-                                                             "config": {"rope_scaling_type": "yarn"}}})
+    scaled = RunConfig.from_dict(
+        {**base.to_dict(), "model": {"family": "dta_bert", "config": {"rope_scaling_type": "yarn"}}}
+    )
     with pytest.raises(ValueError, match="rope_scaling_type='yarn'"):
         plan.arm_config(scaled, Arm("dual_triangle", "rope", 0), 32, tmp_path)
     for bad, match in ((["--scaling-factor", "0.5"], "--scaling-factor"), (["--seq-lens", "1"], "--seq-lens")):
@@ -135,10 +162,17 @@ def test_data_path_and_training_length_axis(tmp_path):
 def fake_train_arm(calls):
     def train(arm, run, setup, scalings=(), factor=None, trained=None):
         calls.append(arm)
-        row = {**synthetic_row(arm.attention, arm.positions, arm.seed, 0.3), "setup": setup,
-               "train_len": run.train.seq_len, "scaling": "none", "routing": arm.routing}
-        return [row], [{**point, "train_len": run.train.seq_len, "routing": arm.routing}
-                       for point in synthetic_curve(row)]
+        row = {
+            **synthetic_row(arm.attention, arm.positions, arm.seed, 0.3),
+            "setup": setup,
+            "train_len": run.train.seq_len,
+            "scaling": "none",
+            "routing": arm.routing,
+        }
+        return [row], [
+            {**point, "train_len": run.train.seq_len, "routing": arm.routing} for point in synthetic_curve(row)
+        ]
+
     return train
 
 
@@ -151,8 +185,11 @@ def test_resume_skips_finished_runs(tmp_path, monkeypatch):
     assert mlm.sweep(arms + [Arm("dual_triangle", "none", 1)], base, 64, tmp_path) == 1
     assert calls[-1] == Arm("dual_triangle", "none", 1) and len(calls) == 3
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
-    assert [(row["attention"], row["seed"]) for row in rows] == [("bidirectional", "0"), ("dual_triangle", "0"),
-                                                                  ("dual_triangle", "1")]
+    assert [(row["attention"], row["seed"]) for row in rows] == [
+        ("bidirectional", "0"),
+        ("dual_triangle", "0"),
+        ("dual_triangle", "1"),
+    ]
     assert len(mlm.read_results(tmp_path / "mlm_curves.csv")) == 3 * 4
     # The fields each arm sets do not change the setup; anything else does.
     assert mlm.config_hash(base_config(attention_type="causal"), 64) == mlm.config_hash(base, 64)
@@ -167,9 +204,13 @@ def test_interrupted_arm_resumes_from_its_checkpoint_or_restarts(tmp_path, monke
     def fake_pretrain(run, resume=False):
         calls.append((Path(run.output_dir).exists(), resume))
         trainer = SimpleNamespace(model=SimpleNamespace(parameters=lambda: []), state=SimpleNamespace(log_history=[]))
-        results = {"steps": 4, "tokens_seen": 100, "drope_step": None,
-                   "test": {length: dict.fromkeys(METRICS, 0.5) for length in ("short", "long")},
-                   "unigram_baseline": {"short": 0.1, "long": 0.1}}
+        results = {
+            "steps": 4,
+            "tokens_seen": 100,
+            "drope_step": None,
+            "test": {length: dict.fromkeys(METRICS, 0.5) for length in ("short", "long")},
+            "unigram_baseline": {"short": 0.1, "long": 0.1},
+        }
         return SimpleNamespace(results=results, trainer=trainer)
 
     monkeypatch.setattr(mlm, "pretrain", fake_pretrain)
@@ -193,15 +234,25 @@ def test_finished_arm_missing_from_the_csv_is_read_back_from_its_folder(tmp_path
     monkeypatch.setattr(mlm, "pretrain", finished_pretrain)
     run = plan.arm_config(base_config(), Arm("dual_triangle", "none", 0), 64, tmp_path)
     run_dir = Path(run.output_dir)
-    model = DTABertForMaskedLM(DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                                             num_attention_heads=2, intermediate_size=16))
+    model = DTABertForMaskedLM(
+        DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    )
     model.save_pretrained(run_dir)
-    results = {"steps": 4, "tokens_seen": 100, "drope_step": None,
-               "test": {length: dict.fromkeys(METRICS, 0.25) for length in ("short", "long")},
-               "unigram_baseline": {"short": 0.1, "long": 0.1}}
+    results = {
+        "steps": 4,
+        "tokens_seen": 100,
+        "drope_step": None,
+        "test": {length: dict.fromkeys(METRICS, 0.25) for length in ("short", "long")},
+        "unigram_baseline": {"short": 0.1, "long": 0.1},
+    }
     (run_dir / "results.json").write_text(json.dumps(results))
-    log = [{"step": 2, "num_input_tokens_seen": 50, **{f"eval_{length}_{name}": 0.2 for length in ("short", "long")
-                                                        for name in METRICS}}]
+    log = [
+        {
+            "step": 2,
+            "num_input_tokens_seen": 50,
+            **{f"eval_{length}_{name}": 0.2 for length in ("short", "long") for name in METRICS},
+        }
+    ]
     write_metrics_csv(log, run_dir / "metrics.csv")
     (row,), curve = mlm.train_arm(Arm("dual_triangle", "none", 0), run, "x")
     assert row["test_short_accuracy"] == 0.25 and row["steps"] == 4
@@ -213,15 +264,23 @@ def test_welch_p_matches_scipy_and_marks_follow_the_thresholds():
     a, b = [0.30, 0.31, 0.33], [0.20, 0.24, 0.21]
     assert stats.welch_p(a, b) == pytest.approx(ttest_ind(a, b, equal_var=False).pvalue)
     assert stats.welch_p(a, [0.2]) != stats.welch_p(a, [0.2])  # NaN: one seed is not a test
-    assert [stats.significance_mark(p) for p in (0.0005, 0.005, 0.03, 0.2, float("nan"))] == \
-        ["***", "**", "*", "n.s.", ""]
+    assert [stats.significance_mark(p) for p in (0.0005, 0.005, 0.03, 0.2, float("nan"))] == [
+        "***",
+        "**",
+        "*",
+        "n.s.",
+        "",
+    ]
 
 
 def test_comparisons_mark_a_real_difference_and_not_identical_groups():
     rows = [synthetic_row("dual_triangle", "none", s, acc) for s, acc in enumerate((0.30, 0.31, 0.32))]
     rows += [synthetic_row("bidirectional", "none", s, acc) for s, acc in enumerate((0.20, 0.21, 0.19))]
-    rows += [synthetic_row(a, "rope", s, acc) for a in ("dual_triangle", "bidirectional")
-             for s, acc in enumerate((0.40, 0.45, 0.50))]
+    rows += [
+        synthetic_row(a, "rope", s, acc)
+        for a in ("dual_triangle", "bidirectional")
+        for s, acc in enumerate((0.40, 0.45, 0.50))
+    ]
     rows += [synthetic_row("dual_triangle", "rope-off", s, 0.40) for s in range(3)]
     stats = {(e["a"], e["b"], e["length"], e["metric"]): e for e in summary.comparisons(rows)}
     real = stats[("dual_triangle/none", "bidirectional/none", "long", "accuracy")]
@@ -235,13 +294,16 @@ def test_comparisons_mark_a_real_difference_and_not_identical_groups():
 
 
 def test_summary_and_figures_from_synthetic_rows(tmp_path):
-    rows = [synthetic_row(a, p, s, 0.2 + 0.1 * (a == "dual_triangle") + 0.01 * s)
-            for a in ("bidirectional", "dual_triangle") for p in ("rope", "none", "rope-off") for s in range(3)]
+    rows = [
+        synthetic_row(a, p, s, 0.2 + 0.1 * (a == "dual_triangle") + 0.01 * s)
+        for a in ("bidirectional", "dual_triangle")
+        for p in ("rope", "none", "rope-off")
+        for s in range(3)
+    ]
     mlm.write_rows(tmp_path / "mlm_runs.csv", rows)
     mlm.write_rows(tmp_path / "mlm_curves.csv", [point for row in rows for point in synthetic_curve(row)])
     assert mlm.run(parse(tmp_path, "--plots-only")) == 0
-    for name in ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png",
-                 "mlm_drope.png"):
+    for name in ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png", "mlm_drope.png"):
         assert_output_written(tmp_path / name)
     summary = (tmp_path / "mlm_summary.md").read_text()
     assert "| dual_triangle | channel_halves | none | 3 | 2.000 ± 0.000 | 0.310 ± 0.010 |" in summary
@@ -251,9 +313,18 @@ def test_summary_and_figures_from_synthetic_rows(tmp_path):
     assert len(table) == 6 and float(table[0]["short_accuracy_mean"]) == pytest.approx(0.21)
 
 
-TINY = ["model.config.hidden_size=32", "model.config.num_hidden_layers=1", "model.config.intermediate_size=32",
-        "data.limit=30", "data.max_eval_examples=4", "train.seq_len=16", "train.batch_size=4",
-        "train.token_budget=600", "train.evaluations=2", "train.logging_steps=5"]
+TINY = [
+    "model.config.hidden_size=32",
+    "model.config.num_hidden_layers=1",
+    "model.config.intermediate_size=32",
+    "data.limit=30",
+    "data.max_eval_examples=4",
+    "train.seq_len=16",
+    "train.batch_size=4",
+    "train.token_budget=600",
+    "train.evaluations=2",
+    "train.logging_steps=5",
+]
 
 
 def tiny_args(out_dir, *extra, overrides=TINY):
@@ -264,8 +335,18 @@ def tiny_args(out_dir, *extra, overrides=TINY):
 def tiny_sweep(tmp_path_factory):
     """A tiny text sweep: dual triangle x rope / rope-off, one seed, no scaling yet."""
     out_dir = tmp_path_factory.mktemp("tiny_sweep")
-    args = tiny_args(out_dir, "--attention", "dual_triangle", "--positions", "rope", "rope-off", "--seeds", "0",
-                     "--eval-scaling", "none")
+    args = tiny_args(
+        out_dir,
+        "--attention",
+        "dual_triangle",
+        "--positions",
+        "rope",
+        "rope-off",
+        "--seeds",
+        "0",
+        "--eval-scaling",
+        "none",
+    )
     assert mlm.run(args) == 0
     return out_dir, args
 
@@ -279,7 +360,9 @@ def test_tiny_end_to_end_sweep(tiny_sweep):
     for row in rows.values():
         assert_row_is_its_run(row)
     curves = mlm.read_results(tmp_path / "mlm_curves.csv")
-    assert {(c["positions"], c["length"]) for c in curves} == {(p, l) for p in rows for l in ("short", "long")}
+    assert {(c["positions"], c["length"]) for c in curves} == {
+        (p, length) for p in rows for length in ("short", "long")
+    }
     assert len(curves) == 2 * 2 * 2  # no duplicate of the final evaluation
     assert (tmp_path / "runs" / "dual_triangle-rope-off-s0" / "results.json").is_file()
     for name in ("mlm_summary.md", "mlm_bars.png", "mlm_curves.png", "mlm_drope.png", "mlm_stats.csv"):
@@ -303,8 +386,10 @@ def test_scaling_arms_evaluate_the_finished_runs_without_retraining(tiny_sweep, 
     assert set(rows) == {("rope", "none"), ("rope-off", "none"), ("rope", "linear"), ("rope", "yarn")}
     trained, linear = rows[("rope", "none")], rows[("rope", "linear")]
     assert linear["steps"] == trained["steps"] and linear["run_dir"] == trained["run_dir"]
-    assert linear["test_long_accuracy"] != trained["test_long_accuracy"] or \
-        linear["test_long_mlm_loss"] != trained["test_long_mlm_loss"]  # the scaling changed the model's output
+    assert (
+        linear["test_long_accuracy"] != trained["test_long_accuracy"]
+        or linear["test_long_mlm_loss"] != trained["test_long_mlm_loss"]
+    )  # the scaling changed the model's output
     run_dir = tmp_path / "runs" / "dual_triangle-rope-s0"
     assert (run_dir / "model.safetensors").read_bytes() == saved
     assert json.loads((run_dir / "config.json").read_text())["rope_scaling_type"] is None
@@ -319,8 +404,9 @@ def test_evaluation_time_scaling_changes_only_the_evaluated_model(tiny_sweep):
     tmp_path, args = tiny_sweep
     base = mlm.base_config(args)
     run = plan.arm_config(base, Arm("dual_triangle", "rope", 0), plan.base_head_size(base), tmp_path)
-    row = next(r for r in mlm.read_results(tmp_path / "mlm_runs.csv") if (r["positions"], r["scaling"]) ==
-               ("rope", "none"))
+    row = next(
+        r for r in mlm.read_results(tmp_path / "mlm_runs.csv") if (r["positions"], r["scaling"]) == ("rope", "none")
+    )
     # No scaling reproduces the run's own test metrics: same weights, same windows, same masks.
     unscaled = mlm.evaluate_scaled(run, "none", 4.0)
     for length in ("short", "long"):
@@ -330,13 +416,15 @@ def test_evaluation_time_scaling_changes_only_the_evaluated_model(tiny_sweep):
     linear = mlm.load_scaled_model(run.output_dir, "linear", 4.0, 16)
     yarn = mlm.load_scaled_model(run.output_dir, "yarn", 4.0, 16)
     assert plain.config.rope_scaling_type is None and plain.config.use_positions
-    inverse = {name: model.base_model.rotary.frequencies("cpu")[0] for name, model in
-               (("plain", plain), ("linear", linear), ("yarn", yarn))}
+    inverse = {
+        name: model.base_model.rotary.frequencies("cpu")[0]
+        for name, model in (("plain", plain), ("linear", linear), ("yarn", yarn))
+    }
     assert torch.allclose(inverse["linear"], inverse["plain"] / 4.0)  # position interpolation by the factor
     assert yarn.config.rope_original_max_position_embeddings == 16  # wavelengths against the training length
     assert inverse["yarn"][0] == inverse["plain"][0] and inverse["yarn"][-1] == pytest.approx(inverse["plain"][-1] / 4)
     for model in (linear, yarn):
-        for (name, weight), reference in zip(model.state_dict().items(), plain.state_dict().values()):
+        for (name, weight), reference in zip(model.state_dict().items(), plain.state_dict().values(), strict=True):
             assert torch.equal(weight, reference), name
     with pytest.raises(ValueError, match="needs a RoPE model"):
         mlm.load_scaled_model(saved_model_without_rope(tmp_path / "no_rope"), "yarn", 4.0, 16)
@@ -347,8 +435,14 @@ def saved_model_without_rope(folder):
     from encoderlab.configuration.dta import DTABertConfig
     from encoderlab.modeling.dta import DTABertForMaskedLM
 
-    config = DTABertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=1, num_attention_heads=1,
-                           intermediate_size=32, position_embedding_type="none")
+    config = DTABertConfig(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=32,
+        position_embedding_type="none",
+    )
     DTABertForMaskedLM(config).save_pretrained(folder)
     return folder
 
@@ -364,7 +458,9 @@ def test_old_csv_gains_the_new_columns_before_rows_are_appended(tmp_path, monkey
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
     length = str(base.train.seq_len)  # the old runs trained at the base length
     assert [(row["attention"], row["train_len"], row["scaling"], row["routing"]) for row in rows] == [
-        ("bidirectional", length, "none", "channel_halves"), ("dual_triangle", length, "none", "channel_halves")]
+        ("bidirectional", length, "none", "channel_halves"),
+        ("dual_triangle", length, "none", "channel_halves"),
+    ]
     assert {row["train_len"] for row in mlm.read_results(tmp_path / "mlm_curves.csv")} == {length}
     with pytest.raises(ValueError, match="do not fit the columns"):
         mlm.append_rows(tmp_path / "mlm_runs.csv", [{"attention": "causal"}])
@@ -375,23 +471,50 @@ def test_protein_sweep_end_to_end(tmp_path, shared_data):
     Figures 3/4 and the context figure."""
     fasta = shared_data / "proteins" / "uniprot_sample_20k.fasta.gz"
     tiny = [override for override in TINY if not override.startswith("data.limit")] + [
-        "data.limit=400", "data.validation_size=0.1", "data.test_size=0.1"]
-    args = tiny_args(tmp_path, "--domain", "protein", "--data", str(fasta), "--attention", "bidirectional",
-                     "dual_triangle", "--positions", "rope", "--seeds", "0", "--seq-lens", "16", "32",
-                     "--eval-scaling", "ntk", overrides=tiny)
+        "data.limit=400",
+        "data.validation_size=0.1",
+        "data.test_size=0.1",
+    ]
+    args = tiny_args(
+        tmp_path,
+        "--domain",
+        "protein",
+        "--data",
+        str(fasta),
+        "--attention",
+        "bidirectional",
+        "dual_triangle",
+        "--positions",
+        "rope",
+        "--seeds",
+        "0",
+        "--seq-lens",
+        "16",
+        "32",
+        "--eval-scaling",
+        "ntk",
+        overrides=tiny,
+    )
     assert mlm.run(args) == 0
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
     assert len(rows) == 2 * 2 * 2  # attention x training lengths x (trained, ntk)
-    assert {(row["train_len"], row["scaling"]) for row in rows} == {(n, k) for n in ("16", "32")
-                                                                     for k in ("none", "ntk")}
+    assert {(row["train_len"], row["scaling"]) for row in rows} == {
+        (n, k) for n in ("16", "32") for k in ("none", "ntk")
+    }
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "runs" / "dual_triangle-rope-s0-L32")
     assert len(tokenizer) == 33 and tokenizer.tokenize("MKV") == ["M", "K", "V"]  # ESM-2: one token per residue
     results = json.loads((tmp_path / "runs" / "dual_triangle-rope-s0-L32" / "results.json").read_text())
     assert results["seq_len"] == 32 and results["long_len"] == 128 and results["eval_examples"]["test_long"] > 0
     for row in rows:
         assert 0 < float(row["unigram_long"]) < 0.2  # the most frequent residue covers well under 20%
-    for name in ("mlm_summary.md", "mlm_bars.png", "mlm_curves.png", "mlm_stats.csv", "mlm_context.png",
-                 "mlm_context_stats.csv"):
+    for name in (
+        "mlm_summary.md",
+        "mlm_bars.png",
+        "mlm_curves.png",
+        "mlm_stats.csv",
+        "mlm_context.png",
+        "mlm_context_stats.csv",
+    ):
         assert_output_written(tmp_path / name)
     stats = mlm.read_results(tmp_path / "mlm_context_stats.csv")
     tests = {(e["test"], e["group"], e["a"], e["b"]) for e in stats}
@@ -403,12 +526,14 @@ def test_protein_sweep_end_to_end(tmp_path, shared_data):
 
 # ---------------------------------------------------------------------------------------------- head routing axis
 
+
 def test_routing_axis_trains_dual_triangle_once_per_routing(tmp_path):
     args = parse(tmp_path, "--routing", "channel_halves", "head_groups")
     assert args.routing == ["channel_halves", "head_groups"]
     assert parse(tmp_path).routing == ["channel_halves"]
-    arms = plan.grid(["bidirectional", "dual_triangle"], ["rope", "none"], [0, 1], scalings=["yarn"],
-                    routings=args.routing)
+    arms = plan.grid(
+        ["bidirectional", "dual_triangle"], ["rope", "none"], [0, 1], scalings=["yarn"], routings=args.routing
+    )
     # bidirectional: 2 positions x 2 seeds + 2 yarn rows; dual triangle: the same once per routing
     assert len(arms) == 6 + 2 * 6
     assert {arm.routing for arm in arms if arm.attention == "bidirectional"} == {"channel_halves"}
@@ -437,25 +562,44 @@ def test_adding_a_routing_trains_only_the_new_dual_triangle_runs(tmp_path, monke
     assert calls[-1] == Arm("dual_triangle", "rope", 0, routing="head_groups") and len(calls) == 3
     rows = mlm.read_results(tmp_path / "mlm_runs.csv")
     assert [(row["attention"], row["routing"]) for row in rows] == [
-        ("bidirectional", "channel_halves"), ("dual_triangle", "channel_halves"), ("dual_triangle", "head_groups")]
+        ("bidirectional", "channel_halves"),
+        ("dual_triangle", "channel_halves"),
+        ("dual_triangle", "head_groups"),
+    ]
 
 
 def routed_row(attention, routing, seed, scaling, accuracy):
-    return {**synthetic_row(attention, "rope", seed, accuracy), "routing": routing, "train_len": 64,
-            "scaling": scaling}
+    return {**synthetic_row(attention, "rope", seed, accuracy), "routing": routing, "train_len": 64, "scaling": scaling}
 
 
 def test_routing_in_tests_tables_and_the_context_figure(tmp_path):
     accuracy = {"bidirectional": 0.50, "channel_halves": 0.40, "head_groups": 0.60}
-    rows = [routed_row(attention, routing, seed, scaling, accuracy[routing if attention == "dual_triangle"
-                                                                    else attention] + 0.01 * seed)
-            for attention, routing in (("bidirectional", "channel_halves"), ("dual_triangle", "channel_halves"),
-                                       ("dual_triangle", "head_groups"))
-            for scaling in ("none", "yarn") for seed in range(3)]
+    rows = [
+        routed_row(
+            attention,
+            routing,
+            seed,
+            scaling,
+            accuracy[routing if attention == "dual_triangle" else attention] + 0.01 * seed,
+        )
+        for attention, routing in (
+            ("bidirectional", "channel_halves"),
+            ("dual_triangle", "channel_halves"),
+            ("dual_triangle", "head_groups"),
+        )
+        for scaling in ("none", "yarn")
+        for seed in range(3)
+    ]
     mlm.write_rows(tmp_path / "mlm_runs.csv", rows)
-    mlm.write_rows(tmp_path / "mlm_curves.csv", [{**point, "train_len": 64, "routing": row["routing"]}
-                                                 for row in rows if row["scaling"] == "none"
-                                                 for point in synthetic_curve(row)])
+    mlm.write_rows(
+        tmp_path / "mlm_curves.csv",
+        [
+            {**point, "train_len": 64, "routing": row["routing"]}
+            for row in rows
+            if row["scaling"] == "none"
+            for point in synthetic_curve(row)
+        ],
+    )
     assert mlm.run(parse(tmp_path, "--plots-only")) == 0
     stats = {(e["a"], e["b"], e["length"], e["metric"]): e for e in mlm.read_results(tmp_path / "mlm_stats.csv")}
     routing_test = stats[("dual_triangle:head_groups/rope", "dual_triangle/rope", "long", "accuracy")]
@@ -466,9 +610,11 @@ def test_routing_in_tests_tables_and_the_context_figure(tmp_path):
     assert float(table[("dual_triangle", "head_groups")]["long_accuracy_mean"]) == pytest.approx(0.61)
     context = mlm.read_results(tmp_path / "mlm_context_table.csv")
     assert {(row["routing"], row["scaling"]) for row in context if row["attention"] == "dual_triangle"} == {
-        (routing, scaling) for routing in ("channel_halves", "head_groups") for scaling in ("none", "yarn")}
-    context_tests = {(e["test"], e["group"], e["a"], e["b"]) for e in mlm.read_results(
-        tmp_path / "mlm_context_stats.csv")}
+        (routing, scaling) for routing in ("channel_halves", "head_groups") for scaling in ("none", "yarn")
+    }
+    context_tests = {
+        (e["test"], e["group"], e["a"], e["b"]) for e in mlm.read_results(tmp_path / "mlm_context_stats.csv")
+    }
     assert ("attention", "rope, L64 yarn", "dual_triangle:head_groups", "dual_triangle") in context_tests
     assert ("setting", "dual_triangle:head_groups/rope", "L64 yarn", "L64 none") in context_tests
     summary = (tmp_path / "mlm_summary.md").read_text()
@@ -488,8 +634,15 @@ def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
     """The routing reaches the trained model: a copy of the tiny sweep gains a head_groups run, saved with it."""
     source, args = tiny_sweep
     shutil.copytree(source, tmp_path / "sweep")
-    args = argparse.Namespace(**{**vars(args), "out_dir": tmp_path / "sweep", "positions": ["rope"],
-                                 "routing": ["channel_halves", "head_groups"], "eval_scaling": ["none"]})
+    args = argparse.Namespace(
+        **{
+            **vars(args),
+            "out_dir": tmp_path / "sweep",
+            "positions": ["rope"],
+            "routing": ["channel_halves", "head_groups"],
+            "eval_scaling": ["none"],
+        }
+    )
     assert mlm.run(args) == 0
     run_dir = tmp_path / "sweep" / "runs" / "dual_triangle-rope-s0-head_groups"
     assert json.loads((run_dir / "config.json").read_text())["dual_triangle_routing"] == "head_groups"
@@ -501,6 +654,8 @@ def test_tiny_head_groups_run_end_to_end(tiny_sweep, tmp_path):
 
 def test_legend_names_the_default_routing_only_beside_another():
     assert figures.legend_label("dual_triangle", ["bidirectional", "dual_triangle"]) == "dual_triangle"
-    assert figures.legend_label("dual_triangle", ["dual_triangle", "dual_triangle:head_groups"]) == \
-        "dual_triangle:channel_halves"
+    assert (
+        figures.legend_label("dual_triangle", ["dual_triangle", "dual_triangle:head_groups"])
+        == "dual_triangle:channel_halves"
+    )
     assert figures.legend_label("bidirectional", ["bidirectional", "dual_triangle:head_groups"]) == "bidirectional"

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from test_pretrain import tiny_run
 
 from encoderlab.experiments.mlm.options import DEFAULT_ROUTING
 from encoderlab.experiments.mlm.summary import summary_markdown
@@ -22,8 +23,6 @@ from encoderlab.training.packing import PackedMLMCollator
 from encoderlab.training.pretrain import pretrain
 from encoderlab.training.pretrain_command import format_results
 from encoderlab.training.shards import unigram_argmax_of
-
-from test_pretrain import tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +41,18 @@ def documents(tokenizer, count, seed, skew=True):
     rng = random.Random(seed)
     ids = residues(tokenizer)
     weights = [8.0 if skew and index == 0 else 1.0 for index in range(len(ids))]
-    return [[tokenizer.cls_token_id, *rng.choices(ids, weights, k=rng.randint(3, 40)), tokenizer.eos_token_id]
-            for _ in range(count)]
+    return [
+        [tokenizer.cls_token_id, *rng.choices(ids, weights, k=rng.randint(3, 40)), tokenizer.eos_token_id]
+        for _ in range(count)
+    ]
 
 
 def slow_floor(batches, top, mask_token_id):
     """The floor written plainly: visit every position, skip the unlabelled ones, guess, count."""
     correct = total = 0
     for batch in batches:
-        for inputs, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
-            for token, label in zip(inputs, labels):
+        for inputs, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), strict=True):
+            for token, label in zip(inputs, labels, strict=True):
                 if label == IGNORE_INDEX:
                     continue
                 guess = top if token == mask_token_id else token
@@ -84,10 +85,11 @@ def test_floor_is_the_slow_recomputation_on_fixed_masks(esm, padding_side, count
     probability, mask_share, random_share = masking
     esm.padding_side = padding_side
     try:
-        collator = MLMCollator(esm, seed=11, mlm_probability=probability, mask_replace_prob=mask_share,
-                               random_replace_prob=random_share)
+        collator = MLMCollator(
+            esm, seed=11, mlm_probability=probability, mask_replace_prob=mask_share, random_replace_prob=random_share
+        )
         docs = documents(esm, count, count)
-        batches = [collator(docs[start:start + 3]) for start in range(0, count, 3)]  # odd batch sizes, padded
+        batches = [collator(docs[start : start + 3]) for start in range(0, count, 3)]  # odd batch sizes, padded
     finally:
         esm.padding_side = "right"
     top = residues(esm)[0]
@@ -95,7 +97,8 @@ def test_floor_is_the_slow_recomputation_on_fixed_masks(esm, padding_side, count
         pytest.skip("no token was selected")
     expected = slow_floor(batches, top, esm.mask_token_id)
     assert copy_or_unigram_floor(batches, top, esm.mask_token_id, collator.special_token_ids) == pytest.approx(
-        expected, abs=1e-12)
+        expected, abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("capacity", [43, 64, 200])
@@ -106,8 +109,9 @@ def test_packed_floor_is_the_slow_recomputation_and_each_document_alone(esm, cap
     alone = MLMCollator(esm, seed=5, mlm_probability=0.3)
     rows = packed_rows(docs, capacity)
     floor = evaluation_floor(packed, rows, top, batch_size=4)
-    assert floor == pytest.approx(slow_floor([packed(rows[i:i + 4]) for i in range(0, len(rows), 4)], top,
-                                             esm.mask_token_id), abs=1e-12)
+    assert floor == pytest.approx(
+        slow_floor([packed(rows[i : i + 4]) for i in range(0, len(rows), 4)], top, esm.mask_token_id), abs=1e-12
+    )
     # a window is masked packed as it is alone, so the packed floor is the floor of the documents one by one
     assert floor == pytest.approx(evaluation_floor(alone, [{"input_ids": doc} for doc in docs], top), abs=1e-12)
 
@@ -121,8 +125,7 @@ def test_kept_tokens_count_as_copies(esm):
     mask, (a, b, c, d, e) = esm.mask_token_id, residues(esm)[:5]
     # labels a b c d at four positions: kept (copy right), masked with label == top (right), replaced by e (copy
     # wrong), masked with another label (wrong); an unlabelled position counts for nothing
-    batch = {"input_ids": torch.tensor([[a, mask, e, mask, c]]),
-             "labels": torch.tensor([[a, b, c, d, IGNORE_INDEX]])}
+    batch = {"input_ids": torch.tensor([[a, mask, e, mask, c]]), "labels": torch.tensor([[a, b, c, d, IGNORE_INDEX]])}
     assert copy_or_unigram_floor([batch], b, mask, esm.all_special_ids) == pytest.approx(2 / 4)
     # every selected token kept: copying is always right, whatever the most frequent token
     keep_all = MLMCollator(esm, seed=3, mask_replace_prob=0.0, random_replace_prob=0.0)
@@ -160,11 +163,19 @@ def test_special_tokens_are_never_the_guess(esm):
 def test_bad_batches_fail_clearly(esm):
     residue = residues(esm)[0]
     with pytest.raises(ValueError, match="every label is -100"):
-        copy_or_unigram_floor([{"input_ids": torch.tensor([[residue]]), "labels": torch.tensor([[IGNORE_INDEX]])}],
-                              residue, esm.mask_token_id, esm.all_special_ids)
+        copy_or_unigram_floor(
+            [{"input_ids": torch.tensor([[residue]]), "labels": torch.tensor([[IGNORE_INDEX]])}],
+            residue,
+            esm.mask_token_id,
+            esm.all_special_ids,
+        )
     with pytest.raises(ValueError, match=r"input_ids \(1, 2\) and labels \(1, 1\) must have one shape"):
-        copy_or_unigram_floor([{"input_ids": torch.tensor([[residue, 5]]), "labels": torch.tensor([[residue]])}],
-                              residue, esm.mask_token_id, esm.all_special_ids)
+        copy_or_unigram_floor(
+            [{"input_ids": torch.tensor([[residue, 5]]), "labels": torch.tensor([[residue]])}],
+            residue,
+            esm.mask_token_id,
+            esm.all_special_ids,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +216,8 @@ def test_pretrain_reports_the_floor_of_its_own_evaluation_batches(tmp_path, monk
         for length, dataset in test_sets.items():  # the batches the Trainer's evaluation fed the model
             batches = list(trainer.get_eval_dataloader(dataset))
             assert results["copy_or_unigram_floor"][length] == pytest.approx(
-                slow_floor(batches, top, tokenizer.mask_token_id), abs=1e-12), length
+                slow_floor(batches, top, tokenizer.mask_token_id), abs=1e-12
+            ), length
         saved = json.loads((tmp_path / attention / "results.json").read_text())
         assert saved["copy_or_unigram_floor"] == results["copy_or_unigram_floor"]
         floors[attention] = results["copy_or_unigram_floor"]
@@ -219,9 +231,15 @@ def test_pretrain_reports_the_floor_of_its_own_evaluation_batches(tmp_path, monk
 
 
 def old_and_new_results(floor):
-    results = {"seq_len": 32, "long_len": 128, "tokens_seen": 100, "steps": 2, "plan": {"token_budget": 100},
-               "test": {length: {"mlm_loss": 5.0, "accuracy": 0.3, "mcc": 0.1} for length in ("short", "long")},
-               "unigram_baseline": {"token_id": 7, "token": "e", "short": 0.05, "long": 0.06}}
+    results = {
+        "seq_len": 32,
+        "long_len": 128,
+        "tokens_seen": 100,
+        "steps": 2,
+        "plan": {"token_budget": 100},
+        "test": {length: {"mlm_loss": 5.0, "accuracy": 0.3, "mcc": 0.1} for length in ("short", "long")},
+        "unigram_baseline": {"token_id": 7, "token": "e", "short": 0.05, "long": 0.06},
+    }
     return results, {**results, "copy_or_unigram_floor": floor}
 
 
@@ -234,11 +252,27 @@ def test_printed_results_show_the_floor_or_missing():
 
 
 def sweep_row(seed, floor_short, floor_long):
-    row = {"attention": "dual_triangle", "positions": "none", "seed": seed, "setup": "x", "steps": 10,
-           "tokens_seen": 1000, "drope_step": "", "unigram_short": 0.15, "unigram_long": 0.16, "wall_seconds": 1.0}
+    row = {
+        "attention": "dual_triangle",
+        "positions": "none",
+        "seed": seed,
+        "setup": "x",
+        "steps": 10,
+        "tokens_seen": 1000,
+        "drope_step": "",
+        "unigram_short": 0.15,
+        "unigram_long": 0.16,
+        "wall_seconds": 1.0,
+    }
     for length in ("short", "long"):
-        row.update({f"test_{length}_mlm_loss": 2.0, f"test_{length}_accuracy": 0.4, f"test_{length}_micro_f1": 0.4,
-                    f"test_{length}_mcc": 0.3})
+        row.update(
+            {
+                f"test_{length}_mlm_loss": 2.0,
+                f"test_{length}_accuracy": 0.4,
+                f"test_{length}_micro_f1": 0.4,
+                f"test_{length}_mcc": 0.3,
+            }
+        )
     if floor_short is not None:
         row.update(floor_short=floor_short, floor_long=floor_long)
     return row

@@ -37,36 +37,88 @@ VOCAB, MAX_POSITIONS, NUM_LABELS, PAD, CLS, SEP = 40, 24, 3, 0, 1, 2
 
 
 def dta_config(**overrides):
-    fields = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-                  max_position_embeddings=MAX_POSITIONS, position_embedding_type="absolute", num_labels=NUM_LABELS)
+    fields = dict(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=MAX_POSITIONS,
+        position_embedding_type="absolute",
+        num_labels=NUM_LABELS,
+    )
     return DTABertConfig(**{**fields, **overrides})
 
 
 def homa_config(**overrides):
-    fields = dict(vocab_size=VOCAB, hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32,
-                  block_size=6, block_stride=4, triadic_window=3, u_rank=4, fusion_hidden_size=8, linformer_k=5,
-                  max_position_embeddings=MAX_POSITIONS, position_embedding_type="absolute", num_labels=NUM_LABELS)
+    fields = dict(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        block_size=6,
+        block_stride=4,
+        triadic_window=3,
+        u_rank=4,
+        fusion_hidden_size=8,
+        linformer_k=5,
+        max_position_embeddings=MAX_POSITIONS,
+        position_embedding_type="absolute",
+        num_labels=NUM_LABELS,
+    )
     return HOMAConfig(**{**fields, **overrides})
 
 
 def dstg_config(preset="dstg", **overrides):
     sizes = dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=32)
-    fields = dict(preset=preset, vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                  max_position_embeddings=MAX_POSITIONS, cls_token_id=CLS, sep_token_id=SEP,
-                  relative_attention_num_buckets=8, relative_attention_max_distance=12, num_labels=NUM_LABELS,
-                  **sizes)
+    fields = dict(
+        preset=preset,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=MAX_POSITIONS,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=12,
+        num_labels=NUM_LABELS,
+        **sizes,
+    )
     return DSTGNeoBERTConfig(**{**fields, **overrides})
 
 
 FAMILIES = {
-    "dta_bert": (dta_config, {"base": DTABertModel, "mlm": DTABertForMaskedLM,
-                              "sequence": DTABertForSequenceClassification, "token": DTABertForTokenClassification,
-                              "qa": DTABertForQuestionAnswering}),
-    "homa": (homa_config, {"base": HOMAModel, "mlm": HOMAForMaskedLM, "sequence": HOMAForSequenceClassification,
-                           "token": HOMAForTokenClassification}),
-    "dstg": (dstg_config, {"base": DSTGNeoBERT, "mlm": DSTGNeoBERTForMaskedLM,
-                           "sequence": DSTGNeoBERTForSequenceClassification,
-                           "token": DSTGNeoBERTForTokenClassification, "qa": DSTGNeoBERTForQuestionAnswering}),
+    "dta_bert": (
+        dta_config,
+        {
+            "base": DTABertModel,
+            "mlm": DTABertForMaskedLM,
+            "sequence": DTABertForSequenceClassification,
+            "token": DTABertForTokenClassification,
+            "qa": DTABertForQuestionAnswering,
+        },
+    ),
+    "homa": (
+        homa_config,
+        {
+            "base": HOMAModel,
+            "mlm": HOMAForMaskedLM,
+            "sequence": HOMAForSequenceClassification,
+            "token": HOMAForTokenClassification,
+        },
+    ),
+    "dstg": (
+        dstg_config,
+        {
+            "base": DSTGNeoBERT,
+            "mlm": DSTGNeoBERTForMaskedLM,
+            "sequence": DSTGNeoBERTForSequenceClassification,
+            "token": DSTGNeoBERTForTokenClassification,
+            "qa": DSTGNeoBERTForQuestionAnswering,
+        },
+    ),
 }
 FAMILY_HEADS = [(family, head) for family, (_, heads) in FAMILIES.items() for head in heads]
 
@@ -93,8 +145,10 @@ def good_labels(head, input_ids):
     if head == "sequence":
         return {"labels": torch.randint(0, NUM_LABELS, (batch_size,))}
     if head == "qa":
-        return {"start_positions": torch.zeros(batch_size, dtype=torch.long),
-                "end_positions": torch.ones(batch_size, dtype=torch.long)}
+        return {
+            "start_positions": torch.zeros(batch_size, dtype=torch.long),
+            "end_positions": torch.ones(batch_size, dtype=torch.long),
+        }
     return {}
 
 
@@ -112,24 +166,34 @@ def bad_inputs():
     return {
         "empty_batch": (dict(input_ids=ids[:0], attention_mask=mask[:0]), "batch_size=0"),
         "empty_sequence": (dict(input_ids=ids[:, :0], attention_mask=mask[:, :0]), "seq_len=0"),
-        "mask_minus_one_for_padding": (dict(input_ids=ids, attention_mask=mask.index_fill(1, torch.tensor([6]), -1)),
-                                       "attention_mask holds -1"),
+        "mask_minus_one_for_padding": (
+            dict(input_ids=ids, attention_mask=mask.index_fill(1, torch.tensor([6]), -1)),
+            "attention_mask holds -1",
+        ),
         "mask_value_two": (dict(input_ids=ids, attention_mask=mask * 2), "attention_mask holds 2"),
         "mask_fractional": (dict(input_ids=ids, attention_mask=mask.float() * 0.5), "attention_mask holds 0.5"),
-        "id_equal_to_vocab_size": (dict(input_ids=ids.index_fill(1, torch.tensor([3]), VOCAB)),
-                                   f"input_ids holds {VOCAB}"),
+        "id_equal_to_vocab_size": (
+            dict(input_ids=ids.index_fill(1, torch.tensor([3]), VOCAB)),
+            f"input_ids holds {VOCAB}",
+        ),
         "negative_id": (dict(input_ids=ids.index_fill(1, torch.tensor([3]), -1)), "input_ids holds -1"),
         "float_ids": (dict(input_ids=ids.float()), "input_ids must hold integers"),
         "mask_shape": (dict(input_ids=ids, attention_mask=mask[:, :-1]), "attention_mask must have shape (2, 7)"),
         "mask_4d": (dict(input_ids=ids, attention_mask=mask[:, None, None]), "attention_mask must have shape"),
         "position_ids_shape": (dict(input_ids=ids, position_ids=torch.arange(6)[None]), "position_ids must have shape"),
         "position_ids_negative": (dict(input_ids=ids, position_ids=torch.arange(7)[None] - 1), "position_ids holds -1"),
-        "position_ids_past_table": (dict(input_ids=ids, position_ids=torch.arange(7)[None] + MAX_POSITIONS),
-                                    f"position_ids holds {MAX_POSITIONS}"),
-        "token_type_ids_shape": (dict(input_ids=ids, token_type_ids=torch.zeros(2, 8, dtype=torch.long)),
-                                 "token_type_ids must have shape"),
-        "longer_than_position_table": (dict(input_ids=good_batch(1, MAX_POSITIONS + 1)[0]),
-                                       f"sequence length {MAX_POSITIONS + 1} exceeds max_position_embeddings"),
+        "position_ids_past_table": (
+            dict(input_ids=ids, position_ids=torch.arange(7)[None] + MAX_POSITIONS),
+            f"position_ids holds {MAX_POSITIONS}",
+        ),
+        "token_type_ids_shape": (
+            dict(input_ids=ids, token_type_ids=torch.zeros(2, 8, dtype=torch.long)),
+            "token_type_ids must have shape",
+        ),
+        "longer_than_position_table": (
+            dict(input_ids=good_batch(1, MAX_POSITIONS + 1)[0]),
+            f"sequence length {MAX_POSITIONS + 1} exceeds max_position_embeddings",
+        ),
         "inputs_embeds_width": (dict(inputs_embeds=torch.randn(2, 7, 5)), "inputs_embeds must have shape"),
         "ids_and_embeds": (dict(input_ids=ids, inputs_embeds=torch.randn(2, 7, 16)), "exactly one of input_ids"),
     }
@@ -155,8 +219,10 @@ def bad_labels(head, input_ids):
         high = VOCAB if head == "mlm" else NUM_LABELS
         return {
             "labels_shape": ({"labels": labels["labels"][:, :-1]}, "labels must have shape (2, 7)"),
-            "labels_out_of_range": ({"labels": labels["labels"].index_fill(1, torch.tensor([2]), high)},
-                                    f"labels holds {high}"),
+            "labels_out_of_range": (
+                {"labels": labels["labels"].index_fill(1, torch.tensor([2]), high)},
+                f"labels holds {high}",
+            ),
             "labels_negative": ({"labels": labels["labels"].index_fill(1, torch.tensor([2]), -5)}, "labels holds -5"),
         }
     if head == "sequence":
@@ -165,18 +231,28 @@ def bad_labels(head, input_ids):
             "labels_out_of_range": ({"labels": labels["labels"] + NUM_LABELS}, "labels holds"),
         }
     return {
-        "start_positions_shape": ({**labels, "start_positions": labels["start_positions"][:1]},
-                                  "start_positions must have shape"),
+        "start_positions_shape": (
+            {**labels, "start_positions": labels["start_positions"][:1]},
+            "start_positions must have shape",
+        ),
         "end_positions_missing": ({"start_positions": labels["start_positions"]}, "end_positions"),
-        "end_positions_float": ({**labels, "end_positions": labels["end_positions"].float()},
-                                "end_positions must hold integers"),
-        "start_positions_negative": ({**labels, "start_positions": labels["start_positions"] - 1},
-                                     "start_positions holds -1"),
+        "end_positions_float": (
+            {**labels, "end_positions": labels["end_positions"].float()},
+            "end_positions must hold integers",
+        ),
+        "start_positions_negative": (
+            {**labels, "start_positions": labels["start_positions"] - 1},
+            "start_positions holds -1",
+        ),
     }
 
 
-LABEL_CASES = [(family, head, name) for family, head in FAMILY_HEADS if head != "base"
-               for name in bad_labels(head, good_batch()[0])]
+LABEL_CASES = [
+    (family, head, name)
+    for family, head in FAMILY_HEADS
+    if head != "base"
+    for name in bad_labels(head, good_batch()[0])
+]
 
 
 @pytest.mark.parametrize("family,head,name", LABEL_CASES)
@@ -199,8 +275,10 @@ def test_good_inputs_of_every_kind_run(family, head):
     real = attention_mask.bool()
     by_default = None
     for position_ids in (None, torch.arange(7)[None], torch.arange(7).expand(2, -1)):
-        long, *others = [outputs_of(model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
-                                          **labels)) for mask in (attention_mask, real, attention_mask.float())]
+        long, *others = [
+            outputs_of(model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, **labels))
+            for mask in (attention_mask, real, attention_mask.float())
+        ]
         assert all(torch.isfinite(t).all() for t in long)
         for outputs in others:  # a bool or float mask is the same input as the long one: the same outputs
             for got, expected in zip(outputs, long, strict=True):
@@ -211,7 +289,7 @@ def test_good_inputs_of_every_kind_run(family, head):
             if got.shape[:2] == real.shape:
                 torch.testing.assert_close(got[real], expected[real], rtol=0, atol=1e-6)
     unmasked = outputs_of(model(input_ids=input_ids, **labels))  # the padding of row 1 now attended
-    assert any(not torch.allclose(got, expected) for got, expected in zip(unmasked, by_default))
+    assert any(not torch.allclose(got, expected) for got, expected in zip(unmasked, by_default, strict=True))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -227,8 +305,9 @@ def all_ignored_labels(head, input_ids):
     return {"labels": torch.full(shape, -100)}
 
 
-IGNORED_CASES = ([(family, head, {}) for family, head in FAMILY_HEADS if head != "base"]
-                 + [(family, "mlm", {"sparse_prediction": True}) for family in FAMILIES])
+IGNORED_CASES = [(family, head, {}) for family, head in FAMILY_HEADS if head != "base"] + [
+    (family, "mlm", {"sparse_prediction": True}) for family in FAMILIES
+]
 
 
 @pytest.mark.parametrize("family,head,overrides", IGNORED_CASES)
@@ -269,10 +348,15 @@ def randomised(model):
 
 
 ATTENTION_CASES = (
-    [("dta_bert", dict(attention_type=t, position_embedding_type=p))
-     for t in ("bidirectional", "causal", "dual_triangle") for p in ("none", "absolute", "sinusoidal", "rope", "alibi")]
-    + [("homa", dict(attention_type=t, position_embedding_type="rope" if t != "linformer" else "absolute"))
-       for t in ("pairwise", "blockwise", "linformer", "triadic", "homa")]
+    [
+        ("dta_bert", dict(attention_type=t, position_embedding_type=p))
+        for t in ("bidirectional", "causal", "dual_triangle")
+        for p in ("none", "absolute", "sinusoidal", "rope", "alibi")
+    ]
+    + [
+        ("homa", dict(attention_type=t, position_embedding_type="rope" if t != "linformer" else "absolute"))
+        for t in ("pairwise", "blockwise", "linformer", "triadic", "homa")
+    ]
     + [("homa", dict(attention_type="homa", fusion=f)) for f in ("add", "gated")]
     + [("dstg", dict(preset=p)) for p in ("dstg", "ap", "rp", "rope")]
 )
@@ -287,8 +371,9 @@ def padded(rows, seq_len, side):
     return input_ids, attention_mask
 
 
-@pytest.mark.parametrize("family,overrides", ATTENTION_CASES,
-                         ids=[f"{f}-{'-'.join(map(str, o.values()))}" for f, o in ATTENTION_CASES])
+@pytest.mark.parametrize(
+    "family,overrides", ATTENTION_CASES, ids=[f"{f}-{'-'.join(map(str, o.values()))}" for f, o in ATTENTION_CASES]
+)
 def test_left_right_and_unpadded_agree(family, overrides):
     model = randomised(build(family, "base", **overrides)).double()
     generator = torch.Generator().manual_seed(3)
@@ -368,8 +453,9 @@ def draws(draw, heads, config):
         if type_kind == "wrong_shape" or token_type_ids.any():
             bad.add("token_type_ids")
 
-    arguments = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                     token_type_ids=token_type_ids)
+    arguments = dict(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, token_type_ids=token_type_ids
+    )
     embeds_kind = draw(st.sampled_from(["none"] * 10 + ["good"] * 2 + ["wrong_width", "with_ids"]))
     if embeds_kind != "none":
         width = config.hidden_size + (embeds_kind == "wrong_width")
@@ -394,8 +480,11 @@ def draws(draw, heads, config):
     return head, arguments, bad
 
 
-MESSAGE_NAMES = {"empty": ("batch_size=0", "seq_len=0"), "length": ("sequence length",),
-                 "inputs_embeds": ("inputs_embeds",)}
+MESSAGE_NAMES = {
+    "empty": ("batch_size=0", "seq_len=0"),
+    "length": ("sequence length",),
+    "inputs_embeds": ("inputs_embeds",),
+}
 
 
 def check_draw(model_for, config, head, arguments, bad):
@@ -437,18 +526,22 @@ def test_fuzzed_inputs_run_finite_or_raise_a_value_error_naming_the_field(family
         models = {}
 
         def model_for(head):
-            if head not in models:
+            if head not in models:  # noqa: B023 (called in this iteration)
                 torch.manual_seed(0)
-                models[head] = heads[head](config).eval()
-            return models[head]
+                models[head] = heads[head](config).eval()  # noqa: B023 (called in this iteration)
+            return models[head]  # noqa: B023 (called in this iteration)
 
-        @settings(max_examples=80, deadline=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @settings(
+            max_examples=80,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
         @given(draw=draws(heads, config))
         def run(draw):
             nonlocal bad_draws, good_draws
             head, arguments, bad = draw
-            was_bad = check_draw(model_for, config, head, arguments, bad)
+            was_bad = check_draw(model_for, config, head, arguments, bad)  # noqa: B023 (called in this iteration)
             bad_draws, good_draws = bad_draws + was_bad, good_draws + (not was_bad)
 
         run()
@@ -462,5 +555,6 @@ def test_value_checks_stay_out_of_torch_export():
     model = build("dta_bert", "base")
     input_ids = good_batch()[0]
     exported = torch.export.export(model, (), dict(input_ids=input_ids), strict=False)
-    torch.testing.assert_close(exported.module()(input_ids=input_ids).last_hidden_state,
-                               model(input_ids=input_ids).last_hidden_state)
+    torch.testing.assert_close(
+        exported.module()(input_ids=input_ids).last_hidden_state, model(input_ids=input_ids).last_hidden_state
+    )

@@ -1,6 +1,7 @@
 """Optimizer grouping, the combined Muon + AdamW optimizer, and the learning-rate schedules."""
 
 import copy
+from itertools import pairwise
 
 import pytest
 import torch
@@ -124,7 +125,7 @@ def test_combined_state_dict_resumes_exactly():
     twin_scheduler.load_state_dict(scheduler.state_dict())
     train_steps(model, optimizer, 3, scheduler)
     train_steps(twin, twin_optimizer, 3, twin_scheduler)
-    for a, b in zip(model.parameters(), twin.parameters()):
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert twin_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
 
@@ -145,8 +146,8 @@ def test_combined_state_dict_has_torchs_layout_and_loads_the_older_one():
     for saved in (state, older):
         twin = build_optimizer(copy.deepcopy(model), OptimizerSettings(name="muon"))
         twin.load_state_dict(copy.deepcopy(saved))
-        for inner, twin_inner in zip(optimizer.optimizers, twin.optimizers):
-            for (a, b) in zip(inner.state.values(), twin_inner.state.values()):
+        for inner, twin_inner in zip(optimizer.optimizers, twin.optimizers, strict=True):
+            for a, b in zip(inner.state.values(), twin_inner.state.values(), strict=True):
                 assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         assert twin.state and twin.param_groups[0] is twin.optimizers[0].param_groups[0]
 
@@ -162,7 +163,7 @@ def test_wsd_schedule_shape():
     assert lrs[0] == 0 and lrs[5] == pytest.approx(0.5)  # linear warmup over the first 10 steps
     assert all(lr == pytest.approx(1.0) for lr in lrs[10:90])  # constant for 80 %
     assert lrs[95] == pytest.approx(0.5) and lrs[-1] < 0.11  # linear cooldown over the last 10 %
-    assert all(a >= b for a, b in zip(lrs[90:], lrs[91:]))
+    assert all(a >= b for a, b in pairwise(lrs[90:]))
 
 
 def test_cosine_schedule_shape():
@@ -175,16 +176,12 @@ def test_cosine_schedule_shape():
         scheduler.step()
     assert lrs[10] == pytest.approx(1.0)
     assert lrs[55] == pytest.approx(0.5)  # half-way through the decay
-    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] < 0.01
+    assert all(a >= b for a, b in pairwise(lrs[10:])) and lrs[-1] < 0.01
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [
-        ({"name": "sgd"}, "optimizer='sgd'"),
-        ({"muon_lr": 0}, "muon_lr=0"),
-        ({"betas": (0.9, 1.5)}, "betas="),
-    ],
+    [({"name": "sgd"}, "optimizer='sgd'"), ({"muon_lr": 0}, "muon_lr=0"), ({"betas": (0.9, 1.5)}, "betas=")],
 )
 def test_bad_optimizer_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -21,19 +21,44 @@ from encoderlab.modeling.homa import prepare_homa_inputs
 
 VOCAB = 32
 CLS, SEP = 1, 2
-SIZES = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=24,
-             max_position_embeddings=24)
+SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=16,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=24,
+)
 MODELS = {
     "dta-rope": (DTABertForMaskedLM, DTABertConfig(**SIZES, position_embedding_type="rope")),
-    "dta-unet-value-embeddings": (DTABertForMaskedLM, DTABertConfig(
-        **{**SIZES, "num_hidden_layers": 4}, unet=True, value_embeddings=True, position_embedding_type="absolute")),
-    "homa-blockwise": (HOMAForTokenClassification, HOMAConfig(
-        **SIZES, attention_type="homa", block_size=6, block_stride=4, triadic_window=3, u_rank=4, num_labels=3)),
-    "dstg": (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig(
-        **{**SIZES, "hidden_size": 32}, ap_size=8, preset="dstg", cls_token_id=CLS, sep_token_id=SEP,
-        relative_attention_num_buckets=8, relative_attention_max_distance=8)),
-    "dstg-rope-baseline": (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig(
-        **SIZES, preset="rope", cls_token_id=CLS, sep_token_id=SEP)),
+    "dta-unet-value-embeddings": (
+        DTABertForMaskedLM,
+        DTABertConfig(
+            **{**SIZES, "num_hidden_layers": 4}, unet=True, value_embeddings=True, position_embedding_type="absolute"
+        ),
+    ),
+    "homa-blockwise": (
+        HOMAForTokenClassification,
+        HOMAConfig(
+            **SIZES, attention_type="homa", block_size=6, block_stride=4, triadic_window=3, u_rank=4, num_labels=3
+        ),
+    ),
+    "dstg": (
+        DSTGNeoBERTForMaskedLM,
+        DSTGNeoBERTConfig(
+            **{**SIZES, "hidden_size": 32},
+            ap_size=8,
+            preset="dstg",
+            cls_token_id=CLS,
+            sep_token_id=SEP,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=8,
+        ),
+    ),
+    "dstg-rope-baseline": (
+        DSTGNeoBERTForMaskedLM,
+        DSTGNeoBERTConfig(**SIZES, preset="rope", cls_token_id=CLS, sep_token_id=SEP),
+    ),
 }
 
 
@@ -71,8 +96,12 @@ def states_by_hand(base, ids, mask):
         attention_inputs = prepare_homa_inputs(base, mask, None, joined(state))
     else:
         attention_inputs = attention_inputs_type(base, joined(state)).build(
-            mask, None, joined(state), attention_type=getattr(config, "attention_type", "bidirectional"),
-            num_heads=config.num_attention_heads)
+            mask,
+            None,
+            joined(state),
+            attention_type=getattr(config, "attention_type", "bidirectional"),
+            num_heads=config.num_attention_heads,
+        )
     if getattr(config, "is_disentangled", False):
         position_embeddings = base.relative_positions(ids, attention_inputs)
     else:
@@ -105,7 +134,7 @@ def test_hidden_states_are_the_embedding_output_and_every_block_output_before_th
         outputs = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         expected = states_by_hand(model.model, ids, mask)
     assert len(outputs.hidden_states) == model.config.num_hidden_layers + 1
-    for recorded, state in zip(outputs.hidden_states, expected):
+    for recorded, state in zip(outputs.hidden_states, expected, strict=True):
         torch.testing.assert_close(recorded, joined(state), rtol=0, atol=1e-12)
     # the last entry is the last block's output; the final norm makes last_hidden_state
     torch.testing.assert_close(outputs.last_hidden_state, model.model.final_norm(expected[-1]), rtol=0, atol=1e-12)
@@ -140,9 +169,11 @@ def test_output_flags_fall_back_to_the_config_and_return_dict_false_gives_the_sa
     assert plain.hidden_states is None and switched_off.hidden_states is None
     assert len(from_config.hidden_states) == model.config.num_hidden_layers + 1
     assert isinstance(as_tuple, tuple) and len(as_tuple) == len(as_dict) == 4  # last, hidden, ap, semantic
-    for from_tuple, value in zip(as_tuple, as_dict.values()):
+    for from_tuple, value in zip(as_tuple, as_dict.values(), strict=True):
         if isinstance(value, tuple):
-            assert len(from_tuple) == len(value) and all(torch.equal(a, b) for a, b in zip(from_tuple, value))
+            assert len(from_tuple) == len(value) and all(
+                torch.equal(a, b) for a, b in zip(from_tuple, value, strict=True)
+            )
         else:
             assert torch.equal(from_tuple, value)
 
@@ -164,13 +195,14 @@ def test_selected_hidden_states_keep_their_places_in_both_streams():
 def test_hidden_states_under_gradient_checkpointing_are_the_same_and_carry_gradients(name):
     model = build(name)
     ids, mask = batch()
-    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                  output_hidden_states=True)  # explicit positions: DSTG would shift its defaults in training
+    inputs = dict(
+        input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), output_hidden_states=True
+    )  # explicit positions: DSTG would shift its defaults in training
     model.train()  # dropout is 0: training only switches checkpointing on
     reference = model.model(**inputs)
     model.activation_checkpointing_enable()
     checkpointed = model.model(**inputs)
-    for a, b in zip(reference.hidden_states, checkpointed.hidden_states):
+    for a, b in zip(reference.hidden_states, checkpointed.hidden_states, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     # DSTG's joined entries are concatenated after the forward; its stream tensors are the ones computed with
     block_output = (checkpointed.ap_hidden_states if name == "dstg" else checkpointed.hidden_states)[1]

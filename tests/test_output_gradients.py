@@ -15,14 +15,33 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def dstg(preset):
     sizes = dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=24)
-    return DSTGNeoBERT(DSTGNeoBERTConfig(preset=preset, vocab_size=40, num_hidden_layers=3, num_attention_heads=2,
-                                         intermediate_size=48, max_position_embeddings=32, cls_token_id=1,
-                                         sep_token_id=2, **sizes))
+    return DSTGNeoBERT(
+        DSTGNeoBERTConfig(
+            preset=preset,
+            vocab_size=40,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            intermediate_size=48,
+            max_position_embeddings=32,
+            cls_token_id=1,
+            sep_token_id=2,
+            **sizes,
+        )
+    )
 
 
 def dta():
-    return DTABertModel(DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
-                                      intermediate_size=24, unet=True, value_embeddings=True))
+    return DTABertModel(
+        DTABertConfig(
+            vocab_size=40,
+            hidden_size=16,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            intermediate_size=24,
+            unet=True,
+            value_embeddings=True,
+        )
+    )
 
 
 @pytest.mark.parametrize("name", ["dstg", "ap", "rp", "rope", "dta-unet"])
@@ -47,7 +66,8 @@ def test_returned_hidden_states_receive_gradients(name, checkpointing):
         assert state.grad.abs().max() > 0
     if name == "dstg":  # the joined state's gradient is the two streams' gradients side by side
         ap_size = model.config.ap_size
-        for joined, ap, semantic in zip(output.hidden_states, output.ap_hidden_states,
-                                        output.semantic_hidden_states):
+        for joined, ap, semantic in zip(
+            output.hidden_states, output.ap_hidden_states, output.semantic_hidden_states, strict=True
+        ):
             assert torch.equal(joined.grad, torch.cat([ap.grad, semantic.grad], dim=-1))
             assert torch.equal(joined[..., :ap_size], ap) and torch.equal(joined[..., ap_size:], semantic)

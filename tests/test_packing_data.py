@@ -11,9 +11,8 @@ import torch
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training.collator import MLMCollator
 from encoderlab.training.data import document_windows
-from encoderlab.training.sources import load_documents
 from encoderlab.training.packing import PackedMLMCollator, best_fit_rows, pack_block, positions_of
-
+from encoderlab.training.sources import load_documents
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data folder {DATA} is absent")
@@ -74,7 +73,7 @@ def test_pack_block_concatenates_the_windows_of_each_row():
     packed = pack_block(pa.table({"input_ids": windows}), 32).to_pylist()
     rows = best_fit_rows([len(w) for w in windows], 32)
     assert len(packed) == len(rows)
-    for row, indices in zip(packed, rows):
+    for row, indices in zip(packed, rows, strict=True):
         assert row["input_ids"] == [token for i in indices for token in windows[i]]
         assert row["lengths"] == [len(windows[i]) for i in indices]
         assert row["num_tokens"] == len(row["input_ids"])
@@ -140,10 +139,10 @@ def test_fixed_masks_of_a_packed_document_are_its_masks_alone(esm):
     for row, example in enumerate(examples):
         start = 0
         for length in example["lengths"]:
-            window = example["input_ids"][start:start + length]
+            window = example["input_ids"][start : start + length]
             single = alone([window])
-            assert packed["input_ids"][row, start:start + length].tolist() == single["input_ids"][0].tolist()
-            assert packed["labels"][row, start:start + length].tolist() == single["labels"][0].tolist()
+            assert packed["input_ids"][row, start : start + length].tolist() == single["input_ids"][0].tolist()
+            assert packed["labels"][row, start : start + length].tolist() == single["labels"][0].tolist()
             start += length
     assert (packed["labels"] != -100).sum() > 10
 
@@ -155,8 +154,9 @@ def test_random_masks_never_select_special_tokens_or_padding(esm):
     batch = collator(examples)
     unmasked = PackedMLMCollator(esm, row_length=64, mask_on_device=True)(examples)
     special = unmasked["special_tokens_mask"]
-    assert special.equal(torch.isin(unmasked["input_ids"], torch.tensor(esm.all_special_ids))
-                         | (unmasked["attention_mask"] == 0))
+    assert special.equal(
+        torch.isin(unmasked["input_ids"], torch.tensor(esm.all_special_ids)) | (unmasked["attention_mask"] == 0)
+    )
     selected = batch["labels"] != -100
     assert not (selected & special).any()
     rate = selected.sum() / (~special).sum()
@@ -183,8 +183,15 @@ def test_packed_mlm_loss_is_the_token_weighted_loss_of_the_documents_alone(esm, 
 
     config_class, model_class = family_classes(family)
     torch.manual_seed(0)
-    config = config_class(vocab_size=len(esm), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                          intermediate_size=64, pad_token_id=esm.pad_token_id, max_position_embeddings=256)
+    config = config_class(
+        vocab_size=len(esm),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=esm.pad_token_id,
+        max_position_embeddings=256,
+    )
     model = model_class(config).double().eval()
     examples, _ = packed_examples(esm, [protein * 3 for protein in PROTEINS], 72)
     assert any(len(example["lengths"]) > 1 for example in examples)
@@ -196,7 +203,7 @@ def test_packed_mlm_loss_is_the_token_weighted_loss_of_the_documents_alone(esm, 
     for example in examples:
         start = 0
         for length in example["lengths"]:
-            single = alone([example["input_ids"][start:start + length]])
+            single = alone([example["input_ids"][start : start + length]])
             losses = masked_token_losses(model(**single).logits, single["labels"])
             summed, masked = summed + losses.sum().item(), masked + losses.numel()
             start += length

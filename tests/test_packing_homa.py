@@ -16,25 +16,37 @@ from encoderlab.configuration.homa import HOMAConfig
 from encoderlab.modeling.homa import HOMAForMaskedLM, LinformerSelfAttention, prepare_homa_inputs
 from encoderlab.modeling.kernels.blocks import BlockLayout
 
-TINY = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32, u_rank=4,
-            fusion_hidden_size=8, linformer_k=5, max_position_embeddings=64, hidden_dropout_prob=0.0,
-            attention_dropout=0.0)
+TINY = dict(
+    hidden_size=16,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=32,
+    u_rank=4,
+    fusion_hidden_size=8,
+    linformer_k=5,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_dropout=0.0,
+)
 ATTENTION_TYPES = ["pairwise", "blockwise", "homa", "triadic", "linformer"]
 # (block_size, block_stride, triadic_window): overlapping, touching and thrice-overlapping grids.
 GRIDS = [(6, 4, 3), (5, 5, 5), (7, 3, 3)]
 # Packs of document lengths, then padding after the pack: documents shorter than a block (1, 2), exactly one block,
 # one token more, odd lengths, long ones; the two rows of a batch hold different packs.
-PACKS = [
-    ([1, 6, 2, 13, 7], [9, 1, 1, 17, 3]),
-    ([23, 5], [4, 8, 11, 2, 3]),
-]
+PACKS = [([1, 6, 2, 13, 7], [9, 1, 1, 17, 3]), ([23, 5], [4, 8, 11, 2, 3])]
 
 
 def model_for(attention_type, grid, position_embedding_type="absolute", seed=0):
     block_size, block_stride, window = grid
     torch.manual_seed(seed)
-    config = HOMAConfig(**TINY, attention_type=attention_type, block_size=block_size, block_stride=block_stride,
-                        triadic_window=window, position_embedding_type=position_embedding_type)
+    config = HOMAConfig(
+        **TINY,
+        attention_type=attention_type,
+        block_size=block_size,
+        block_stride=block_stride,
+        triadic_window=window,
+        position_embedding_type=position_embedding_type,
+    )
     return HOMAForMaskedLM(config).double().eval()
 
 
@@ -131,8 +143,9 @@ def test_block_grid_of_one_document_per_row_is_the_unpacked_grid():
     unpacked = BlockLayout.from_mask(attention_mask, 6, 4)
     real_slots = unpacked.key_mask
     assert torch.equal(packed.key_mask, real_slots)
-    torch.testing.assert_close(packed.index.view_as(real_slots)[real_slots], unpacked.index.view_as(real_slots)[
-        real_slots])
+    torch.testing.assert_close(
+        packed.index.view_as(real_slots)[real_slots], unpacked.index.view_as(real_slots)[real_slots]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -159,8 +172,9 @@ def test_packed_documents_match_each_document_alone(attention_type, grid, pack_i
     model = model_for(attention_type, grid)
     rows = [documents_of(lengths, seed) for seed, lengths in enumerate(PACKS[pack_index])]
     input_ids, attention_mask, position_ids = pack(rows, padding=5)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                output_hidden_states=True)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=True
+    )
     assert_documents_match_alone(model, rows, out)
 
 
@@ -179,8 +193,9 @@ def test_a_first_row_of_one_whole_document_keeps_later_rows_packed(attention_typ
         input_ids, attention_mask, position_ids = pack(rows, padding=0)
         assert bool(attention_mask[0].all()) and input_ids.shape[1] == 23
         with torch.no_grad():  # flex_attention has no CPU backward: with gradients on it would run sdpa instead
-            out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                        output_hidden_states=True)
+            out = model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=True
+            )
             assert_documents_match_alone(model, rows, out)
 
 
@@ -189,8 +204,9 @@ def test_packed_documents_match_alone_with_rope_and_continued_padding_positions(
     model = model_for(attention_type, GRIDS[0], position_embedding_type="rope")
     rows = [documents_of(lengths, seed + 7) for seed, lengths in enumerate(PACKS[0])]
     input_ids, attention_mask, position_ids = pack(rows, padding=4, padding_positions="continue")
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                output_hidden_states=True)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=True
+    )
     assert_documents_match_alone(model, rows, out)
 
 
@@ -200,8 +216,9 @@ def test_pairwise_eager_keeps_packed_documents_apart():
     model.set_attn_implementation("eager")
     rows = [documents_of(lengths, seed + 3) for seed, lengths in enumerate(PACKS[1])]
     input_ids, attention_mask, position_ids = pack(rows, padding=2)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                output_hidden_states=True)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=True
+    )
     assert_documents_match_alone(model, rows, out)
 
 

@@ -39,9 +39,19 @@ TOLERANCE = 1e-10
 def dta_model(attention_type="dual_triangle", position="rope", backend="sdpa", **overrides):
     unet = position in ("none", "rope")  # the U-Net body and value embeddings on a subset
     config = DTABertConfig(
-        vocab_size=40, hidden_size=16, num_hidden_layers=4 if unet else 2, num_attention_heads=2,
-        intermediate_size=24, max_position_embeddings=32, initializer_range=0.3, attention_type=attention_type,
-        position_embedding_type=position, unet=unet, value_embeddings=unet, attn_implementation=backend, **overrides,
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=4 if unet else 2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+        initializer_range=0.3,
+        attention_type=attention_type,
+        position_embedding_type=position,
+        unet=unet,
+        value_embeddings=unet,
+        attn_implementation=backend,
+        **overrides,
     )
     return randomised(DTABertForMaskedLM(config))
 
@@ -49,9 +59,19 @@ def dta_model(attention_type="dual_triangle", position="rope", backend="sdpa", *
 def dstg_model(preset="dstg", backend="sdpa"):
     sizes = dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=24)
     config = DSTGNeoBERTConfig(
-        preset=preset, vocab_size=40, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-        max_position_embeddings=32, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD,
-        relative_attention_num_buckets=8, relative_attention_max_distance=6, attn_implementation=backend, **sizes,
+        preset=preset,
+        vocab_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=6,
+        attn_implementation=backend,
+        **sizes,
     )
     return randomised(DSTGNeoBERTForMaskedLM(config))
 
@@ -99,7 +119,7 @@ def packed_case(layout=LAYOUT, seed=0):
     docs = documents([n for row in layout for n in row], seed)
     rows, index = [], 0
     for row in layout:
-        rows.append(docs[index:index + len(row)])
+        rows.append(docs[index : index + len(row)])
         index += len(row)
     return docs, pack(rows)
 
@@ -110,7 +130,7 @@ def alone(model, doc, **kwargs):
 
 
 def assert_each_document_as_alone(model, docs, packed_output, spans):
-    for doc, (row, start, end) in zip(docs, spans):
+    for doc, (row, start, end) in zip(docs, spans, strict=True):
         expected = alone(model, doc)
         assert (packed_output.logits[row, start:end] - expected.logits[0]).abs().max() <= TOLERANCE
         for got, want in zip(packed_output.hidden_states, expected.hidden_states, strict=True):
@@ -119,8 +139,9 @@ def assert_each_document_as_alone(model, docs, packed_output, spans):
 
 def run_packed(model, input_ids, position_ids, attention_mask):
     with torch.no_grad():
-        return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                     output_hidden_states=True)
+        return model(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, output_hidden_states=True
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -142,21 +163,27 @@ def test_document_ids_restart_where_positions_restart():
     assert positions_in_documents(ids).tolist() == [[0, 1, 2, 3, 0, 1], [0, 1, 2, 0, 1, 2]]
 
 
-@pytest.mark.parametrize("cu_seq_lens,message", [
-    (torch.tensor([[0, 5]]), "cu_seq_lens_q must be a 1-D tensor"),
-    (torch.tensor([0.0, 5.0]), "cu_seq_lens_q must hold integers"),
-    (torch.tensor([1, 5, 12]), r"cu_seq_lens_q holds \[1, 5, 12\]; allowed: cumulative lengths from 0"),
-    (torch.tensor([0, 7, 5, 12]), "non-decreasing"),
-    (torch.tensor([0, 5, 13]), "ending at most at batch_size \\* seq_len = 12"),
-    (torch.tensor([0, 5, 12]), "no boundary at token 6, the start of row 1"),
-])
+@pytest.mark.parametrize(
+    "cu_seq_lens,message",
+    [
+        (torch.tensor([[0, 5]]), "cu_seq_lens_q must be a 1-D tensor"),
+        (torch.tensor([0.0, 5.0]), "cu_seq_lens_q must hold integers"),
+        (torch.tensor([1, 5, 12]), r"cu_seq_lens_q holds \[1, 5, 12\]; allowed: cumulative lengths from 0"),
+        (torch.tensor([0, 7, 5, 12]), "non-decreasing"),
+        (torch.tensor([0, 5, 13]), "ending at most at batch_size \\* seq_len = 12"),
+        (torch.tensor([0, 5, 12]), "no boundary at token 6, the start of row 1"),
+    ],
+)
 def test_bad_boundaries_raise_errors_naming_the_field(cu_seq_lens, message):
     model = dta_model()
     with pytest.raises(ValueError, match=message):
         model(input_ids=torch.randint(4, 40, (2, 6)), cu_seq_lens_q=cu_seq_lens)
     with pytest.raises(ValueError, match="cu_seq_lens_q and cu_seq_lens_k differ"):
-        model(input_ids=torch.randint(4, 40, (2, 6)), cu_seq_lens_q=torch.tensor([0, 6, 12]),
-              cu_seq_lens_k=torch.tensor([0, 3, 6, 12]))
+        model(
+            input_ids=torch.randint(4, 40, (2, 6)),
+            cu_seq_lens_q=torch.tensor([0, 6, 12]),
+            cu_seq_lens_k=torch.tensor([0, 3, 6, 12]),
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -181,11 +208,15 @@ def test_dstg_packed_rows_give_each_document_alone(preset, backend):
     output = run_packed(model, input_ids, position_ids, attention_mask)
     assert_each_document_as_alone(model, docs, output, spans)
     if preset == "dstg":  # the streams too
-        for doc, (row, start, end) in zip(docs, spans):
+        for doc, (row, start, end) in zip(docs, spans, strict=True):
             expected = alone(model.model, doc)
             with torch.no_grad():
-                got = model.model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                                  output_hidden_states=True)
+                got = model.model(
+                    input_ids=input_ids,
+                    position_ids=position_ids,
+                    attention_mask=attention_mask,
+                    output_hidden_states=True,
+                )
             for name in ("ap_hidden_states", "semantic_hidden_states"):
                 for got_state, want in zip(got[name], expected[name], strict=True):
                     assert (got_state[row, start:end] - want[0]).abs().max() <= TOLERANCE
@@ -197,7 +228,7 @@ def test_several_sizes_and_single_token_documents(layout, seq_len):
     docs = documents([n for row in layout for n in row], seed=3)
     rows, index = [], 0
     for row in layout:
-        rows.append(docs[index:index + len(row)])
+        rows.append(docs[index : index + len(row)])
         index += len(row)
     input_ids, position_ids, attention_mask, spans = pack(rows, seq_len)
     output = run_packed(model, input_ids, position_ids, attention_mask)
@@ -210,8 +241,11 @@ LONE_FIRST_ROWS = [[[SEQ_LEN], [6, 1, 9, 4]], [[SEQ_LEN], [6, 1, 9]]]
 # (family, attention type or preset, positions) x every backend that takes packed rows on CPU; varlen with the
 # reference kernel (torch has none on CPU), and only where no additive bias is (it refuses those by name).
 LONE_FIRST_ROW_MODELS = [
-    *(("dta", attention_type, position, backend) for attention_type, position in
-      (("bidirectional", "alibi"), ("causal", "absolute"), ("dual_triangle", "rope")) for backend in BACKENDS),
+    *(
+        ("dta", attention_type, position, backend)
+        for attention_type, position in (("bidirectional", "alibi"), ("causal", "absolute"), ("dual_triangle", "rope"))
+        for backend in BACKENDS
+    ),
     *(("dta", attention_type, "rope", "varlen") for attention_type in TYPES),
     *(("dstg", preset, None, backend) for preset in PRESETS for backend in BACKENDS),
     *(("dstg", preset, None, "varlen") for preset in ("ap", "rope")),
@@ -263,8 +297,13 @@ def test_no_gradient_crosses_documents(family, backend):
     docs, (input_ids, position_ids, attention_mask, spans) = packed_case()
     weights = torch.randn(*input_ids.shape, model.config.vocab_size, dtype=torch.float64)
     for row, start, end in spans:
-        grad = embedding_output_grad(model, input_ids, position_ids, attention_mask,
-                                     lambda logits: (logits * weights)[row, start:end].sum())
+        grad = embedding_output_grad(
+            model,
+            input_ids,
+            position_ids,
+            attention_mask,
+            lambda logits: (logits * weights)[row, start:end].sum(),  # noqa: B023 (called in this iteration)
+        )
         inside = torch.zeros(input_ids.shape, dtype=torch.bool)
         inside[row, start:end] = True
         assert torch.all(grad[~inside] == 0), "a document's loss reached another document's inputs"
@@ -290,9 +329,11 @@ def test_data_collator_with_flattening_output_works_unchanged(model_kind, bounda
     # Learned absolute positions: a relative scheme alone would not notice positions that fail to restart.
     model = dta_model("dual_triangle", "absolute", "sdpa") if model_kind == "dta" else dstg_model("dstg", "sdpa")
     docs = documents([6, 1, 9, 4], seed=2)
-    collator = DataCollatorWithFlattening(return_position_ids=boundaries != "cu_seq_lens",
-                                          return_flash_attn_kwargs=boundaries != "position_ids",
-                                          return_seq_idx=boundaries == "both")
+    collator = DataCollatorWithFlattening(
+        return_position_ids=boundaries != "cu_seq_lens",
+        return_flash_attn_kwargs=boundaries != "position_ids",
+        return_seq_idx=boundaries == "both",
+    )
     batch = collator(collator_features(docs))
     with torch.no_grad():
         output = model(**batch, output_hidden_states=True)
@@ -318,7 +359,7 @@ def test_packed_mlm_loss_is_the_token_weighted_unpacked_loss(model_kind):
         packed_loss = model(**batch).loss
         total, count, start = 0.0, 0, 0
         for doc in docs:
-            labels = batch["labels"][:, start:start + len(doc)]
+            labels = batch["labels"][:, start : start + len(doc)]
             start += len(doc)
             labelled = int((labels != -100).sum())
             if labelled:
@@ -331,8 +372,9 @@ def test_packed_mlm_loss_is_the_token_weighted_unpacked_loss(model_kind):
 # varlen: the plumbing on CPU with a reference of varlen_attn's semantics
 
 
-def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
-                          **unused):
+def reference_varlen_attn(
+    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1), **unused
+):
     """torch's varlen_attn, slowly: per segment, dense softmax attention; window (left, right) admits keys j with
     i - left <= j <= i + right (-1: unbounded)."""
     assert torch.equal(cu_seq_q, cu_seq_k) and cu_seq_q.dtype == torch.int32
@@ -340,7 +382,7 @@ def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *
     assert max_q == max_k == max(lengths)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     outputs = []
-    for q, k, v in zip(*(x.split(lengths) for x in (query, key, value))):
+    for q, k, v in zip(*(x.split(lengths) for x in (query, key, value)), strict=True):
         index = torch.arange(len(q))
         offset = index[None, :] - index[:, None]  # j - i
         allowed = torch.ones(len(q), len(q), dtype=torch.bool)
@@ -356,8 +398,9 @@ def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *
 
 def reference_varlen_attn_2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, *, scale=None):
     """The torch 2.10 signature: is_causal instead of window_size."""
-    return reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale,
-                                 window_size=(-1, 0) if is_causal else (-1, -1))
+    return reference_varlen_attn(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale, window_size=(-1, 0) if is_causal else (-1, -1)
+    )
 
 
 @pytest.mark.parametrize("kernel", [reference_varlen_attn, reference_varlen_attn_2_10])
@@ -368,8 +411,10 @@ def test_varlen_plumbing_matches_sdpa_with_a_reference_kernel(kernel, attention_
     model = dta_model(attention_type, "rope", "sdpa", dual_triangle_routing=routing)
     docs, (input_ids, position_ids, attention_mask, spans) = packed_case()
     left_padded = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 10])
-    cases = [dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask),
-             dict(input_ids=input_ids[:, :10], attention_mask=left_padded)]
+    cases = [
+        dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask),
+        dict(input_ids=input_ids[:, :10], attention_mask=left_padded),
+    ]
     for inputs in cases:
         real = inputs["attention_mask"].bool()
         with torch.no_grad():
@@ -407,6 +452,7 @@ def test_kernels_outside_autocast_get_the_autocast_dtype(implementation, monkeyp
         def run(query, key, value, *args, **kwargs):
             seen.append((query.dtype, key.dtype, value.dtype))
             return kernel(query, key, value, *args, **kwargs)
+
         return run
 
     monkeypatch.setattr(varlen_module, "varlen_attn", recording(reference_varlen_attn))
@@ -441,8 +487,10 @@ def test_flex_with_values_padded_to_the_query_width_is_exact(monkeypatch):
     docs, (input_ids, position_ids, attention_mask, spans) = packed_case([[7, 1, 9], [5, 12]], seed=1)
     left_padded = torch.ones_like(input_ids)
     left_padded[0, :3] = 0
-    cases = [dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask),
-             dict(input_ids=input_ids, attention_mask=left_padded)]
+    cases = [
+        dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask),
+        dict(input_ids=input_ids, attention_mask=left_padded),
+    ]
     for inputs in cases:
         with torch.no_grad():
             expected = model(**inputs).logits
@@ -498,7 +546,7 @@ def test_compiled_flex_attention_keeps_documents_apart(monkeypatch):
     with torch.no_grad():
         logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask).logits
         model.set_attn_implementation("eager")
-        for doc, (row, start, end) in zip(docs, spans):
+        for doc, (row, start, end) in zip(docs, spans, strict=True):
             assert (logits[row, start:end] - model(input_ids=doc[None]).logits[0]).abs().max() <= 1e-4
 
 
@@ -513,23 +561,33 @@ def test_sdpa_runs_of_queries_over_key_spans_match_the_dense_mask(attention_type
     for row, lengths in enumerate([[300, 1, 255, 57], [200, 213, 200], [17, 400, 100, 60, 36]]):
         start = 0
         for n in lengths:
-            position_ids[row, start:start + n] = torch.arange(n)
+            position_ids[row, start : start + n] = torch.arange(n)
             start += n
     attention_mask[2, 577:] = 0  # padding after the pack
     document_ids = document_ids_from_positions(position_ids)
-    query, key, value = (torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64,
-                                     requires_grad=True) for _ in range(3))
+    query, key, value = (
+        torch.randn(batch, heads, length, 8, generator=generator, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
     bias_module = ALiBiBias(heads) if bias else None
     results = {}
     for implementation in ("eager", "sdpa"):
-        output, _ = attend(query, key, value, attention_mask=attention_mask, document_ids=document_ids,
-                           implementation=implementation, attention_type=attention_type, bias_module=bias_module)
+        output, _ = attend(
+            query,
+            key,
+            value,
+            attention_mask=attention_mask,
+            document_ids=document_ids,
+            implementation=implementation,
+            attention_type=attention_type,
+            bias_module=bias_module,
+        )
         upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
         results[implementation] = (output, torch.autograd.grad(output, (query, key, value), upstream))
     real = attention_mask.bool()
     (eager, eager_grads), (sdpa, sdpa_grads) = results["eager"], results["sdpa"]
     assert (eager - sdpa).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE
-    for eager_grad, sdpa_grad in zip(eager_grads, sdpa_grads):
+    for eager_grad, sdpa_grad in zip(eager_grads, sdpa_grads, strict=True):
         assert (eager_grad - sdpa_grad).abs().permute(0, 2, 1, 3)[real].max() <= TOLERANCE
     # The spans narrow where every row's documents allow it.
     bounds = document_bounds(document_ids)
@@ -581,13 +639,17 @@ def row_case(layouts, pad_left):
 @pytest.mark.parametrize("attention_type", TYPES)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("pad_left", [False, True])
-@pytest.mark.parametrize("chunk,layouts", [
-    (8, [[13, 1, 7, 0, 0, 0], [5, 5, 5, 9], [24]]),  # 24 tokens in runs of 8, padding after the pack
-    (16, [[39, 3, 1, 1, 0], [17, 16, 12], [2] * 22 + [1]]),  # 45 tokens: a last run of 13, one-token documents
-    (32, [[31, 33, 0, 0, 0], [1, 64, 2]]),  # 67 tokens, a document crossing two runs
-])
-def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bias, pad_left, chunk, layouts,
-                                                              monkeypatch):
+@pytest.mark.parametrize(
+    "chunk,layouts",
+    [
+        (8, [[13, 1, 7, 0, 0, 0], [5, 5, 5, 9], [24]]),  # 24 tokens in runs of 8, padding after the pack
+        (16, [[39, 3, 1, 1, 0], [17, 16, 12], [2] * 22 + [1]]),  # 45 tokens: a last run of 13, one-token documents
+        (32, [[31, 33, 0, 0, 0], [1, 64, 2]]),  # 67 tokens, a document crossing two runs
+    ],
+)
+def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(
+    attention_type, bias, pad_left, chunk, layouts, monkeypatch
+):
     """fp64, forward and gradients, at every real token: the CPU path (`sdpa_document_rows`, each row alone in runs
     of queries over its own documents' keys) equals eager and the path that runs over all rows at once."""
     import encoderlab.modeling.kernels.sdpa as sdpa
@@ -598,18 +660,25 @@ def test_sdpa_row_runs_match_eager_and_the_runs_over_all_rows(attention_type, bi
     attention_mask, document_ids = row_case(layouts, pad_left)
     batch, length = attention_mask.shape
     heads = 2
-    query, key, value = (torch.randn(batch, heads, length, 6, generator=generator, dtype=torch.float64,
-                                     requires_grad=True) for _ in range(3))
+    query, key, value = (
+        torch.randn(batch, heads, length, 6, generator=generator, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
     upstream = torch.randn(batch, heads, length, 6, generator=generator, dtype=torch.float64)
     bias_module = ALiBiBias(heads) if bias else None
     results = {}
-    for name, implementation, row_devices in [("eager", "eager", ("cpu",)), ("rows", "sdpa", ("cpu",)),
-                                              ("all rows", "sdpa", ())]:
+    for name, implementation, row_devices in [
+        ("eager", "eager", ("cpu",)),
+        ("rows", "sdpa", ("cpu",)),
+        ("all rows", "sdpa", ()),
+    ]:
         monkeypatch.setattr(sdpa, "_ROW_SPAN_DEVICES", row_devices)
-        inputs = ATTENTION_INPUTS[implementation].build(attention_mask, document_ids, query.transpose(1, 2),
-                                                        attention_type=attention_type, num_heads=heads)
-        output, _ = ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, inputs,
-                                                            attention_type=attention_type, bias_module=bias_module)
+        inputs = ATTENTION_INPUTS[implementation].build(
+            attention_mask, document_ids, query.transpose(1, 2), attention_type=attention_type, num_heads=heads
+        )
+        output, _ = ALL_ATTENTION_FUNCTIONS[implementation](
+            None, query, key, value, inputs, attention_type=attention_type, bias_module=bias_module
+        )
         results[name] = (output, *torch.autograd.grad(output, (query, key, value), upstream))
         if name == "rows":  # the row path ran
             assert inputs.row_runs
@@ -625,12 +694,18 @@ def test_row_key_spans_follow_each_rows_own_documents():
     attention_mask = torch.ones(2, 12, dtype=torch.long)
     attention_mask[0, -1] = 0
     bounds = document_bounds(document_ids)
-    assert row_key_spans(bounds, "lower", 4) == [[(0, 4, 0, 4), (4, 8, 3, 8), (8, 12, 3, 12)],
-                                              [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 0, 12)]]
-    assert row_key_spans(bounds, "upper", 4) == [[(0, 4, 0, 9), (4, 8, 4, 9), (8, 12, 8, 12)],
-                                              [(0, 4, 0, 12), (4, 8, 4, 12), (8, 12, 8, 12)]]
-    assert row_key_spans(bounds, "all", 4) == [[(0, 4, 0, 9), (4, 8, 3, 9), (8, 12, 3, 12)],
-                                            [(0, 4, 0, 12), (4, 8, 0, 12), (8, 12, 0, 12)]]
+    assert row_key_spans(bounds, "lower", 4) == [
+        [(0, 4, 0, 4), (4, 8, 3, 8), (8, 12, 3, 12)],
+        [(0, 4, 0, 4), (4, 8, 0, 8), (8, 12, 0, 12)],
+    ]
+    assert row_key_spans(bounds, "upper", 4) == [
+        [(0, 4, 0, 9), (4, 8, 4, 9), (8, 12, 8, 12)],
+        [(0, 4, 0, 12), (4, 8, 4, 12), (8, 12, 8, 12)],
+    ]
+    assert row_key_spans(bounds, "all", 4) == [
+        [(0, 4, 0, 9), (4, 8, 3, 9), (8, 12, 3, 12)],
+        [(0, 4, 0, 12), (4, 8, 0, 12), (8, 12, 0, 12)],
+    ]
     for triangle in ("lower", "upper", "all"):
         dense = allowed_mask(triangle, attention_mask.bool(), document_ids, 2, 12, "cpu")
         runs = row_runs(triangle, attention_mask.bool(), document_ids, bounds, 4, torch.float64)

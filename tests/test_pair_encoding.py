@@ -6,6 +6,7 @@ inputs get errors naming the field."""
 
 import pytest
 import torch
+from test_packing_model import randomised
 from transformers import DataCollatorWithFlattening
 
 from encoderlab.configuration.dstg import DSTGNeoBERTConfig
@@ -15,7 +16,6 @@ from encoderlab.modeling.dstg import DSTGNeoBERTForSequenceClassification
 from encoderlab.modeling.dta import DTABertForSequenceClassification
 from encoderlab.modeling.homa import HOMAForSequenceClassification
 from encoderlab.modeling.pairs import pair_segments
-from test_packing_model import randomised
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,39 +25,75 @@ SEPARATE = dict(classifier_pair_encoding="separate", classifier_pooling="mean", 
 PAIR_LENGTHS = [(3, 5), (1, 2), (6, 1), (4, 4)]
 TOLERANCE = 1e-10
 
-DTA_ARMS = [("dual_triangle", "none"), ("dual_triangle", "rope"), ("bidirectional", "rope"),
-            ("bidirectional", "absolute"), ("causal", "alibi")]
+DTA_ARMS = [
+    ("dual_triangle", "none"),
+    ("dual_triangle", "rope"),
+    ("bidirectional", "rope"),
+    ("bidirectional", "absolute"),
+    ("causal", "alibi"),
+]
 DSTG_PRESETS = ["dstg", "rp"]
 HOMA_TYPES = ["pairwise", "homa"]
 
 
 def dta_classifier(attention_type="dual_triangle", position="none", **overrides):
-    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=24, max_position_embeddings=32, attention_type=attention_type,
-                           position_embedding_type=position, **{**SEPARATE, **overrides})
+    config = DTABertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+        attention_type=attention_type,
+        position_embedding_type=position,
+        **{**SEPARATE, **overrides},
+    )
     return randomised(DTABertForSequenceClassification(config))
 
 
 def dstg_classifier(preset):
     sizes = dict(hidden_size=32, ap_size=8) if preset == "dstg" else dict(hidden_size=24)
-    config = DSTGNeoBERTConfig(preset=preset, vocab_size=40, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=48, max_position_embeddings=32, cls_token_id=CLS, pad_token_id=PAD,
-                               relative_attention_num_buckets=8, relative_attention_max_distance=6, **sizes,
-                               **SEPARATE)
+    config = DSTGNeoBERTConfig(
+        preset=preset,
+        vocab_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+        cls_token_id=CLS,
+        pad_token_id=PAD,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=6,
+        **sizes,
+        **SEPARATE,
+    )
     return randomised(DSTGNeoBERTForSequenceClassification(config))
 
 
 def homa_classifier(attention_type):
-    config = HOMAConfig(vocab_size=40, hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
-                        intermediate_size=32, u_rank=4, fusion_hidden_size=8, max_position_embeddings=64,
-                        attention_type=attention_type, block_size=4, block_stride=2, triadic_window=3, **SEPARATE)
+    config = HOMAConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        u_rank=4,
+        fusion_hidden_size=8,
+        max_position_embeddings=64,
+        attention_type=attention_type,
+        block_size=4,
+        block_stride=2,
+        triadic_window=3,
+        **SEPARATE,
+    )
     return randomised(HOMAForSequenceClassification(config))
 
 
 def classifiers():
     for attention_type, position in DTA_ARMS:
-        yield pytest.param(lambda t=attention_type, p=position: dta_classifier(t, p),
-                           id=f"dta-{attention_type}-{position}")
+        yield pytest.param(
+            lambda t=attention_type, p=position: dta_classifier(t, p), id=f"dta-{attention_type}-{position}"
+        )
     for preset in DSTG_PRESETS:
         yield pytest.param(lambda p=preset: dstg_classifier(p), id=f"dstg-{preset}")
     for attention_type in HOMA_TYPES:
@@ -71,8 +107,12 @@ def pairs(seed=0, second_cls=True):
     found = []
     for length_a, length_b in PAIR_LENGTHS:
         words_a, words_b = (torch.randint(4, 40, (n,), generator=generator) for n in (length_a, length_b))
-        found.append((torch.cat([torch.tensor([CLS]), words_a, torch.tensor([SEP])]),
-                      torch.cat([torch.tensor([CLS] if second_cls else []).long(), words_b, torch.tensor([SEP])])))
+        found.append(
+            (
+                torch.cat([torch.tensor([CLS]), words_a, torch.tensor([SEP])]),
+                torch.cat([torch.tensor([CLS] if second_cls else []).long(), words_b, torch.tensor([SEP])]),
+            )
+        )
     return found
 
 
@@ -98,8 +138,8 @@ def packed(pair_list, rows=2):
     attention_mask = torch.zeros_like(input_ids)
     for row, group in enumerate(joined):
         flat = torch.cat(group)
-        input_ids[row, :len(flat)], attention_mask[row, :len(flat)] = flat, 1
-        position_ids[row, :len(flat)] = torch.cat([torch.arange(len(ids)) for ids in group])
+        input_ids[row, : len(flat)], attention_mask[row, : len(flat)] = flat, 1
+        position_ids[row, : len(flat)] = torch.cat([torch.arange(len(ids)) for ids in group])
     order = [pair for group in groups for pair in group]
     return input_ids, position_ids, attention_mask, order
 
@@ -107,6 +147,7 @@ def packed(pair_list, rows=2):
 @torch.no_grad()
 def reference_logits(model, pair_list):
     """Each text through the encoder alone, mean over its tokens, then the head on [u, v, |u - v|, u * v]."""
+
     def encode(ids):
         outputs = model.run_base_model(ids[None], None, None, None, {})
         return model.sequence_features(outputs)[0].mean(dim=0)
@@ -148,7 +189,8 @@ def test_flattening_collator_output_matches_each_text_encoded_alone():
     model = dta_classifier("dual_triangle", "rope")
     pair_list = pairs(seed=2)
     batch = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=True)(
-        [{"input_ids": torch.cat(pair).tolist()} for pair in pair_list])
+        [{"input_ids": torch.cat(pair).tolist()} for pair in pair_list]
+    )
     batch.pop("labels", None)
     with torch.no_grad():
         logits = model(**batch).logits
@@ -166,8 +208,9 @@ def test_segments_restart_positions_at_the_second_text():
 
 
 def test_joint_and_separate_heads_differ_only_in_width():
-    joint = DTABertForSequenceClassification(DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                                                           num_attention_heads=2, num_labels=3))
+    joint = DTABertForSequenceClassification(
+        DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_labels=3)
+    )
     separate = dta_classifier()
     assert joint.classifier.dense.in_features == 16
     assert separate.classifier.dense.in_features == 64
@@ -180,8 +223,10 @@ def test_saved_model_keeps_the_encoding_and_gives_the_same_logits(tmp_path):
     assert reloaded.config.classifier_pair_encoding == "separate"
     input_ids, attention_mask = padded(pairs(), "right")
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=input_ids, attention_mask=attention_mask).logits,
-                                   model(input_ids=input_ids, attention_mask=attention_mask).logits)
+        torch.testing.assert_close(
+            reloaded(input_ids=input_ids, attention_mask=attention_mask).logits,
+            model(input_ids=input_ids, attention_mask=attention_mask).logits,
+        )
 
 
 def test_a_single_text_in_the_batch_is_refused():
@@ -199,15 +244,19 @@ def test_inputs_embeds_alone_is_refused():
         model(inputs_embeds=torch.zeros(1, 4, 16, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(classifier_pair_encoding="siamese"), r"classifier_pair_encoding.*'siamese'.*joint.*separate"),
-    (dict(classifier_pooling="cls"), r"classifier_pooling='cls'; allowed with it: 'mean'"),
-    (dict(sep_token_id=None), r"sep_token_id is None"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(classifier_pair_encoding="siamese"), r"classifier_pair_encoding.*'siamese'.*joint.*separate"),
+        (dict(classifier_pooling="cls"), r"classifier_pooling='cls'; allowed with it: 'mean'"),
+        (dict(sep_token_id=None), r"sep_token_id is None"),
+    ],
+)
 def test_bad_settings_name_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
-        DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      **{**SEPARATE, **overrides})
+        DTABertConfig(
+            vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, **{**SEPARATE, **overrides}
+        )
 
 
 def test_tracing_is_refused_with_the_reason(monkeypatch):

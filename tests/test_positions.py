@@ -17,8 +17,15 @@ from encoderlab.modeling.positions import (
 )
 
 
-@pytest.mark.parametrize("scaling", [None, {"type": "linear", "factor": 4.0}, {"type": "ntk", "factor": 4.0},
-                                     {"type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0}])
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        None,
+        {"type": "linear", "factor": 4.0},
+        {"type": "ntk", "factor": 4.0},
+        {"type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0},
+    ],
+)
 @pytest.mark.parametrize("half_split", [False, True])
 def test_rope_scores_depend_only_on_offset(scaling, half_split):
     """q_i . k_j after RoPE is a function of i - j, also within each half of the head (dual triangle)."""
@@ -51,12 +58,29 @@ def test_rope_frequencies_match_transformers(rope_type):
         params.update(factor=factor)
     if rope_type == "yarn":
         params.update(original_max_position_embeddings=original, beta_fast=32.0, beta_slow=1.0)
-    llama = LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
-                        max_position_embeddings=original * 4, rope_parameters=params)
-    expected, expected_factor = ROPE_INIT_FUNCTIONS[rope_type](llama, "cpu") if rope_type != "default" else (
-        1.0 / base ** (torch.arange(0, head_dim, 2).double() / head_dim), 1.0)
-    ours_scaling = None if rope_type == "default" else {"type": rope_type, "factor": factor, "beta_fast": 32.0,
-                                                        "beta_slow": 1.0, "original_max_position_embeddings": original}
+    llama = LlamaConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        max_position_embeddings=original * 4,
+        rope_parameters=params,
+    )
+    expected, expected_factor = (
+        ROPE_INIT_FUNCTIONS[rope_type](llama, "cpu")
+        if rope_type != "default"
+        else (1.0 / base ** (torch.arange(0, head_dim, 2).double() / head_dim), 1.0)
+    )
+    ours_scaling = (
+        None
+        if rope_type == "default"
+        else {
+            "type": rope_type,
+            "factor": factor,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "original_max_position_embeddings": original,
+        }
+    )
     ours, ours_factor = rope_inverse_frequencies(head_dim, base, ours_scaling, original)
     assert torch.allclose(ours.float(), expected.float(), rtol=1e-5)
     assert math.isclose(ours_factor, expected_factor, rel_tol=1e-6)

@@ -34,34 +34,76 @@ LENGTHS, SEQ_LEN = (13, 9), 13  # odd lengths, one row right-padded
 
 DTA_TYPES = ("bidirectional", "causal", "dual_triangle")
 DTA_POSITIONS = ("none", "absolute", "sinusoidal", "rope", "alibi")
-HOMA_VARIANTS = (("pairwise", "mlp"), ("blockwise", "mlp"), ("linformer", "mlp"), ("triadic", "mlp"),
-                 ("homa", "mlp"), ("homa", "add"), ("homa", "gated"))
+HOMA_VARIANTS = (
+    ("pairwise", "mlp"),
+    ("blockwise", "mlp"),
+    ("linformer", "mlp"),
+    ("triadic", "mlp"),
+    ("homa", "mlp"),
+    ("homa", "add"),
+    ("homa", "gated"),
+)
 DSTG_PRESETS = ("dstg", "ap", "rp", "rope")
 
 
 def dta_case(attention_type, position):
-    config = DTABertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=24, max_position_embeddings=32, attention_type=attention_type,
-                           position_embedding_type=position, hidden_dropout_prob=0.0, attention_dropout=0.0)
+    config = DTABertConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+        attention_type=attention_type,
+        position_embedding_type=position,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+    )
     return DTABertForMaskedLM(config)
 
 
 def homa_case(attention_type, fusion):
     position = "absolute" if attention_type == "linformer" else "rope"  # linformer mixes positions: no RoPE
-    config = HOMAConfig(vocab_size=VOCAB, hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
-                        intermediate_size=32, block_size=6, block_stride=4, triadic_window=3, u_rank=4,
-                        fusion_hidden_size=8, linformer_k=5, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                        attention_dropout=0.0, attention_type=attention_type, fusion=fusion,
-                        position_embedding_type=position, num_labels=NUM_LABELS)
+    config = HOMAConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        block_size=6,
+        block_stride=4,
+        triadic_window=3,
+        u_rank=4,
+        fusion_hidden_size=8,
+        linformer_k=5,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+        attention_type=attention_type,
+        fusion=fusion,
+        position_embedding_type=position,
+        num_labels=NUM_LABELS,
+    )
     return HOMAForTokenClassification(config)
 
 
 def dstg_case(preset):
     sizes = dict(hidden_size=64, ap_size=16) if preset == "dstg" else dict(hidden_size=48)
-    config = DSTGNeoBERTConfig(preset=preset, vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=64, max_position_embeddings=32, cls_token_id=CLS, sep_token_id=SEP,
-                               relative_attention_num_buckets=16, relative_attention_max_distance=12,
-                               hidden_dropout_prob=0.0, attention_dropout=0.0, **sizes)
+    config = DSTGNeoBERTConfig(
+        preset=preset,
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        relative_attention_num_buckets=16,
+        relative_attention_max_distance=12,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+        **sizes,
+    )
     return DSTGNeoBERTForMaskedLM(config)
 
 
@@ -88,8 +130,10 @@ def make_batch(model):
         labels = torch.randint(5, VOCAB, input_ids.shape, generator=generator)
         labels[:, ::2] = -100
     labels = labels.masked_fill(attention_mask == 0, -100)
-    return {name: t.to(DEVICE) for name, t in
-            dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels).items()}
+    return {
+        name: t.to(DEVICE)
+        for name, t in dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels).items()
+    }
 
 
 def forward(model, inputs, autocast_dtype=None):

@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.cli import main
+from encoderlab.run_files import MARKER_FILE
 from encoderlab.training.finetune.config import load_finetune_config
 from encoderlab.training.finetune.pipeline import finetune
-from encoderlab.run_files import MARKER_FILE
-from tiny_checkpoints import save_tiny_dta_mlm
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,15 @@ def classifier_run(tmp_path_factory, demo_run):
     rows = ["text,label"] + [f"{word} film,{label}" for word, label in [("charming", "good"), ("dull", "bad")] * 16]
     (data / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     run_dir = tmp_path_factory.mktemp("runs") / "sentiment"
-    overrides = ["train.max_steps=4", "train.eval_steps=4", "train.batch_size=8", f"data.train={data / 'train.csv'}",
-                 f"data.validation={data / 'train.csv'}", "data.text_columns=[text]", f"output_dir={run_dir}"]
+    overrides = [
+        "train.max_steps=4",
+        "train.eval_steps=4",
+        "train.batch_size=8",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'train.csv'}",
+        "data.text_columns=[text]",
+        f"output_dir={run_dir}",
+    ]
     finetune(load_finetune_config("text-classification", str(demo_run), None, overrides))
     return run_dir
 
@@ -48,9 +55,15 @@ def saved_with_head(folder, tokenizer, class_name, **config):
     import encoderlab
 
     torch.manual_seed(0)
-    model_config = encoderlab.DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                            hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                            intermediate_size=64, **config)
+    model_config = encoderlab.DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        **config,
+    )
     getattr(encoderlab, class_name)(model_config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -64,8 +77,11 @@ def no_weights_loaded(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the head was checked")
 
-    for name in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification",
-                 "AutoModelForQuestionAnswering"):
+    for name in (
+        "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification",
+        "AutoModelForQuestionAnswering",
+    ):
         monkeypatch.setattr(getattr(transformers, name), "from_pretrained", refuse)
 
 
@@ -84,10 +100,13 @@ def test_a_masked_lm_is_refused_for_classify(demo_run, no_weights_loaded, capsys
     assert "DTABertForMaskedLM" in error
 
 
-@pytest.mark.parametrize("command, lacks, arguments", [("tokens", "token-classification", ("--text", "good film")),
-                                                       ("qa", "question-answering", QA_ARGS)])
-def test_a_classifier_is_refused_for_tokens_and_qa(classifier_run, no_weights_loaded, capsys, command, lacks,
-                                                   arguments):
+@pytest.mark.parametrize(
+    "command, lacks, arguments",
+    [("tokens", "token-classification", ("--text", "good film")), ("qa", "question-answering", QA_ARGS)],
+)
+def test_a_classifier_is_refused_for_tokens_and_qa(
+    classifier_run, no_weights_loaded, capsys, command, lacks, arguments
+):
     assert predict(command, classifier_run, *arguments) == 1
     error = capsys.readouterr().err
     assert f"has no {lacks} head" in error

@@ -9,11 +9,14 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from figure_checks import assert_png_drawn
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from tiny_checkpoints import assert_same_saved_weights
 from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import EvalPrediction
 
 from encoderlab import DTABertConfig, DTABertForMaskedLM, cli
+from encoderlab.run_files import MARKER_FILE
 from encoderlab.training.callbacks import DroPECallback, drope_step
 from encoderlab.training.metrics import (
     compute_metrics,
@@ -24,16 +27,8 @@ from encoderlab.training.metrics import (
 )
 from encoderlab.training.pretrain import RunConfig, build_model_config, load_run_config, pretrain
 from encoderlab.training.run_config import apply_overrides
-from encoderlab.run_files import MARKER_FILE
-from encoderlab.training.run_folder import (
-    RunFinished,
-    check_checkpoint_schedule,
-    start_run_folder,
-)
+from encoderlab.training.run_folder import RunFinished, check_checkpoint_schedule, start_run_folder
 from encoderlab.training.trainer import plan_steps
-from figure_checks import assert_png_drawn
-from tiny_checkpoints import assert_same_saved_weights
-
 
 TINY = {
     "model": {"config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}},
@@ -131,7 +126,9 @@ class FakeTokenizer:
 
 
 def test_every_token_id_of_the_family_config_comes_from_the_tokenizer():
-    run = RunConfig.from_dict({"model": {"family": "dstg_neobert", "config": {"hidden_size": 96, "ap_size": 32, "num_attention_heads": 2}}})
+    run = RunConfig.from_dict(
+        {"model": {"family": "dstg_neobert", "config": {"hidden_size": 96, "ap_size": 32, "num_attention_heads": 2}}}
+    )
     # [CLS]=2 and [SEP]=3 as in our BPE tokenizer, not BERT's 101 / 102.
     config = build_model_config(run, FakeTokenizer(300, pad_token_id=0, cls_token_id=2, sep_token_id=3))
     assert (config.vocab_size, config.pad_token_id, config.cls_token_id, config.sep_token_id) == (300, 0, 2, 3)
@@ -179,7 +176,9 @@ def test_a_checkpoint_trained_towards_another_step_count_is_refused(tmp_path):
 
 
 def test_overrides_and_bundled_configs():
-    raw = apply_overrides({"train": {"seq_len": 64}}, ["train.seq_len=128", "model.config.unet=true", "train.token_budget=1e6"])
+    raw = apply_overrides(
+        {"train": {"seq_len": 64}}, ["train.seq_len=128", "model.config.unet=true", "train.token_budget=1e6"]
+    )
     assert raw == {"train": {"seq_len": 128, "token_budget": "1e6"}, "model": {"config": {"unet": True}}}
     run = RunConfig.from_dict(raw)
     assert run.train.token_budget == 1_000_000 and run.model.config == {"unet": True}
@@ -228,7 +227,9 @@ def test_preprocess_logits_gives_argmax_and_token_cross_entropy():
     expected = torch.nn.functional.cross_entropy(logits[mask], labels[mask])
     assert torch.equal(predictions, logits.argmax(-1))
     assert token_loss[mask].mean().item() == pytest.approx(expected.item(), rel=1e-6)
-    metrics = compute_metrics(EvalPrediction(predictions=(predictions.numpy(), token_loss.numpy()), label_ids=labels.numpy()))
+    metrics = compute_metrics(
+        EvalPrediction(predictions=(predictions.numpy(), token_loss.numpy()), label_ids=labels.numpy())
+    )
     assert metrics["mlm_loss"] == pytest.approx(expected.item(), rel=1e-6)
 
 
@@ -273,8 +274,13 @@ def test_drope_switches_positions_off_at_the_step():
 def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     run_dir = tmp_path / "run"
     # Sparse prediction on: evaluation gets packed logits, and the saved model still fills masks densely.
-    model_config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                    "position_embedding_type": "absolute", "sparse_prediction": True}
+    model_config = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "position_embedding_type": "absolute",
+        "sparse_prediction": True,
+    }
     assert tiny_run(run_dir).train.drope_fraction is None  # DroPE is opt-in: positions are kept by default
     drope = {"drope_fraction": 0.7}
     result = pretrain(tiny_run(run_dir, model={"config": model_config}, train=drope))
@@ -302,8 +308,9 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
     assert model(**batch).logits.shape[-1] == len(tokenizer)
     with pytest.raises(ValueError, match="is not empty; pass --resume"):
         pretrain(tiny_run(run_dir))
-    changed = tiny_run(run_dir, model={"config": {**model_config, "hidden_size": 64}},
-                       train={**drope, "token_budget": 2400})
+    changed = tiny_run(
+        run_dir, model={"config": {**model_config, "hidden_size": 64}}, train={**drope, "token_budget": 2400}
+    )
     message = r"differs from the one saved .* at model.config.hidden_size \(saved 32, now 64\); train.token_budget"
     with pytest.raises(ValueError, match=message):
         pretrain(changed, resume=True)
@@ -319,8 +326,11 @@ def test_tiny_run_saves_a_loadable_model_with_results(tmp_path, capsys):
 
 def test_drope_drops_the_relative_bias_of_dstg_rp_and_dstg_uses_the_tokenizer_ids(tmp_path):
     model_config = {"preset": "rp", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
-    result = pretrain(tiny_run(tmp_path / "run", model={"family": "dstg_neobert", "config": model_config},
-                               train={"drope_fraction": 0.7}))
+    result = pretrain(
+        tiny_run(
+            tmp_path / "run", model={"family": "dstg_neobert", "config": model_config}, train={"drope_fraction": 0.7}
+        )
+    )
     assert result.results["drope_step"] == drope_step(0.7, result.results["plan"]["max_steps"])
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "run")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
@@ -383,8 +393,16 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     assert [p.name for p in resumed.glob("checkpoint-*")] == ["checkpoint-4"]
     assert not (resumed / "model.safetensors").exists()
     steps_file = tmp_path / "resumed_steps.json"
-    resume = [sys.executable, "-c", textwrap.dedent(RESUMER), str(steps_file), *cli[3:], "--set",
-              f"output_dir={resumed}", "--resume"]
+    resume = [
+        sys.executable,
+        "-c",
+        textwrap.dedent(RESUMER),
+        str(steps_file),
+        *cli[3:],
+        "--set",
+        f"output_dir={resumed}",
+        "--resume",
+    ]
     done = subprocess.run(resume, env=ENV, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     straight_steps = json.loads((straight / "results.json").read_text())["steps"]

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_pretrain import tiny_run
 
 from encoderlab import DTABertConfig, DTABertForMaskedLM
 from encoderlab.tokenization import build_tokenizer
@@ -15,7 +16,6 @@ from encoderlab.training.optimizer_settings import OptimizerSettings
 from encoderlab.training.pretrain import RunConfig, pretrain, run_corpus, run_lengths, run_shard_spec
 from encoderlab.training.run_config import MLMSection, TrainSection
 from encoderlab.training.trainer import build_trainer, training_arguments
-from test_pretrain import tiny_run
 
 # ---------------------------------------------------------------------------------------------
 # The learning rate
@@ -45,16 +45,25 @@ def test_a_changed_optimizer_lr_reaches_the_optimizer_and_the_schedule_once(tmp_
     """The run config's ``optimizer.lr`` (and Muon's ``muon_lr``) are the starting rates of the optimizer's groups
     and of the schedule: not scaled twice, not replaced by a rate of the Trainer's arguments."""
     rates = RecordRates()
-    run = tiny_run(tmp_path / "run", optimizer={"lr": 0.0123, "muon_lr": 0.0456},
-                   train={"token_budget": 200, "evaluations": 1})
+    run = tiny_run(
+        tmp_path / "run", optimizer={"lr": 0.0123, "muon_lr": 0.0456}, train={"token_budget": 200, "evaluations": 1}
+    )
     pretrain(run, callbacks=[rates.callback()])
     assert rates.initial == rates.scheduled == [0.0456, 0.0123]  # Muon's group, then AdamW's
 
 
 def tiny_model():
     torch.manual_seed(0)
-    return DTABertForMaskedLM(DTABertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                            max_position_embeddings=32, pad_token_id=0))
+    return DTABertForMaskedLM(
+        DTABertConfig(
+            vocab_size=40,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=32,
+            pad_token_id=0,
+        )
+    )
 
 
 @pytest.mark.parametrize("name", ["adamw", "muon"])
@@ -65,18 +74,36 @@ def test_the_trainer_arguments_hold_no_second_learning_rate(tmp_path, name):
     settings = OptimizerSettings(name=name, lr=0.0123, muon_lr=0.0456)
     rates = []
     for trainer_rate in (None, 0.5):
-        args = training_arguments(TrainSection(seq_len=32, schedule="wsd", warmup_fraction=0.1,
-                                               cooldown_fraction=0.1), str(tmp_path), max_steps=10)
+        args = training_arguments(
+            TrainSection(seq_len=32, schedule="wsd", warmup_fraction=0.1, cooldown_fraction=0.1),
+            str(tmp_path),
+            max_steps=10,
+        )
         if trainer_rate is not None:
             args.learning_rate = trainer_rate
-        trainer = build_trainer(tiny_model(), tokenizer, args, None, {}, mlm=MLMSection(),
-                                optimizer_settings=settings, packed=False, seq_len=32, seed=0)
+        trainer = build_trainer(
+            tiny_model(),
+            tokenizer,
+            args,
+            None,
+            {},
+            mlm=MLMSection(),
+            optimizer_settings=settings,
+            packed=False,
+            seq_len=32,
+            seed=0,
+        )
         trainer.create_optimizer_and_scheduler(num_training_steps=10)
         for _ in range(5):  # into the stable phase
             trainer.optimizer.step()
             trainer.lr_scheduler.step()
-        rates.append(([g["initial_lr"] for g in trainer.optimizer.param_groups], trainer.lr_scheduler.base_lrs,
-                      [g["lr"] for g in trainer.optimizer.param_groups]))
+        rates.append(
+            (
+                [g["initial_lr"] for g in trainer.optimizer.param_groups],
+                trainer.lr_scheduler.base_lrs,
+                [g["lr"] for g in trainer.optimizer.param_groups],
+            )
+        )
     expected = [0.0456, 0.0123] if name == "muon" else [0.0123]
     assert rates[0] == rates[1] == (expected, expected, expected)
 
@@ -115,8 +142,11 @@ class FakeTokenizer:
     """The parts of a tokenizer its cache key reads (its class name among them), fixed, so the key depends on the
     run config alone."""
 
-    backend_tokenizer = SimpleNamespace(to_str=lambda: json.dumps({"model": {"type": "WordLevel", "vocab": {"a": 0}},
-                                                                   "truncation": {"max_length": 9}, "padding": None}))
+    backend_tokenizer = SimpleNamespace(
+        to_str=lambda: json.dumps(
+            {"model": {"type": "WordLevel", "vocab": {"a": 0}}, "truncation": {"max_length": 9}, "padding": None}
+        )
+    )
     special_tokens_map = {"pad_token": "<pad>", "mask_token": "<mask>"}
 
 
@@ -124,16 +154,33 @@ class FakeTokenizer:
 # `ShardSpec` in place of the run config: a changed name would tokenize every user's corpus again.
 CACHE_NAMES = [
     ({}, {}, "daf4f6bf10326dfd9182f058", "15236b8950a4720f185987f7"),
-    ({"text_field": "seq", "limit": 500, "packing": "chunk", "long_factor": 2, "max_eval_examples": 8,
-      "shard_rows": 20, "validation_size": 0.2, "test_size": 0.05}, {"seq_len": 64, "seed": 3},
-     "7bd4c40e35604db762524e8d", "fb146fd909e497c6dbd4a29d"),
+    (
+        {
+            "text_field": "seq",
+            "limit": 500,
+            "packing": "chunk",
+            "long_factor": 2,
+            "max_eval_examples": 8,
+            "shard_rows": 20,
+            "validation_size": 0.2,
+            "test_size": 0.05,
+        },
+        {"seq_len": 64, "seed": 3},
+        "7bd4c40e35604db762524e8d",
+        "fb146fd909e497c6dbd4a29d",
+    ),
 ]
 
 
 @pytest.mark.parametrize("data, train, shard_name, tokenizer_name", CACHE_NAMES, ids=["defaults", "changed"])
 def test_the_cache_names_of_a_run_config_are_unchanged(data, train, shard_name, tokenizer_name):
-    run = RunConfig.from_dict({"data": {"source": "someone/corpus", "cache_dir": "/cache", **data}, "train": train,
-                               "tokenizer": {"name": "esm2"}})  # a Hub id: its fingerprint is its name
+    run = RunConfig.from_dict(
+        {
+            "data": {"source": "someone/corpus", "cache_dir": "/cache", **data},
+            "train": train,
+            "tokenizer": {"name": "esm2"},
+        }
+    )  # a Hub id: its fingerprint is its name
     root = shards.cache_root(run.data.cache_dir)
     assert shards.shard_directory(root, run_shard_spec(run), FakeTokenizer()).name == shard_name
     tokenizers = shards.cached_tokenizer_dir(root, run_corpus(run), run.tokenizer, run_lengths(run).long_seq_len)

@@ -42,7 +42,10 @@ def test_allowed_unknown_characters_and_lowercase_are_counted():
     for index, sequence in enumerate(["MKT", "mkJ*", "AJA", "acd"]):
         checker.check(sequence, f"record {index}")
     assert checker.counts.as_dict() == {
-        "records": 4, "lowercase_records": 2, "unknown_characters": 3, "unknown_records": 2,
+        "records": 4,
+        "lowercase_records": 2,
+        "unknown_characters": 3,
+        "unknown_records": 2,
     }
 
 

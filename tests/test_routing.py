@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from naive_reference import padding_mask
 
 from encoderlab import DTABertConfig, DTABertForMaskedLM, DTABertForSequenceClassification
 from encoderlab.cli import main as cli_main
@@ -14,13 +15,13 @@ from encoderlab.convert_routing_cli import load_checkpoint
 from encoderlab.modeling.attention import attend
 from encoderlab.modeling.convert import check_convertible, convert_routing, routing_permutation
 from encoderlab.modeling.positions import ALiBiBias
-from naive_reference import padding_mask
 
 ROUTINGS = ["channel_halves", "head_groups"]
 IMPLEMENTATIONS = ["eager", "sdpa", "flex_attention"]
 
 
 # ------------------------------------------------------------------------------------------- the literal reference
+
 
 def sub_heads(num_heads, routing):
     """(head, half, triangle, slot) of every half-width sub-head, as the routing's definition states it."""
@@ -84,9 +85,17 @@ def batch_mask(side, length):
 
 def attend_once(query, key, value, mask, implementation, routing, bias_module=None, output_attentions=False):
     with torch.no_grad():
-        return attend(query, key, value, attention_mask=mask, attention_type="dual_triangle",
-                      implementation=implementation, routing=routing, bias_module=bias_module,
-                      output_attentions=output_attentions)
+        return attend(
+            query,
+            key,
+            value,
+            attention_mask=mask,
+            attention_type="dual_triangle",
+            implementation=implementation,
+            routing=routing,
+            bias_module=bias_module,
+            output_attentions=output_attentions,
+        )
 
 
 def max_error_on_real_rows(got, expected, valid):
@@ -98,6 +107,7 @@ def max_error_on_real_rows(got, expected, valid):
 
 
 # ------------------------------------------------------------------------------------------------------ kernels
+
 
 @pytest.mark.parametrize("routing", ROUTINGS)
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -150,9 +160,17 @@ def test_attend_refuses_an_unknown_routing():
 
 # ---------------------------------------------------------------------------------------------------- the model
 
+
 def tiny_config(num_heads, routing="channel_halves", **overrides):
-    fields = dict(vocab_size=40, hidden_size=8 * num_heads, num_hidden_layers=1, num_attention_heads=num_heads,
-                  intermediate_size=16, position_embedding_type="rope", dual_triangle_routing=routing)
+    fields = dict(
+        vocab_size=40,
+        hidden_size=8 * num_heads,
+        num_hidden_layers=1,
+        num_attention_heads=num_heads,
+        intermediate_size=16,
+        position_embedding_type="rope",
+        dual_triangle_routing=routing,
+    )
     return DTABertConfig(**{**fields, **overrides})
 
 
@@ -220,6 +238,7 @@ def test_routings_differ_with_rope_and_two_heads():
 
 # ---------------------------------------------------------------------------------------------------- converter
 
+
 def test_permutation_moves_each_slot_to_where_the_target_reads_it():
     # 2 heads of 4 channels: blocks of 2. channel_halves reads slot (down 0, up 0, down 1, up 1) from blocks 0..3,
     # head_groups reads (down 0, down 1, up 0, up 1).
@@ -230,12 +249,15 @@ def test_permutation_moves_each_slot_to_where_the_target_reads_it():
 
 
 @pytest.mark.parametrize("source,target", [("head_groups", "channel_halves"), ("channel_halves", "head_groups")])
-@pytest.mark.parametrize("positions,extras", [
-    ("none", {}),
-    ("absolute", {"attention_bias": True}),
-    ("alibi", {"value_embeddings": True, "unet": True, "num_hidden_layers": 2}),
-    ("none", {"value_embeddings": True}),
-])
+@pytest.mark.parametrize(
+    "positions,extras",
+    [
+        ("none", {}),
+        ("absolute", {"attention_bias": True}),
+        ("alibi", {"value_embeddings": True, "unet": True, "num_hidden_layers": 2}),
+        ("none", {"value_embeddings": True}),
+    ],
+)
 @pytest.mark.parametrize("num_heads", [2, 3])
 def test_converted_model_gives_identical_logits(source, target, positions, extras, num_heads):
     config = tiny_config(num_heads, source, position_embedding_type=positions, **extras)
@@ -266,17 +288,25 @@ def test_converter_accepts_rope_with_one_head():
     model = DTABertForMaskedLM(tiny_config(1)).double().eval()
     input_ids = torch.randint(5, 40, (2, 9))
     with torch.no_grad():
-        torch.testing.assert_close(convert_routing(model, "head_groups")(input_ids).logits, model(input_ids).logits,
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            convert_routing(model, "head_groups")(input_ids).logits, model(input_ids).logits, rtol=0, atol=1e-12
+        )
 
 
-@pytest.mark.parametrize("config,match", [
-    (tiny_config(2), "position_embedding_type='rope' with num_attention_heads=2"),
-    (tiny_config(2, attention_type="bidirectional", position_embedding_type="none"),
-     "attention_type='bidirectional'"),
-    (HOMAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16),
-     "model_type='homa'"),
-])
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        (tiny_config(2), "position_embedding_type='rope' with num_attention_heads=2"),
+        (
+            tiny_config(2, attention_type="bidirectional", position_embedding_type="none"),
+            "attention_type='bidirectional'",
+        ),
+        (
+            HOMAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16),
+            "model_type='homa'",
+        ),
+    ],
+)
 def test_converter_refuses_what_is_not_an_equivalence(config, match):
     with pytest.raises(ValueError, match=match):
         check_convertible(config, "head_groups")
@@ -291,15 +321,37 @@ def test_convert_routing_command(tmp_path):
     config = tiny_config(2, "head_groups", position_embedding_type="none", num_labels=3)
     model = DTABertForSequenceClassification(config).eval()
     model.save_pretrained(tmp_path / "source")
-    assert cli_main(["convert-routing", str(tmp_path / "source"), "--routing", "channel_halves",
-                     "--out", str(tmp_path / "converted")]) == 0
+    assert (
+        cli_main(
+            [
+                "convert-routing",
+                str(tmp_path / "source"),
+                "--routing",
+                "channel_halves",
+                "--out",
+                str(tmp_path / "converted"),
+            ]
+        )
+        == 0
+    )
     converted = DTABertForSequenceClassification.from_pretrained(tmp_path / "converted").eval()
     assert converted.config.dual_triangle_routing == "channel_halves"
     input_ids = torch.randint(5, 40, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(converted(input_ids).logits, model(input_ids).logits, rtol=1e-5, atol=1e-6)
-    assert cli_main(["convert-routing", str(tmp_path / "source"), "--routing", "channel_halves",
-                     "--out", str(tmp_path / "converted")]) == 1  # refuses to overwrite
+    assert (
+        cli_main(
+            [
+                "convert-routing",
+                str(tmp_path / "source"),
+                "--routing",
+                "channel_halves",
+                "--out",
+                str(tmp_path / "converted"),
+            ]
+        )
+        == 1
+    )  # refuses to overwrite
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_checkpoint(tmp_path / "missing")
 
@@ -308,15 +360,18 @@ def test_convert_routing_command(tmp_path):
 def test_convert_routing_loads_only_a_dta_bert_model_class(tmp_path, architecture):
     """The architecture config.json names must be one of DTA-BERT's model classes, not any name of its module."""
     DTABertForSequenceClassification(tiny_config(2, "head_groups", position_embedding_type="none")).save_pretrained(
-        tmp_path / "source")
+        tmp_path / "source"
+    )
     config_file = tmp_path / "source" / "config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "architectures": [architecture]}))
-    with pytest.raises(ValueError, match=f"holds a dta_bert model \\({architecture}\\); the head routing is a "
-                                         "DTA-BERT option"):
+    with pytest.raises(
+        ValueError, match=f"holds a dta_bert model \\({architecture}\\); the head routing is a DTA-BERT option"
+    ):
         load_checkpoint(tmp_path / "source")
 
 
 # ------------------------------------------------------------------------------------------------------ config
+
 
 def test_config_refuses_an_unknown_routing():
     with pytest.raises(ValueError, match="dual_triangle_routing='heads' .*'channel_halves', 'head_groups'"):

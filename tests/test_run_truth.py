@@ -23,12 +23,12 @@ from huggingface_hub import ModelCard
 from encoderlab.cli import main
 from encoderlab.hub_cards.card import _data_section, _finetune_eval_results, validate_model_card
 from encoderlab.hub_cards.publish import stage_run
+from encoderlab.run_files import PUBLISHED_FILE
 from encoderlab.training.finetune import data as finetune_data
 from encoderlab.training.finetune.config import FinetuneDataSection, load_finetune_config
 from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.report import format_results
 from encoderlab.training.finetune.tasks import get_task
-from encoderlab.run_files import PUBLISHED_FILE
 from encoderlab.training.run_folder import base_model_record
 
 SQUAD_FILE = ("squad", "dev-v2.0-first5.json")
@@ -37,8 +37,11 @@ TEXT_SUFFIXES = (".json", ".yaml", ".md", ".csv", ".py", ".txt")
 
 def uploaded_texts(folder):
     """{name: text} of every text file of a staged upload folder, sub-folders included."""
-    return {str(path.relative_to(folder)): path.read_text(encoding="utf-8") for path in folder.rglob("*")
-            if path.is_file() and path.suffix in TEXT_SUFFIXES}
+    return {
+        str(path.relative_to(folder)): path.read_text(encoding="utf-8")
+        for path in folder.rglob("*")
+        if path.is_file() and path.suffix in TEXT_SUFFIXES
+    }
 
 
 def assert_no_machine_path(folder, *paths):
@@ -66,15 +69,22 @@ def squad_source():
 @pytest.fixture(scope="module")
 def squad_checkpoint(tmp_path_factory, squad_source):
     from encoderlab import DTABertConfig, DTABertForMaskedLM
-    from encoderlab.training.finetune.squad import read_squad_json
     from encoderlab.tokenization.text import train_bpe_tokenizer
+    from encoderlab.training.finetune.squad import read_squad_json
 
     examples = read_squad_json(squad_source)
-    tokenizer = train_bpe_tokenizer(sorted({e["context"] for e in examples}) + [e["question"] for e in examples],
-                                    vocab_size=800)
+    tokenizer = train_bpe_tokenizer(
+        sorted({e["context"] for e in examples}) + [e["question"] for e in examples], vocab_size=800
+    )
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
     folder = tmp_path_factory.mktemp("base") / "tiny-base"
     DTABertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -86,10 +96,20 @@ def squad_run(tmp_path_factory, squad_checkpoint, squad_source):
     """squad_v2 trained on articles 0-2 of the local file, validated on the first 12 questions of articles 3-4
     (data.eval_limit), tested on article 4 whole; trained from a local, unpublished base folder."""
     run_dir = tmp_path_factory.mktemp("squad") / "squad-run"
-    overrides = [f"data.train={squad_source}[0:3]", f"data.validation={squad_source}[3:5]",
-                 f"data.test=['{squad_source}[4:5]']", "data.max_length=64", "task_options.doc_stride=16",
-                 "data.train_limit=16", "data.eval_limit=12", "train.max_steps=2", "train.eval_steps=2",
-                 "train.batch_size=8", "train.logging_steps=1", f"output_dir={run_dir}"]
+    overrides = [
+        f"data.train={squad_source}[0:3]",
+        f"data.validation={squad_source}[3:5]",
+        f"data.test=['{squad_source}[4:5]']",
+        "data.max_length=64",
+        "task_options.doc_stride=16",
+        "data.train_limit=16",
+        "data.eval_limit=12",
+        "train.max_steps=2",
+        "train.eval_steps=2",
+        "train.batch_size=8",
+        "train.logging_steps=1",
+        f"output_dir={run_dir}",
+    ]
     finetune(load_finetune_config("squad_v2", str(squad_checkpoint), None, overrides))
     return run_dir
 
@@ -126,8 +146,9 @@ def test_saved_tokenizer_does_not_carry_load_time_flags(squad_run):
 
 
 @pytest.mark.slow
-def test_publish_uploads_no_machine_path_and_says_why_there_is_no_base_model(squad_run, squad_checkpoint,
-                                                                             squad_source, tmp_path, capsys):
+def test_publish_uploads_no_machine_path_and_says_why_there_is_no_base_model(
+    squad_run, squad_checkpoint, squad_source, tmp_path, capsys
+):
     # a run made before the fix: its tokenizer carries the load-time flags, publish must drop them
     tokenizer_config = squad_run / "tokenizer_config.json"
     original = tokenizer_config.read_text()
@@ -194,8 +215,9 @@ def test_base_model_is_a_hub_id_or_a_published_run_or_none_with_the_reason(tmp_p
             return "https://huggingface.co/acme/my-base/commit/0123"
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
-    monkeypatch.setattr("encoderlab.hub_cards.card.validate_model_card",
-                        lambda path: SimpleNamespace(validate=lambda repo_type: None))
+    monkeypatch.setattr(
+        "encoderlab.hub_cards.card.validate_model_card", lambda path: SimpleNamespace(validate=lambda repo_type: None)
+    )
     monkeypatch.setattr(publish_module, "stage_run", lambda run_dir, out_dir, repo_id: out_dir)
     publish_module.publish(folder, "acme/my-base")
     assert uploads == ["acme/my-base"]
@@ -211,10 +233,19 @@ def test_base_model_is_a_hub_id_or_a_published_run_or_none_with_the_reason(tmp_p
 
 def hub_split(dataset, config, split, examples, available=None, limit_key=None):
     available = examples if available is None else available
-    return {"origin": "hub", "name": dataset, "config": config, "hub_split": split, "articles": None,
-            "examples": examples, "available": available, "limit_key": limit_key,
-            "limit": examples if examples < available else None,
-            "capped": examples < available, "whole_hub_split": examples == available}
+    return {
+        "origin": "hub",
+        "name": dataset,
+        "config": config,
+        "hub_split": split,
+        "articles": None,
+        "examples": examples,
+        "available": available,
+        "limit_key": limit_key,
+        "limit": examples if examples < available else None,
+        "capped": examples < available,
+        "whole_hub_split": examples == available,
+    }
 
 
 def glue_results(metrics, data):
@@ -223,33 +254,49 @@ def glue_results(metrics, data):
 
 def test_model_index_lists_only_splits_that_are_a_whole_hub_split():
     metrics = {"validation": {"accuracy": 0.5, "loss": 1.0}, "validation_mismatched": {"accuracy": 0.4}}
-    data = {"train": hub_split("nyu-mll/glue", "mnli", "train", 1000, 392702, "data.train_limit"),
-            "validation": hub_split("nyu-mll/glue", "mnli", "validation_matched", 9815),
-            "validation_mismatched": hub_split("nyu-mll/glue", "mnli", "validation_mismatched", 1000, 9832,
-                                               "data.eval_limit")}
+    data = {
+        "train": hub_split("nyu-mll/glue", "mnli", "train", 1000, 392702, "data.train_limit"),
+        "validation": hub_split("nyu-mll/glue", "mnli", "validation_matched", 9815),
+        "validation_mismatched": hub_split(
+            "nyu-mll/glue", "mnli", "validation_mismatched", 1000, 9832, "data.eval_limit"
+        ),
+    }
     entries = _finetune_eval_results(glue_results(metrics, data))
-    assert [(e.dataset_type, e.dataset_config, e.dataset_split, e.metric_type) for e in entries] == \
-        [("nyu-mll/glue", "mnli", "validation_matched", "accuracy")]
+    assert [(e.dataset_type, e.dataset_config, e.dataset_split, e.metric_type) for e in entries] == [
+        ("nyu-mll/glue", "mnli", "validation_matched", "accuracy")
+    ]
     text = _data_section(glue_results(metrics, data))
-    assert "| validation_mismatched | Hub dataset `nyu-mll/glue` (config `mnli`), split `validation_mismatched`: " \
-           "first 1000 of 9832 examples (data.eval_limit=1000) |" in text
+    assert (
+        "| validation_mismatched | Hub dataset `nyu-mll/glue` (config `mnli`), split `validation_mismatched`: "
+        "first 1000 of 9832 examples (data.eval_limit=1000) |" in text
+    )
     assert "lists the results of `validation`: whole splits" in text and "other evaluation splits" in text
     data["validation"] = {**data["validation"], "origin": "local", "whole_hub_split": False}
     assert _finetune_eval_results(glue_results(metrics, data)) == []
     assert "No result on a Hub dataset is claimed" in _data_section(glue_results(metrics, data))
 
 
-SST2_ROWS = [{"sentence": f"a {'fine' if i % 2 else 'dull'} film, number {i}", "label": i % 2, "idx": i}
-             for i in range(10)]
-SQUAD_ROWS = [{"id": str(i), "title": "Normandy", "context": "The Normans ruled Normandy in the 10th century.",
-               "question": f"Who ruled Normandy ({i})?", "answers": {"text": ["The Normans"], "answer_start": [0]}}
-              for i in range(10)]
+SST2_ROWS = [
+    {"sentence": f"a {'fine' if i % 2 else 'dull'} film, number {i}", "label": i % 2, "idx": i} for i in range(10)
+]
+SQUAD_ROWS = [
+    {
+        "id": str(i),
+        "title": "Normandy",
+        "context": "The Normans ruled Normandy in the 10th century.",
+        "question": f"Who ruled Normandy ({i})?",
+        "answers": {"text": ["The Normans"], "answer_start": [0]},
+    }
+    for i in range(10)
+]
 
 
 @pytest.mark.parametrize("eval_limit", [4, 10, None])
-@pytest.mark.parametrize("task_name,rows,metrics", [("sst2", SST2_ROWS, {"accuracy": 0.5}),
-                                                    ("squad_v2", SQUAD_ROWS, {"exact": 50.0, "f1": 60.0})],
-                         ids=["sst2", "squad_v2"])
+@pytest.mark.parametrize(
+    "task_name,rows,metrics",
+    [("sst2", SST2_ROWS, {"accuracy": 0.5}), ("squad_v2", SQUAD_ROWS, {"exact": 50.0, "f1": 60.0})],
+    ids=["sst2", "squad_v2"],
+)
 def test_a_capped_hub_split_is_never_reported_whole(task_name, rows, metrics, eval_limit, monkeypatch):
     """Each task kind's own loading from the Hub (a stand-in `datasets.load_dataset` with 10 rows per split), through
     results.json's data record to the model-index and the card's Data section."""
@@ -301,12 +348,17 @@ def test_eval_limit_caps_validation_not_test_splits(tmp_path, test_limit):
     write_tape_regression_folder(folder, {"train.csv": 20, "valid.csv": 30, "test.csv": 40})
     (tmp_path / "test_ts115.csv").write_text((folder / "test.csv").read_text())
     task = get_task("fluorescence")
-    data = FinetuneDataSection(path=str(folder), eval_limit=5, test_limit=test_limit,
-                               test=[str(tmp_path / "test_ts115.csv")])
+    data = FinetuneDataSection(
+        path=str(folder), eval_limit=5, test_limit=test_limit, test=[str(tmp_path / "test_ts115.csv")]
+    )
     raw, sources = task.kind_object().load(task, data)
     expected_test = 40 if test_limit is None else test_limit
-    assert {split: len(raw[split]) for split in raw} == \
-        {"train": 20, "validation": 5, "test": expected_test, "test_ts115": expected_test}
+    assert {split: len(raw[split]) for split in raw} == {
+        "train": 20,
+        "validation": 5,
+        "test": expected_test,
+        "test_ts115": expected_test,
+    }
     validation, test = sources["validation"].report(), sources["test"].report()
     assert (validation["origin"], validation["name"], validation["capped"]) == ("local", "valid.csv", True)
     assert (validation["examples"], validation["available"], validation["limit_key"]) == (5, 30, "data.eval_limit")
@@ -330,8 +382,9 @@ def test_glue_table_says_which_dev_sets_were_capped():
 
     whole = {"examples": 1043, "available": 1043, "capped": False, "limit_key": None, "limit": 1000}
     capped = {"examples": 1000, "available": 9815, "capped": True, "limit_key": "data.eval_limit", "limit": 1000}
-    table = glue_table({"cola": {"matthews_correlation": 0.2}, "mnli": {"accuracy": 0.5}},
-                       {"cola": whole, "mnli": capped})
+    table = glue_table(
+        {"cola": {"matthews_correlation": 0.2}, "mnli": {"accuracy": 0.5}}, {"cola": whole, "mnli": capped}
+    )
     assert "| cola | matthews_correlation 0.2000 | 1043 | 20.0 |" in table
     assert "| mnli | accuracy 0.5000 | 1000 of 9815 (data.eval_limit=1000) | 50.0 |" in table
 
@@ -341,15 +394,32 @@ def test_published_run_config_keeps_hub_ids_and_cuts_paths(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)  # no runs/ folder here: output_dir is cut all the same, it is always a path
     (tmp_path / "corpus").mkdir()
-    run = {"output_dir": "runs/demo", "model": {"path": "acme/bert-tiny"}, "tokenizer": {"path": "./tok"},
-           "data": {"path": "../shared/data/glue", "source": "corpus/part", "train": "runs/x.csv",
-                    "test": ["/data/test_a.csv", "b.csv"], "max_length": 128}}
+    run = {
+        "output_dir": "runs/demo",
+        "model": {"path": "acme/bert-tiny"},
+        "tokenizer": {"path": "./tok"},
+        "data": {
+            "path": "../shared/data/glue",
+            "source": "corpus/part",
+            "train": "runs/x.csv",
+            "test": ["/data/test_a.csv", "b.csv"],
+            "max_length": 128,
+        },
+    }
     public = public_run_config(run, None)
-    assert public == {"output_dir": "demo", "model": {"path": "acme/bert-tiny"}, "tokenizer": {"path": "tok"},
-                      "data": {"path": "glue", "source": "part", "train": "x.csv", "test": ["test_a.csv", "b.csv"],
-                               "max_length": 128}}
+    assert public == {
+        "output_dir": "demo",
+        "model": {"path": "acme/bert-tiny"},
+        "tokenizer": {"path": "tok"},
+        "data": {
+            "path": "glue",
+            "source": "part",
+            "train": "x.csv",
+            "test": ["test_a.csv", "b.csv"],
+            "max_length": 128,
+        },
+    }
     assert public_run_config({"model": {"path": "/home/u/base"}}, "acme/base") == {"model": {"path": "acme/base"}}
-
 
 
 def test_pretraining_card_names_a_local_corpus_by_its_file_name(tmp_path):

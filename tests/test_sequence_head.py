@@ -11,15 +11,19 @@ import sys
 from pathlib import Path
 
 import torch
+from remote_code import without_encoderlab
 from safetensors.torch import load_file
 
 from encoderlab import DTABertConfig, DTABertForSequenceClassification
-from remote_code import without_encoderlab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 OLD_LAYOUT = FIXTURES / "dta_alibi_sequence_classification"  # written with head.dense / head.classifier
-CURRENT_HEAD_KEYS = {"classifier.dense.weight", "classifier.dense.bias", "classifier.out_proj.weight",
-                     "classifier.out_proj.bias"}
+CURRENT_HEAD_KEYS = {
+    "classifier.dense.weight",
+    "classifier.dense.bias",
+    "classifier.out_proj.weight",
+    "classifier.out_proj.bias",
+}
 
 
 def expected_logits():
@@ -32,8 +36,12 @@ def head_keys(folder):
 
 
 def test_the_fixture_is_in_the_old_layout():
-    assert head_keys(OLD_LAYOUT) == {"head.dense.weight", "head.dense.bias", "head.classifier.weight",
-                                     "head.classifier.bias"}
+    assert head_keys(OLD_LAYOUT) == {
+        "head.dense.weight",
+        "head.dense.bias",
+        "head.classifier.weight",
+        "head.classifier.bias",
+    }
 
 
 def test_an_old_checkpoint_is_saved_again_under_the_current_names(tmp_path):
@@ -51,8 +59,9 @@ def test_an_old_checkpoint_is_saved_again_under_the_current_names(tmp_path):
 
 def test_a_new_checkpoint_keeps_the_current_names_and_reloads(tmp_path):
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=24, num_labels=3)
+    config = DTABertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24, num_labels=3
+    )
     model = DTABertForSequenceClassification(config).eval()
     model.save_pretrained(tmp_path)
     assert head_keys(tmp_path) == CURRENT_HEAD_KEYS
@@ -95,11 +104,27 @@ def test_old_and_new_checkpoints_load_through_the_exported_code_without_encoderl
     shutil.copy(OLD_LAYOUT / "model.safetensors", old / "model.safetensors")
     assert head_keys(old) != head_keys(new) == CURRENT_HEAD_KEYS
     (tmp_path / "remote.py").write_text(REMOTE_SCRIPT)
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin",
-           "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-I", str(tmp_path / "remote.py"), str(tmp_path / "checkpoints"),
-                           str(FIXTURES / "expected_logits.safetensors"), str(tmp_path / "logits.pt")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(tmp_path / "remote.py"),
+            str(tmp_path / "checkpoints"),
+            str(FIXTURES / "expected_logits.safetensors"),
+            str(tmp_path / "logits.pt"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     logits = torch.load(tmp_path / "logits.pt")
     for name in ("old", "new"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab.cli import main
 from encoderlab.training.finetune.config import load_finetune_config
@@ -19,7 +20,6 @@ from encoderlab.training.finetune.model_setup import load_model
 from encoderlab.training.finetune.pipeline import finetune
 from encoderlab.training.finetune.point import point_name, schedule
 from encoderlab.training.finetune.prepare import prepare
-from tiny_checkpoints import save_tiny_dta_mlm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,8 +43,12 @@ def sentiment_classifier(tmp_path_factory, tiny_dta):
 
     torch.manual_seed(1)
     model = AutoModelForSequenceClassification.from_pretrained(
-        tiny_dta, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
-        problem_type="single_label_classification")
+        tiny_dta,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+        problem_type="single_label_classification",
+    )
     folder = tmp_path_factory.mktemp("sentiment")
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_dta).save_pretrained(folder)
@@ -65,8 +69,13 @@ def own_data(tmp_path, labels=("bad", "good"), rows=20):
     train = [(f"{words[i % 6]} {words[(3 * i) % 6]}", labels[i % len(labels)]) for i in range(rows)]
     write_csv(tmp_path / "train.csv", train)
     write_csv(tmp_path / "dev.csv", train[:6])
-    return [f"data.train={tmp_path / 'train.csv'}", f"data.validation={tmp_path / 'dev.csv'}",
-            "data.text_columns=[review]", "data.label_column=stars", "train.logging_steps=1"]
+    return [
+        f"data.train={tmp_path / 'train.csv'}",
+        f"data.validation={tmp_path / 'dev.csv'}",
+        "data.text_columns=[review]",
+        "data.label_column=stars",
+        "train.logging_steps=1",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,8 +94,13 @@ def test_epochs_cut_the_cpu_default_step_budget(tiny_dta, tmp_path):
 
 
 def test_a_run_with_epochs_1_trains_one_epoch_only(tiny_dta, tmp_path):
-    overrides = [*own_data(tmp_path), "train.epochs=2", "train.batch_size=8", "train.max_steps=40",
-                 f"output_dir={tmp_path / 'run'}"]
+    overrides = [
+        *own_data(tmp_path),
+        "train.epochs=2",
+        "train.batch_size=8",
+        "train.max_steps=40",
+        f"output_dir={tmp_path / 'run'}",
+    ]
     results = finetune(load_finetune_config("text-classification", str(tiny_dta), None, overrides)).results
     assert results["steps"] == 6  # 2 epochs of ceil(20 / 8) = 3 steps, not the 40 of the step budget
     history = results_log(tmp_path / "run", results)
@@ -94,8 +108,9 @@ def test_a_run_with_epochs_1_trains_one_epoch_only(tiny_dta, tmp_path):
 
 
 def results_log(run_dir, results):
-    return json.loads((run_dir / "grid" / point_name(results["best_point"]) / "point_results.json")
-                      .read_text())["log_history"]
+    return json.loads((run_dir / "grid" / point_name(results["best_point"]) / "point_results.json").read_text())[
+        "log_history"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,15 +121,19 @@ def results_log(run_dir, results):
 def test_other_labels_than_the_heads_stop_the_run_before_anything_is_written(sentiment_classifier, tmp_path):
     out = tmp_path / "out"
     overrides = [*own_data(tmp_path, labels=(0, 5)), f"output_dir={out}"]
-    with pytest.raises(ValueError, match=r"head trained for the labels \['negative', 'positive'\].*data's labels are "
-                                         r"\['0', '5'\].*model.new_head=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"head trained for the labels \['negative', 'positive'\].*data's labels are "
+        r"\['0', '5'\].*model.new_head=true",
+    ):
         finetune(load_finetune_config("text-classification", str(sentiment_classifier), None, overrides))
     assert not out.exists()
 
 
 def test_the_same_labels_keep_the_trained_head(sentiment_classifier, tmp_path):
-    run = load_finetune_config("text-classification", str(sentiment_classifier), None,
-                               own_data(tmp_path, labels=("negative", "positive")))
+    run = load_finetune_config(
+        "text-classification", str(sentiment_classifier), None, own_data(tmp_path, labels=("negative", "positive"))
+    )
     prepared = prepare(run)
     assert not prepared.model.new_head
     model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
@@ -126,8 +145,9 @@ def test_the_same_labels_keep_the_trained_head(sentiment_classifier, tmp_path):
 def load_head(folder):
     from safetensors.torch import load_file
 
-    return {key: value for key, value in load_file(folder / "model.safetensors").items()
-            if key.startswith("classifier.")}
+    return {
+        key: value for key, value in load_file(folder / "model.safetensors").items() if key.startswith("classifier.")
+    }
 
 
 def test_new_head_true_initialises_the_head_fresh_and_says_so(sentiment_classifier, tmp_path):
@@ -143,8 +163,9 @@ def test_new_head_true_initialises_the_head_fresh_and_says_so(sentiment_classifi
     state = model.state_dict()
     weights = [key for key in saved if key.endswith("weight")]
     assert all(not torch.equal(state[key], saved[key]) for key in weights), "the head is drawn anew"
-    encoder = {key: value for key, value in load_file(sentiment_classifier / "model.safetensors").items()
-               if key not in saved}
+    encoder = {
+        key: value for key, value in load_file(sentiment_classifier / "model.safetensors").items() if key not in saved
+    }
     assert all(torch.equal(state[key], value) for key, value in encoder.items()), "the encoder is the checkpoint's"
     std = model.config.initializer_range
     assert all(state[key].std().item() == pytest.approx(std, rel=0.5) for key in weights), "the model's own init"
@@ -159,8 +180,9 @@ def test_new_head_with_another_number_of_labels(sentiment_classifier, tmp_path):
     overrides = own_data(tmp_path, labels=(0, 5, 7))
     with pytest.raises(ValueError, match=r"model.new_head=true"):
         prepare(load_finetune_config("text-classification", str(sentiment_classifier), None, overrides))
-    run = load_finetune_config("text-classification", str(sentiment_classifier), None,
-                               [*overrides, "model.new_head=true"])
+    run = load_finetune_config(
+        "text-classification", str(sentiment_classifier), None, [*overrides, "model.new_head=true"]
+    )
     prepared = prepare(run)
     model, initialised = load_model(prepared.model, prepared.task, prepared.kind)
     assert model.config.id2label == {0: "0", 1: "5", 2: "7"} and model.classifier.out_proj.out_features == 3
@@ -171,8 +193,12 @@ def test_a_head_of_another_kind_is_not_a_relabelling(sentiment_classifier, tmp_p
     """A token task on a sequence classifier's folder: its head is not loaded at all, so no new_head is needed."""
     rows = [("great dull fine", "A B A"), ("awful moving", "B A")] * 4
     write_csv(tmp_path / "tags.csv", rows)
-    overrides = [f"data.train={tmp_path / 'tags.csv'}", f"data.validation={tmp_path / 'tags.csv'}",
-                 "data.text_columns=[review]", "data.label_column=stars"]
+    overrides = [
+        f"data.train={tmp_path / 'tags.csv'}",
+        f"data.validation={tmp_path / 'tags.csv'}",
+        "data.text_columns=[review]",
+        "data.label_column=stars",
+    ]
     run = load_finetune_config("token-classification", str(sentiment_classifier), None, overrides)
     prepared = prepare(run)
     assert not prepared.model.new_head
@@ -187,8 +213,19 @@ def test_a_head_of_another_kind_is_not_a_relabelling(sentiment_classifier, tmp_p
 
 def test_output_dir_option_and_grid_keeps_only_the_best_model(tiny_dta, tmp_path):
     out = tmp_path / "grid run"
-    args = ["finetune", "--task", "text-classification", "--model", str(tiny_dta), "--output-dir", str(out),
-            "--set", "search.lr=[1e-5, 1e-3]", "--set", "train.max_steps=2"]
+    args = [
+        "finetune",
+        "--task",
+        "text-classification",
+        "--model",
+        str(tiny_dta),
+        "--output-dir",
+        str(out),
+        "--set",
+        "search.lr=[1e-5, 1e-3]",
+        "--set",
+        "train.max_steps=2",
+    ]
     args += [item for override in own_data(tmp_path) for item in ("--set", override)]
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
@@ -199,8 +236,9 @@ def test_output_dir_option_and_grid_keeps_only_the_best_model(tiny_dta, tmp_path
 
     keep = tmp_path / "keep"
     assert main([*args[:6], str(keep), *args[7:], "--set", "search.keep_all_models=true"]) == 0
-    assert sorted(p.parent.parent.name for p in (keep / "grid").glob("*/model/model.safetensors")) == \
-        sorted(point_name(p) for p in results["grid"])
+    assert sorted(p.parent.parent.name for p in (keep / "grid").glob("*/model/model.safetensors")) == sorted(
+        point_name(p) for p in results["grid"]
+    )
 
 
 def test_finetune_help_names_the_output_folder(capsys):
@@ -209,8 +247,14 @@ def test_finetune_help_names_the_output_folder(capsys):
     assert "--output-dir" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module", ["encoderlab.training.finetune.predict_cli", "encoderlab.training.finetune.run",
-                                    "encoderlab.training.finetune.predict_qa_cli"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "encoderlab.training.finetune.predict_cli",
+        "encoderlab.training.finetune.run",
+        "encoderlab.training.finetune.predict_qa_cli",
+    ],
+)
 def test_every_option_has_help_text(module):
     import importlib
 
@@ -230,8 +274,9 @@ def test_every_option_has_help_text(module):
 def test_make_demo_threads_come_from_the_environment(target):
     def dry_run(**env):
         environ = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"} | env
-        lines = subprocess.run(["make", "-n", "-C", str(REPO), target], env=environ, capture_output=True, text=True,
-                               check=True).stdout.splitlines()
+        lines = subprocess.run(
+            ["make", "-n", "-C", str(REPO), target], env=environ, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
         return [line for line in lines if "demo" in line or "run_all" in line][-1]
 
     assert dry_run(OMP_NUM_THREADS="3").startswith("OMP_NUM_THREADS=3 ")
@@ -283,8 +328,11 @@ def test_predict_with_a_missing_local_folder_names_it(in_project, monkeypatch, c
 
 def test_an_unreachable_hub_id_is_neither_local_nor_on_the_hub(in_project, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match=r"model.path='someorg/no-such-model' is neither a local folder .* nor a "
-                                         r"model that could be loaded from the Hub"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.path='someorg/no-such-model' is neither a local folder .* nor a "
+        r"model that could be loaded from the Hub",
+    ):
         finetune(load_finetune_config("sst2", "someorg/no-such-model", None, ["output_dir=out"]))
 
 
@@ -299,8 +347,9 @@ def test_a_local_folder_without_config_is_not_a_checkpoint(in_project):
 # ---------------------------------------------------------------------------------------------
 
 
-DSTG_SMALL = dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64,
-                  max_position_embeddings=64)
+DSTG_SMALL = dict(
+    hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64, max_position_embeddings=64
+)
 
 
 @pytest.mark.parametrize("preset", ["dstg", "ap", "rp", "rope"])

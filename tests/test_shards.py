@@ -14,17 +14,16 @@ import pytest
 import torch
 from accelerate import PartialState
 from datasets.table import MemoryMappedTable
+from tiny_checkpoints import assert_same_saved_weights
 
 from encoderlab import cli
 from encoderlab.tokenization import build_tokenizer
 from encoderlab.training import shards as shards_module
 from encoderlab.training import tokenizer_cache
 from encoderlab.training.data import assign_split, document_windows, evaluation_sets, tokenize_to_examples
-from encoderlab.training.sources import load_documents
 from encoderlab.training.pretrain import RunConfig, prepare_data, run_lengths, run_shard_spec, run_shards
 from encoderlab.training.shards import cache_root, shard_directory
-from tiny_checkpoints import assert_same_saved_weights
-
+from encoderlab.training.sources import load_documents
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
@@ -53,13 +52,23 @@ def fasta_folder(tmp_path):
 
 
 def protein_run(source, cache, train=None, **data):
-    return RunConfig.from_dict({
-        "tokenizer": {"name": "esm2"},
-        "data": {"source": str(source), "cache_dir": str(cache), "validation_size": 0.2, "test_size": 0.2,
-                 "long_factor": 2, "max_eval_examples": 8, "shard_rows": 20, **data},
-        "train": {"seq_len": 64, **(train or {})},
-        "output_dir": str(cache.parent / "run"),
-    })
+    return RunConfig.from_dict(
+        {
+            "tokenizer": {"name": "esm2"},
+            "data": {
+                "source": str(source),
+                "cache_dir": str(cache),
+                "validation_size": 0.2,
+                "test_size": 0.2,
+                "long_factor": 2,
+                "max_eval_examples": 8,
+                "shard_rows": 20,
+                **data,
+            },
+            "train": {"seq_len": 64, **(train or {})},
+            "output_dir": str(cache.parent / "run"),
+        }
+    )
 
 
 def directory_of(run, tokenizer):
@@ -77,7 +86,7 @@ def windows_of_rows(dataset):
     for row in dataset:
         start = 0
         for length in row["lengths"]:
-            yield tuple(row["input_ids"][start:start + length])
+            yield tuple(row["input_ids"][start : start + length])
             start += length
 
 
@@ -101,8 +110,9 @@ def test_a_folder_of_fasta_files_becomes_packed_memory_mapped_shards(tmp_path, f
     assert all(isinstance(block, MemoryMappedTable) for blocks in shards.train.data.blocks for block in blocks)
     assert len(shards.train.cache_files) == -(-len(shards.train) // 20) > 1
     counts = shards.info["token_counts"]
-    assert counts[esm.convert_tokens_to_ids("M")] == sum(w.count(esm.convert_tokens_to_ids("M")) * n
-                                                         for w, n in expected.items())
+    assert counts[esm.convert_tokens_to_ids("M")] == sum(
+        w.count(esm.convert_tokens_to_ids("M")) * n for w, n in expected.items()
+    )
     for sets in (shards.eval_sets, shards.test_sets):
         assert set(sets) == {"short", "long"} and all(len(row["input_ids"]) == 128 for row in sets["long"])
 
@@ -192,8 +202,11 @@ def test_the_cases_below_cover_every_field_of_the_shard_spec(tmp_path, fasta_fol
     assert {field for field, _, _ in SPEC_CHANGES} == fields - {"format"}
 
 
-@pytest.mark.parametrize("field, data, train", SPEC_CHANGES,
-                         ids=[next(iter({**data, **train}), field) for field, data, train in SPEC_CHANGES])
+@pytest.mark.parametrize(
+    "field, data, train",
+    SPEC_CHANGES,
+    ids=[next(iter({**data, **train}), field) for field, data, train in SPEC_CHANGES],
+)
 def test_every_field_of_the_shard_spec_keys_the_cache(tmp_path, fasta_folder, esm, field, data, train):
     base = protein_run(fasta_folder, tmp_path / "cache")
     data = dict(data)
@@ -227,7 +240,8 @@ def test_parquet_shards_stream_as_a_hub_dataset_would(tmp_path, esm):
     texts = proteins(90, 2) + ["M" * 300] * 4
     for index in range(3):
         pd.DataFrame({"id": range(index, len(texts), 3), "sequence": texts[index::3]}).to_parquet(
-            folder / f"train-{index:05d}-of-00003.parquet")
+            folder / f"train-{index:05d}-of-00003.parquet"
+        )
     source = tmp_path / "parquet"
     streamed = list(load_documents(source, streaming=True))
     assert sorted(streamed) == sorted(texts) and streamed == list(load_documents(source, streaming=False))
@@ -256,12 +270,16 @@ def test_jsonl_gz_and_text_folders(tmp_path):
 def test_prepare_data_command_leaves_what_pretrain_uses(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cache"
     config = tmp_path / "run.json"
-    config.write_text(json.dumps({
-        "tokenizer": {"vocab_size": 300},
-        "data": {"validation_size": 0.15, "test_size": 0.15, "max_eval_examples": 4, "cache_dir": str(cache)},
-        "train": {"seq_len": 32},
-        "output_dir": str(tmp_path / "run"),
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "tokenizer": {"vocab_size": 300},
+                "data": {"validation_size": 0.15, "test_size": 0.15, "max_eval_examples": 4, "cache_dir": str(cache)},
+                "train": {"seq_len": 32},
+                "output_dir": str(tmp_path / "run"),
+            }
+        )
+    )
     assert cli.main(["prepare-data", "--config", str(config)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["fill_rate"] > 0.98 and printed["documents"]["train"] > 0
@@ -298,14 +316,31 @@ def test_resume_on_sharded_packed_rows_equals_the_uninterrupted_run(tmp_path):
         (corpus / f"part{index}.txt").write_text("\n\n".join(t.replace("\n\n", "\n") for t in texts[index::4]))
     cache = tmp_path / "cache"
     config = tmp_path / "run.yaml"
-    config.write_text(json.dumps({
-        "model": {"config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}},
-        "tokenizer": {"vocab_size": 300},
-        "data": {"source": str(corpus), "validation_size": 0.15, "test_size": 0.15, "max_eval_examples": 4,
-                 "cache_dir": str(cache), "shard_rows": 1000, "packing": "pack"},
-        "train": {"seq_len": 32, "batch_size": 4, "token_budget": 1500, "evaluations": 2, "save_steps": 4,
-                  "logging_steps": 2},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "model": {"config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}},
+                "tokenizer": {"vocab_size": 300},
+                "data": {
+                    "source": str(corpus),
+                    "validation_size": 0.15,
+                    "test_size": 0.15,
+                    "max_eval_examples": 4,
+                    "cache_dir": str(cache),
+                    "shard_rows": 1000,
+                    "packing": "pack",
+                },
+                "train": {
+                    "seq_len": 32,
+                    "batch_size": 4,
+                    "token_budget": 1500,
+                    "evaluations": 2,
+                    "save_steps": 4,
+                    "logging_steps": 2,
+                },
+            }
+        )
+    )
     command = [sys.executable, "-m", "encoderlab.cli", "pretrain", "--config", str(config)]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     subprocess.run([*command, "--set", f"output_dir={straight}"], env=ENV, check=True, capture_output=True)

@@ -20,27 +20,60 @@ VOCAB = 30
 
 
 def dta(**overrides):
-    return DTABertForMaskedLM(DTABertConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-        attention_type="dual_triangle", position_embedding_type="rope", tie_word_embeddings=True,
-        initializer_range=0.5, **overrides,
-    ))
+    return DTABertForMaskedLM(
+        DTABertConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=24,
+            attention_type="dual_triangle",
+            position_embedding_type="rope",
+            tie_word_embeddings=True,
+            initializer_range=0.5,
+            **overrides,
+        )
+    )
 
 
 def homa(**overrides):
-    return HOMAForMaskedLM(HOMAConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
-        block_size=6, block_stride=3, triadic_window=3, u_rank=2, fusion_hidden_size=8, max_position_embeddings=16,
-        initializer_range=0.5, **overrides,
-    ))
+    return HOMAForMaskedLM(
+        HOMAConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=24,
+            block_size=6,
+            block_stride=3,
+            triadic_window=3,
+            u_rank=2,
+            fusion_hidden_size=8,
+            max_position_embeddings=16,
+            initializer_range=0.5,
+            **overrides,
+        )
+    )
 
 
 def dstg(**overrides):
-    return DSTGNeoBERTForMaskedLM(DSTGNeoBERTConfig(
-        vocab_size=VOCAB, hidden_size=32, ap_size=8, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=16, cls_token_id=1, sep_token_id=2, relative_attention_num_buckets=8,
-        relative_attention_max_distance=8, initializer_range=0.5, **overrides,
-    ))
+    return DSTGNeoBERTForMaskedLM(
+        DSTGNeoBERTConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            ap_size=8,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=48,
+            max_position_embeddings=16,
+            cls_token_id=1,
+            sep_token_id=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=8,
+            initializer_range=0.5,
+            **overrides,
+        )
+    )
 
 
 def padded_batch(seed=0):
@@ -97,21 +130,32 @@ def test_packed_logits_give_the_dense_predictions_and_losses():
 
 def test_trainer_evaluation_is_the_same_with_sparse_prediction(tmp_path):
     rows = [padded_batch(seed) for seed in range(3)]
-    dataset = Dataset.from_dict({
-        "input_ids": [row.tolist() for ids, _, _ in rows for row in ids],
-        "attention_mask": [row.tolist() for _, mask, _ in rows for row in mask],
-        "labels": [row.tolist() for _, _, labels in rows for row in labels],
-    })
+    dataset = Dataset.from_dict(
+        {
+            "input_ids": [row.tolist() for ids, _, _ in rows for row in ids],
+            "attention_mask": [row.tolist() for _, mask, _ in rows for row in mask],
+            "labels": [row.tolist() for _, _, labels in rows for row in labels],
+        }
+    )
     args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to="none", use_cpu=True)
 
     def evaluate(sparse):
         torch.manual_seed(0)
-        trainer = Trainer(model=dta(sparse_prediction=sparse), args=args, eval_dataset=dataset,
-                          compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics)
+        trainer = Trainer(
+            model=dta(sparse_prediction=sparse),
+            args=args,
+            eval_dataset=dataset,
+            compute_metrics=compute_metrics,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+        )
         return trainer.evaluate()
 
     dense, sparse = evaluate(False), evaluate(True)
-    assert sparse["eval_masked_tokens"] == dense["eval_masked_tokens"] == sum(int((l != -100).sum()) for *_, l in rows)
+    assert (
+        sparse["eval_masked_tokens"]
+        == dense["eval_masked_tokens"]
+        == sum(int((labels != -100).sum()) for *_, labels in rows)
+    )
     for key in ("eval_loss", "eval_mlm_loss", "eval_accuracy", "eval_mcc"):
         assert np.isclose(sparse[key], dense[key], rtol=1e-5, atol=1e-6), key
 
@@ -119,6 +163,9 @@ def test_trainer_evaluation_is_the_same_with_sparse_prediction(tmp_path):
 @pytest.mark.parametrize("sparse", [False, True])
 def test_labels_of_the_wrong_shape_are_rejected_clearly(sparse):
     input_ids, attention_mask, labels = padded_batch()
-    with pytest.raises(ValueError, match=r"labels must have shape \(3, 11\).*"
-                                         r"got shape \(3, 10\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels must have shape \(3, 11\).*"
+        r"got shape \(3, 10\)",
+    ):
         dta(sparse_prediction=sparse)(input_ids=input_ids, attention_mask=attention_mask, labels=labels[:, :10])

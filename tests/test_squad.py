@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from tiny_checkpoints import save_tiny_dta_mlm
 
 from encoderlab import DTABertConfig, DTABertForQuestionAnswering
 from encoderlab.tokenization.text import train_bpe_tokenizer
 from encoderlab.training.finetune import predict_qa, predict_qa_cli, squad
-from tiny_checkpoints import save_tiny_dta_mlm
 
 V2_FILE = ("squad", "dev-v2.0-first5.json")
 V1_FILE = ("squad", "dev-v1.1-answerable-first5.json")
@@ -69,12 +69,16 @@ def test_token_f1_and_exact_by_hand(metric_functions):
 
 
 def test_v1_scores_are_the_max_over_gold_answers(metric_v1):
-    references = [{"id": "a", "answers": answers("Denver Broncos", "The Broncos")},
-                  {"id": "b", "answers": answers("in 10th century", "10th century", "the 10th and 11th centuries")},
-                  {"id": "c", "answers": answers("France")}]
-    predictions = [{"id": "a", "prediction_text": "Broncos"},  # F1 max(2/3, 1); exact via "The Broncos"
-                   {"id": "b", "prediction_text": "10th and 11th"},  # best gold: the third, F1 2*(3/3*3/4)/(7/4)
-                   {"id": "c", "prediction_text": "Italy"}]
+    references = [
+        {"id": "a", "answers": answers("Denver Broncos", "The Broncos")},
+        {"id": "b", "answers": answers("in 10th century", "10th century", "the 10th and 11th centuries")},
+        {"id": "c", "answers": answers("France")},
+    ]
+    predictions = [
+        {"id": "a", "prediction_text": "Broncos"},  # F1 max(2/3, 1); exact via "The Broncos"
+        {"id": "b", "prediction_text": "10th and 11th"},  # best gold: the third, F1 2*(3/3*3/4)/(7/4)
+        {"id": "c", "prediction_text": "Italy"},
+    ]
     result = metric_v1.compute(predictions=predictions, references=references)
     assert result["exact_match"] == pytest.approx(100 * 1 / 3) and "exact" not in result
     assert result["f1"] == pytest.approx(100 * (1 + 6 / 7 + 0) / 3)
@@ -82,12 +86,18 @@ def test_v1_scores_are_the_max_over_gold_answers(metric_v1):
 
 
 def test_v2_no_answer_splits_and_threshold(metric_v2):
-    references = [{"id": "q1", "answers": answers("William")}, {"id": "q2", "answers": answers()},
-                  {"id": "q3", "answers": answers("1066")}, {"id": "q4", "answers": answers()}]
-    predictions = [{"id": "q1", "prediction_text": "William", "no_answer_score": -2.0},
-                   {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0},
-                   {"id": "q3", "prediction_text": "1067", "no_answer_score": 3.0},
-                   {"id": "q4", "prediction_text": "Paris", "no_answer_score": -1.0}]
+    references = [
+        {"id": "q1", "answers": answers("William")},
+        {"id": "q2", "answers": answers()},
+        {"id": "q3", "answers": answers("1066")},
+        {"id": "q4", "answers": answers()},
+    ]
+    predictions = [
+        {"id": "q1", "prediction_text": "William", "no_answer_score": -2.0},
+        {"id": "q2", "prediction_text": "Rollo", "no_answer_score": 1.0},
+        {"id": "q3", "prediction_text": "1067", "no_answer_score": 3.0},
+        {"id": "q4", "prediction_text": "Paris", "no_answer_score": -1.0},
+    ]
     # Threshold 0: q2 and q3 become "" (score > 0); q1 right, q2 right (no answer), q3 wrong, q4 wrong.
     result = metric_v2.compute(predictions=predictions, references=references)
     assert result["exact"] == pytest.approx(50.0) and result["f1"] == pytest.approx(50.0)
@@ -109,18 +119,29 @@ def test_v2_best_threshold_equals_a_search_over_every_threshold(metric_v2):
     for i in range(40):
         gold = golds[rng.integers(4)]
         references.append({"id": str(i), "answers": answers(gold) if gold else answers()})
-        predictions.append({"id": str(i), "prediction_text": ["red", "blue sky", "", "green"][rng.integers(4)],
-                            "no_answer_score": float(rng.normal())})
+        predictions.append(
+            {
+                "id": str(i),
+                "prediction_text": ["red", "blue sky", "", "green"][rng.integers(4)],
+                "no_answer_score": float(rng.normal()),
+            }
+        )
     result = metric_v2.compute(predictions=predictions, references=references)
     scores = sorted(p["no_answer_score"] for p in predictions)
     candidates = [scores[0] - 1.0] + scores
-    searched = {key: max(metric_v2.compute(predictions=predictions, references=references,
-                                           no_answer_threshold=t)[key] for t in candidates) for key in ("exact", "f1")}
+    searched = {
+        key: max(
+            metric_v2.compute(predictions=predictions, references=references, no_answer_threshold=t)[key]
+            for t in candidates
+        )
+        for key in ("exact", "f1")
+    }
     assert result["best_exact"] == pytest.approx(searched["exact"])
     assert result["best_f1"] == pytest.approx(searched["f1"])
     for key in ("exact", "f1"):
-        at_threshold = metric_v2.compute(predictions=predictions, references=references,
-                                         no_answer_threshold=result[f"best_{key}_thresh"])
+        at_threshold = metric_v2.compute(
+            predictions=predictions, references=references, no_answer_threshold=result[f"best_{key}_thresh"]
+        )
         assert at_threshold[key] == pytest.approx(result[f"best_{key}"])
     assert result["best_f1"] >= result["f1"] - 1e-9
 
@@ -144,8 +165,10 @@ def oracle_f1(predicted_tokens, gold_tokens):
 def oracle_v1(golds, predictions):
     """v1.1: max over every gold answer as given; F1 is 0 without a shared token (both sides empty included)."""
     exact = [max(oracle_normalise(predictions[q]) == oracle_normalise(g) for g in golds[q]) for q in golds]
-    f1 = [max(oracle_f1(oracle_normalise(predictions[q]).split(), oracle_normalise(g).split()) for g in golds[q])
-          for q in golds]
+    f1 = [
+        max(oracle_f1(oracle_normalise(predictions[q]).split(), oracle_normalise(g).split()) for g in golds[q])
+        for q in golds
+    ]
     return {"exact_match": 100 * sum(exact) / len(golds), "f1": 100 * sum(f1) / len(golds)}
 
 
@@ -157,8 +180,12 @@ def oracle_v2_raw(golds, predictions):
         kept = [g for g in gold_list if oracle_normalise(g)] or [""]
         predicted = oracle_normalise(predictions[qid]).split()
         exact[qid] = max(float(oracle_normalise(predictions[qid]) == oracle_normalise(g)) for g in kept)
-        f1[qid] = max(float(predicted == oracle_normalise(g).split()) if not predicted or not oracle_normalise(g)
-                      else oracle_f1(predicted, oracle_normalise(g).split()) for g in kept)
+        f1[qid] = max(
+            float(predicted == oracle_normalise(g).split())
+            if not predicted or not oracle_normalise(g)
+            else oracle_f1(predicted, oracle_normalise(g).split())
+            for g in kept
+        )
     return exact, f1
 
 
@@ -183,12 +210,36 @@ def oracle_best_applicable(raw, golds, no_answer):
     candidates = [min(no_answer.values()) - 1.0] + sorted(set(no_answer.values()))
     scores = [oracle_v2_at(raw, golds, no_answer, t) for t in candidates]
     best = max(scores)
-    return best, next(t for t, s in zip(candidates, scores) if s >= best - 1e-9)
+    return best, next(t for t, s in zip(candidates, scores, strict=True) if s >= best - 1e-9)
 
 
-TEXT_POOL = ["Paris", "paris.", "The", "the", "a", "An", "Denver Broncos", "broncos", "the Broncos", "1066", "",
-             " ", "...", "The Paris", "the the", "A.", "Rollo!", "William the Conqueror", "conqueror", "’s", "the’s",
-             "Café", "café", "10th century", "in the 10th century"]
+TEXT_POOL = [
+    "Paris",
+    "paris.",
+    "The",
+    "the",
+    "a",
+    "An",
+    "Denver Broncos",
+    "broncos",
+    "the Broncos",
+    "1066",
+    "",
+    " ",
+    "...",
+    "The Paris",
+    "the the",
+    "A.",
+    "Rollo!",
+    "William the Conqueror",
+    "conqueror",
+    "’s",
+    "the’s",
+    "Café",
+    "café",
+    "10th century",
+    "in the 10th century",
+]
 
 
 def random_text(rng):
@@ -199,11 +250,12 @@ def random_question_set(rng, version_2):
     """Gold lists (v2: some empty) and predictions drawn from a pool rich in articles, punctuation and empties;
     v2 scores rounded to one decimal in about half of the sets, so that many questions tie."""
     size = int(rng.integers(1, 25))
-    golds = {f"q{i}": [random_text(rng) for _ in range(int(rng.integers(0 if version_2 else 1, 4)))]
-             for i in range(size)}
+    golds = {
+        f"q{i}": [random_text(rng) for _ in range(int(rng.integers(0 if version_2 else 1, 4)))] for i in range(size)
+    }
     predictions = {qid: random_text(rng) if rng.random() < 0.8 else "" for qid in golds}
     scores = rng.normal(size=size).round(1 if rng.random() < 0.5 else 12)
-    return golds, predictions, {qid: float(score) for qid, score in zip(golds, scores)}
+    return golds, predictions, {qid: float(score) for qid, score in zip(golds, scores, strict=True)}
 
 
 def test_v1_gold_answers_that_normalise_to_empty_score_as_the_official_script(metric_v1):
@@ -217,15 +269,18 @@ def test_v1_gold_answers_that_normalise_to_empty_score_as_the_official_script(me
 
 def test_v1_equals_the_official_logic_on_random_prediction_sets(metric_functions, metric_v1):
     rng = np.random.default_rng(1)
-    for trial in range(400):
+    for _ in range(400):
         golds, predictions, _ = random_question_set(rng, version_2=False)
         expected = oracle_v1(golds, predictions)
         actual = metric_functions.v1_scores(predictions, {q: answers(*g) for q, g in golds.items()})
         assert actual == {key: pytest.approx(value, abs=1e-9) for key, value in expected.items()} | {
-            "total": len(golds)}, (golds, predictions)
+            "total": len(golds)
+        }, (golds, predictions)
     # The same through evaluate's compute on the last set.
-    result = metric_v1.compute(predictions=[{"id": q, "prediction_text": p} for q, p in predictions.items()],
-                               references=[{"id": q, "answers": answers(*g)} for q, g in golds.items()])
+    result = metric_v1.compute(
+        predictions=[{"id": q, "prediction_text": p} for q, p in predictions.items()],
+        references=[{"id": q, "answers": answers(*g)} for q, g in golds.items()],
+    )
     assert result == actual
 
 
@@ -239,13 +294,17 @@ def test_v2_equals_the_official_logic_on_random_prediction_sets(metric_functions
         threshold = [None, 0.0, float(rng.normal())][trial % 3]
         result = metric_functions.v2_scores(predictions, references, no_answer, threshold)
         for key, raw in (("exact", raw_exact), ("f1", raw_f1)):
-            expected = (100 * sum(raw.values()) / len(golds) if threshold is None
-                        else oracle_v2_at(raw, golds, no_answer, threshold))
+            expected = (
+                100 * sum(raw.values()) / len(golds)
+                if threshold is None
+                else oracle_v2_at(raw, golds, no_answer, threshold)
+            )
             assert result[key] == pytest.approx(expected, abs=1e-9), (key, golds, predictions, no_answer)
             best, lowest = oracle_best_applicable(raw, golds, no_answer)
             assert result[f"best_{key}"] == pytest.approx(best, abs=1e-9)
             assert result[f"best_{key}_thresh"] == lowest or result[f"best_{key}"] == pytest.approx(
-                100 * sum(not g for g in golds.values()) / len(golds))  # "all unanswerable": any low threshold
+                100 * sum(not g for g in golds.values()) / len(golds)
+            )  # "all unanswerable": any low threshold
             # Without ties and without unanswerable questions predicted by a text that normalises to empty, the
             # search is the official one.
             odd = any(not golds[q] and predictions[q] and not oracle_normalise(predictions[q]) for q in golds)
@@ -266,27 +325,31 @@ def test_v2_saved_threshold_reproduces_the_best_scores_with_ties(metric_function
     when no-answer scores tie; the official search reports scores that no threshold reaches in some of these sets."""
     rng = np.random.default_rng(3)
     split_ties = 0
-    for trial in range(100):
+    for _ in range(100):
         golds, predictions, no_answer = random_question_set(rng, version_2=True)
         no_answer = {q: float(rng.integers(-2, 3)) for q in golds}  # integers: ties everywhere
         references = {q: answers(*g) for q, g in golds.items()}
         result = metric_functions.v2_scores(predictions, references, no_answer, 0.0)
-        raw = dict(zip(("exact", "f1"), oracle_v2_raw(golds, predictions)))
+        raw = dict(zip(("exact", "f1"), oracle_v2_raw(golds, predictions), strict=True))
         for key in ("exact", "f1"):
             again = metric_functions.v2_scores(predictions, references, no_answer, result[f"best_{key}_thresh"])
             assert again[key] == result[f"best_{key}"]
             assert result[f"best_{key}"] == pytest.approx(oracle_best_applicable(raw[key], golds, no_answer)[0])
-            split_ties += oracle_official_search(raw[key], golds, no_answer, predictions)[0] > result[
-                f"best_{key}"] + 1e-9
+            split_ties += (
+                oracle_official_search(raw[key], golds, no_answer, predictions)[0] > result[f"best_{key}"] + 1e-9
+            )
     assert split_ties > 0  # the case the rule exists for does occur here
     # Through evaluate's compute on a hand-made tie: q1 (right) and q2 (wrong, has no answer) share score 1.
     references = [{"id": "q1", "answers": answers("Rollo")}, {"id": "q2", "answers": answers()}]
-    predictions = [{"id": "q1", "prediction_text": "Rollo", "no_answer_score": 1.0},
-                   {"id": "q2", "prediction_text": "Paris", "no_answer_score": 1.0}]
+    predictions = [
+        {"id": "q1", "prediction_text": "Rollo", "no_answer_score": 1.0},
+        {"id": "q2", "prediction_text": "Paris", "no_answer_score": 1.0},
+    ]
     result = metric_v2.compute(predictions=predictions, references=references)
     assert result["best_exact"] == 50.0 and result["best_exact_thresh"] == math.nextafter(1.0, -math.inf)
-    again = metric_v2.compute(predictions=predictions, references=references,
-                              no_answer_threshold=result["best_exact_thresh"])
+    again = metric_v2.compute(
+        predictions=predictions, references=references, no_answer_threshold=result["best_exact_thresh"]
+    )
     assert again["exact"] == result["best_exact"]
 
 
@@ -310,9 +373,15 @@ def assert_no_answer_baseline(baseline, unanswerable, total):
 
 def test_no_answer_baseline_is_the_share_of_unanswerable_questions():
     answerable = [i % 5 in (0, 2, 3) for i in range(10)]
-    questions = [{"id": str(i), "context": "William ruled Normandy.", "question": "Who?",
-                  "answers": {"text": ["William"] * has, "answer_start": [0] * has}}
-                 for i, has in enumerate(answerable)]
+    questions = [
+        {
+            "id": str(i),
+            "context": "William ruled Normandy.",
+            "question": "Who?",
+            "answers": {"text": ["William"] * has, "answer_start": [0] * has},
+        }
+        for i, has in enumerate(answerable)
+    ]
     assert_no_answer_baseline(squad.no_answer_baseline(questions, version_2=True), unanswerable=4, total=10)
     with_answers = [q for q in questions if q["answers"]["text"]]
     assert squad.no_answer_baseline(with_answers, version_2=False) == {"exact_match": 0.0, "f1": 0.0, "total": 6}
@@ -321,16 +390,20 @@ def test_no_answer_baseline_is_the_share_of_unanswerable_questions():
 def test_no_answer_baseline_on_the_real_dev_sample_equals_a_recount(shared_data):
     path = shared_data.joinpath(*V2_FILE)
     for articles in (slice(3, 5), slice(None)):
-        examples = squad.load_squad(path, version_2=True) if articles == slice(None) \
+        examples = (
+            squad.load_squad(path, version_2=True)
+            if articles == slice(None)
             else squad.load_squad(f"{path}[3:5]", version_2=True)
+        )
         unanswerable, total = recount_no_answer(official_questions(path, articles))
         assert_no_answer_baseline(squad.no_answer_baseline(examples, version_2=True), unanswerable, total)
 
 
 def test_metric_rejects_mismatched_ids(metric_v1):
     with pytest.raises(ValueError, match="same question ids"):
-        metric_v1.compute(predictions=[{"id": "x", "prediction_text": "a"}],
-                          references=[{"id": "y", "answers": answers("a")}])
+        metric_v1.compute(
+            predictions=[{"id": "x", "prediction_text": "a"}], references=[{"id": "y", "answers": answers("a")}]
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,8 +426,11 @@ def test_loading_the_official_files(shared_data):
     v1 = squad.load_squad(shared_data.joinpath(*V1_FILE), version_2=False)
     assert len(v2) == 1407 and sum(not e["answers"]["text"] for e in v2) == 702
     assert len(v1) == 705 and all(e["answers"]["text"] for e in v1)
-    assert all(e["context"][s:s + len(t)] == t for e in v1 for t, s in zip(e["answers"]["text"],
-                                                                          e["answers"]["answer_start"]))
+    assert all(
+        e["context"][s : s + len(t)] == t
+        for e in v1
+        for t, s in zip(e["answers"]["text"], e["answers"]["answer_start"], strict=True)
+    )
     with pytest.raises(ValueError, match="702 unanswerable questions.*squad_v2"):
         squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=False)
     first, rest = (squad.load_squad(f"{shared_data.joinpath(*V2_FILE)}[{part}]") for part in ("0:3", "3:"))
@@ -378,10 +454,10 @@ def test_training_targets_land_on_the_answer(shared_data, bpe_tokenizer):
             continue
         inside += 1
         assert offsets[start] is not None and offsets[end] is not None and start <= end
-        span = example["context"][offsets[start][0]:offsets[end][1]]
+        span = example["context"][offsets[start][0] : offsets[end][1]]
         assert text in span  # the target covers the answer ...
         assert offsets[start][1] > answer_start and offsets[end][0] < answer_start + len(text)  # ... and no more
-        decoded_equal += bpe_tokenizer.decode(feature["input_ids"][start:end + 1]).strip() == text
+        decoded_equal += bpe_tokenizer.decode(feature["input_ids"][start : end + 1]).strip() == text
     assert inside >= len(examples)  # every answer lies whole in at least one window
     assert decoded_equal / inside > 0.98  # tokens cut inside a word ("rushe|s") are the only exceptions
 
@@ -395,16 +471,23 @@ def test_unanswerable_questions_point_at_the_first_token(shared_data, bpe_tokeni
     assert bpe_tokenizer.convert_ids_to_tokens(rows[0]["input_ids"][0]) == "[CLS]"
     # The question comes first, whole, in every window: the tokens before the first context token are equal.
     first_context = [next(i for i, o in enumerate(f["offset_mapping"]) if o is not None) for f in features]
-    question_ids = {f["example_id"]: f["input_ids"][:k] for f, k in zip(features, first_context)}
-    assert all(f["input_ids"][:k] == question_ids[f["example_id"]] for f, k in zip(features, first_context))
+    question_ids = {f["example_id"]: f["input_ids"][:k] for f, k in zip(features, first_context, strict=True)}
+    assert all(
+        f["input_ids"][:k] == question_ids[f["example_id"]] for f, k in zip(features, first_context, strict=True)
+    )
 
 
 def test_mismatched_answer_start_is_skipped_and_counted(tmp_path, caplog):
     context = "Rollo was the first ruler of Normandy."
-    qas = [{"id": "good", "question": "Who?", "answers": [{"text": "Rollo", "answer_start": 0},
-                                                          {"text": "Rollo", "answer_start": 3}]},
-           {"id": "lost", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 2}]},
-           {"id": "fine", "question": "Which?", "answers": [{"text": "Normandy", "answer_start": 29}]}]
+    qas = [
+        {
+            "id": "good",
+            "question": "Who?",
+            "answers": [{"text": "Rollo", "answer_start": 0}, {"text": "Rollo", "answer_start": 3}],
+        },
+        {"id": "lost", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 2}]},
+        {"id": "fine", "question": "Which?", "answers": [{"text": "Normandy", "answer_start": 29}]},
+    ]
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
     with caplog.at_level(logging.WARNING):
@@ -420,8 +503,12 @@ def test_mismatched_answer_start_is_skipped_and_counted(tmp_path, caplog):
 
 
 def brute_force_spans(start_logits, end_logits, offsets, max_answer_length, n_best):
-    pairs = [(start_logits[s] + end_logits[e], s, e) for s in range(len(offsets)) for e in range(len(offsets))
-             if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_length]
+    pairs = [
+        (start_logits[s] + end_logits[e], s, e)
+        for s in range(len(offsets))
+        for e in range(len(offsets))
+        if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_length
+    ]
     return sorted(pairs, key=lambda pair: -pair[0])[:n_best]
 
 
@@ -450,11 +537,11 @@ def test_every_answer_is_the_context_slice_at_its_span(shared_data, bpe_tokenize
     for result in results:
         context = contexts[result["id"]]
         if result["answer"]:
-            assert context[result["start"]:result["end"]] == result["answer"]
+            assert context[result["start"] : result["end"]] == result["answer"]
         else:
             assert result["start"] is None and result["no_answer_score"] > 0
         for candidate in result["n_best"]:
-            assert context[candidate["start"]:candidate["end"]] == candidate["text"] == candidate["text"].strip()
+            assert context[candidate["start"] : candidate["end"]] == candidate["text"] == candidate["text"].strip()
         assert sum(c["score"] for c in result["n_best"]) <= 1 + 1e-9
 
 
@@ -462,8 +549,12 @@ def test_an_answer_only_in_the_second_window_is_found(bpe_tokenizer):
     filler = "The river flows past the old mill and the quiet town. " * 12
     context = filler + "The castle was built by Rollo of Normandy in 911. " + filler
     answer_start = context.index("Rollo of Normandy")
-    example = {"id": "x", "question": "Who built the castle?", "context": context,
-               "answers": {"text": ["Rollo of Normandy"], "answer_start": [answer_start]}}
+    example = {
+        "id": "x",
+        "question": "Who built the castle?",
+        "context": context,
+        "answers": {"text": ["Rollo of Normandy"], "answer_start": [answer_start]},
+    }
     features = squad.features_dataset([example], bpe_tokenizer, max_length=96, doc_stride=24)
     holding = [i for i, f in enumerate(features) if f["start_positions"] != 0]
     assert len(features) >= 3 and holding and 0 not in holding  # not in the first window
@@ -490,8 +581,9 @@ def test_null_score_is_the_lowest_over_the_windows():
         windows.append((start_logits, end_logits, offsets))
     best = max(s[i] + e[j] for s, e, _ in windows for i in range(2, 5) for j in range(i, 5))
     for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
-        result = squad.example_answer(context, [windows[i] for i in order], version_2=True, n_best=5,
-                                      max_answer_length=3, null_threshold=0.0)
+        result = squad.example_answer(
+            context, [windows[i] for i in order], version_2=True, n_best=5, max_answer_length=3, null_threshold=0.0
+        )
         assert result["null_score"] == pytest.approx(-0.5)
         assert result["no_answer_score"] == pytest.approx(-0.5 - best)
     # A threshold between the lowest null score's margin and the highest's decides the answer.
@@ -507,8 +599,9 @@ def test_null_score_is_the_lowest_over_the_windows():
 
 def tiny_qa_model(vocab_size):
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=24)
+    config = DTABertConfig(
+        vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24
+    )
     return DTABertForQuestionAnswering(config).eval()
 
 
@@ -516,19 +609,24 @@ def test_answer_questions_matches_postprocess_of_the_model_logits(bpe_tokenizer)
     model = tiny_qa_model(len(bpe_tokenizer))
     contexts = ["In 1066 Normandy was ruled by William the Conqueror. " * 6, "Rollo was the first ruler."]
     questions = ["Who ruled Normandy?", "Who was the first ruler?"]
-    answers = predict_qa.answer_questions(model, bpe_tokenizer, questions, contexts, max_length=48, doc_stride=12,
-                                          batch_size=3, return_n_best=True)
-    for answer, context in zip(answers, contexts):
-        assert context[answer["start"]:answer["end"]] == answer["answer"] != ""
+    answers = predict_qa.answer_questions(
+        model, bpe_tokenizer, questions, contexts, max_length=48, doc_stride=12, batch_size=3, return_n_best=True
+    )
+    for answer, context in zip(answers, contexts, strict=True):
+        assert context[answer["start"] : answer["end"]] == answer["answer"] != ""
         assert 0 < answer["score"] <= 1 and answer["n_best"][0]["text"] == answer["answer"]
     # Same windows, logits from one unpadded forward per window: the same answers.
     examples = {"id": ["0", "1"], "question": questions, "context": contexts}
     windows = squad.prepare_features(examples, bpe_tokenizer, 48, 12)
     with torch.no_grad():
         outputs = [model(input_ids=torch.tensor([ids])) for ids in windows["input_ids"]]
-    reference = squad.postprocess([{"id": i, "context": c} for i, c in zip(examples["id"], contexts)], windows,
-                                  [o.start_logits[0].double().numpy() for o in outputs],
-                                  [o.end_logits[0].double().numpy() for o in outputs], version_2=False)
+    reference = squad.postprocess(
+        [{"id": i, "context": c} for i, c in zip(examples["id"], contexts, strict=True)],
+        windows,
+        [o.start_logits[0].double().numpy() for o in outputs],
+        [o.end_logits[0].double().numpy() for o in outputs],
+        version_2=False,
+    )
     assert [a["answer"] for a in answers] == [r["answer"] for r in reference]
     assert [a["score"] for a in answers] == pytest.approx([r["score"] for r in reference], abs=1e-5)
 
@@ -602,20 +700,36 @@ def test_kind_trains_and_evaluates_with_the_trainer(shared_data, bpe_tokenizer, 
 
     task = get_task("squad_v2")
     kind = task.kind_object()
-    assert (kind.auto_class, kind.pipeline_tag, task.metric_config) == ("AutoModelForQuestionAnswering",
-                                                                        "question-answering", "v2")
+    assert (kind.auto_class, kind.pipeline_tag, task.metric_config) == (
+        "AutoModelForQuestionAnswering",
+        "question-answering",
+        "v2",
+    )
     source = shared_data.joinpath(*V2_FILE)
     raw, _ = kind.load(task, SimpleNamespace(train=f"{source}[0:1]", validation=f"{source}[4:5]"))
     raw = {"train": raw["train"].select(range(48)), "validation": raw["validation"].select(range(24))}
     settings = SimpleNamespace(data=SimpleNamespace(max_length=96), task_options=kind.options(doc_stride=32))
     features = {split: kind.preprocess(raw[split], bpe_tokenizer, task, settings) for split in raw}
     model = tiny_qa_model(len(bpe_tokenizer)).train()
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=12, per_device_train_batch_size=8,
-                             per_device_eval_batch_size=5, learning_rate=3e-3, report_to=[], use_cpu=True,
-                             save_strategy="no", logging_steps=4)
-    trainer = Trainer(model=model, args=args, train_dataset=features["train"], eval_dataset=features["validation"],
-                      data_collator=kind.collator(bpe_tokenizer),
-                      compute_metrics=kind.compute_metrics(task, raw["validation"], features["validation"], settings))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=12,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=5,
+        learning_rate=3e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=4,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=features["train"],
+        eval_dataset=features["validation"],
+        data_collator=kind.collator(bpe_tokenizer),
+        compute_metrics=kind.compute_metrics(task, raw["validation"], features["validation"], settings),
+    )
     trainer.train()
     metrics = trainer.evaluate()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -629,14 +743,23 @@ def test_kind_trains_and_evaluates_with_the_trainer(shared_data, bpe_tokenizer, 
     assert trainer.evaluate()["eval_f1"] == metrics["eval_best_f1"]
     # The same answers through the user API as through evaluation: score them with the metric.
     examples = raw["validation"].to_list()
-    answers = predict_qa.answer_questions(model, bpe_tokenizer, [e["question"] for e in examples],
-                                          [e["context"] for e in examples], max_length=96, doc_stride=32,
-                                          null_threshold=0.0)
-    predictions = [{"id": e["id"], "prediction_text": a["answer"], "no_answer_score": a["no_answer_score"]}
-                   for e, a in zip(examples, answers)]
+    answers = predict_qa.answer_questions(
+        model,
+        bpe_tokenizer,
+        [e["question"] for e in examples],
+        [e["context"] for e in examples],
+        max_length=96,
+        doc_stride=32,
+        null_threshold=0.0,
+    )
+    predictions = [
+        {"id": e["id"], "prediction_text": a["answer"], "no_answer_score": a["no_answer_score"]}
+        for e, a in zip(examples, answers, strict=True)
+    ]
     references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
-    user_scores = squad.squad_metric(True).compute(predictions=predictions, references=references,
-                                                   no_answer_threshold=None)
+    user_scores = squad.squad_metric(True).compute(
+        predictions=predictions, references=references, no_answer_threshold=None
+    )
     assert user_scores["exact"] == pytest.approx(metrics["eval_exact"])
     assert user_scores["f1"] == pytest.approx(metrics["eval_f1"])
 
@@ -658,11 +781,14 @@ def test_hub_rows_load_like_the_json_file(shared_data, monkeypatch):
     """The Hub datasets (rajpurkar/squad_v2) have the rows `read_squad_json` builds: the same examples come out."""
     import datasets
 
-    rows = [{key: e[key] for key in ("id", "title", "context", "question", "answers")}
-            for e in squad.read_squad_json(shared_data.joinpath(*V2_FILE))]
+    rows = [
+        {key: e[key] for key in ("id", "title", "context", "question", "answers")}
+        for e in squad.read_squad_json(shared_data.joinpath(*V2_FILE))
+    ]
     calls = []
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda path, split: calls.append((path, split)) or datasets.Dataset.from_list(rows))
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda path, split: calls.append((path, split)) or datasets.Dataset.from_list(rows)
+    )
     from_hub = squad.load_squad("rajpurkar/squad_v2", "validation", version_2=True)
     assert calls == [("rajpurkar/squad_v2", "validation")]
     assert from_hub == squad.load_squad(shared_data.joinpath(*V2_FILE), version_2=True)
@@ -677,27 +803,55 @@ def test_predict_qa_command_on_a_saved_model(tmp_path, bpe_tokenizer, capsys):
     model.config.qa_null_threshold = -1e9  # saved with the model: always "no answer" unless overridden
     model.save_pretrained(tmp_path / "model")
     bpe_tokenizer.save_pretrained(tmp_path / "model")
-    records = [{"id": "a", "question": "Who ruled Normandy?", "context": "In 1066 Normandy was ruled by William."},
-               {"question": "Who was first?", "context": "Rollo was the first ruler of Normandy. " * 20}]
+    records = [
+        {"id": "a", "question": "Who ruled Normandy?", "context": "In 1066 Normandy was ruled by William."},
+        {"question": "Who was first?", "context": "Rollo was the first ruler of Normandy. " * 20},
+    ]
     (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     command = ["predict", "qa", "--model", str(tmp_path / "model"), "--max-length", "40", "--doc-stride", "10"]
     assert main(command + ["--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "none.jsonl")]) == 0
     assert [json.loads(line)["answer"] for line in (tmp_path / "none.jsonl").read_text().splitlines()] == ["", ""]
-    assert main(command + ["--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "answers.jsonl"),
-                           "--null-threshold", "1e9"]) == 0
+    assert (
+        main(
+            command
+            + [
+                "--input",
+                str(tmp_path / "questions.jsonl"),
+                "--output",
+                str(tmp_path / "answers.jsonl"),
+                "--null-threshold",
+                "1e9",
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
-    expected = predict_qa.answer_questions(model, bpe_tokenizer, [r["question"] for r in records],
-                                           [r["context"] for r in records], max_length=40, doc_stride=10,
-                                           null_threshold=1e9)
+    expected = predict_qa.answer_questions(
+        model,
+        bpe_tokenizer,
+        [r["question"] for r in records],
+        [r["context"] for r in records],
+        max_length=40,
+        doc_stride=10,
+        null_threshold=1e9,
+    )
     assert [line.get("id") for line in lines] == ["a", None]
-    for line, record, answer in zip(lines, records, expected):
-        assert line["answer"] == answer["answer"] == record["context"][line["start"]:line["end"]] != ""
+    for line, record, answer in zip(lines, records, expected, strict=True):
+        assert line["answer"] == answer["answer"] == record["context"][line["start"] : line["end"]] != ""
         assert line["score"] == pytest.approx(answer["score"], abs=1e-6)
-    assert main(command + ["--question", records[0]["question"], "--context", records[0]["context"],
-                           "--null-threshold", "1e9"]) == 0
+    assert (
+        main(
+            command
+            + ["--question", records[0]["question"], "--context", records[0]["context"], "--null-threshold", "1e9"]
+        )
+        == 0
+    )
     [printed] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert (printed["answer"], printed["start"], printed["end"]) == (lines[0]["answer"], lines[0]["start"],
-                                                                     lines[0]["end"])
+    assert (printed["answer"], printed["start"], printed["end"]) == (
+        lines[0]["answer"],
+        lines[0]["start"],
+        lines[0]["end"],
+    )
 
 
 def test_kind_load_names_the_key_of_a_missing_file_and_applies_limits(shared_data, tmp_path):
@@ -722,20 +876,30 @@ def test_a_bert_baseline_gets_its_token_type_ids(bpe_tokenizer, tmp_path):
     from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
 
     bpe_tokenizer.save_pretrained(tmp_path)
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path, model_input_names=["input_ids", "token_type_ids",
-                                                                           "attention_mask"])
+    tokenizer = AutoTokenizer.from_pretrained(
+        tmp_path, model_input_names=["input_ids", "token_type_ids", "attention_mask"]
+    )
     torch.manual_seed(0)
-    model = BertForQuestionAnswering(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                                num_attention_heads=2, intermediate_size=24)).eval()
+    model = BertForQuestionAnswering(
+        BertConfig(
+            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24
+        )
+    ).eval()
     questions, contexts = ["Who ruled?", "Who was first?"], ["William ruled Normandy. " * 8, "Rollo was first."]
     windows = squad.prepare_features({"id": ["0", "1"], "question": questions, "context": contexts}, tokenizer, 32, 8)
     assert all(set(types) == {0, 1} for types in windows["token_type_ids"])  # segment B = the context
     with torch.no_grad():
-        outputs = [model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
-                   for ids, types in zip(windows["input_ids"], windows["token_type_ids"])]
-    reference = squad.postprocess([{"id": "0", "context": contexts[0]}, {"id": "1", "context": contexts[1]}],
-                                  windows, [o.start_logits[0].numpy() for o in outputs],
-                                  [o.end_logits[0].numpy() for o in outputs], version_2=False)
+        outputs = [
+            model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
+            for ids, types in zip(windows["input_ids"], windows["token_type_ids"], strict=True)
+        ]
+    reference = squad.postprocess(
+        [{"id": "0", "context": contexts[0]}, {"id": "1", "context": contexts[1]}],
+        windows,
+        [o.start_logits[0].numpy() for o in outputs],
+        [o.end_logits[0].numpy() for o in outputs],
+        version_2=False,
+    )
     answers = predict_qa.answer_questions(model, tokenizer, questions, contexts, max_length=32, doc_stride=8)
     assert [a["answer"] for a in answers] == [r["answer"] for r in reference]
     assert [a["score"] for a in answers] == pytest.approx([r["score"] for r in reference], abs=1e-5)
@@ -762,11 +926,38 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
 
     source = shared_data.joinpath(*V2_FILE)
     run_dir = tmp_path / "run"
-    assert main(["finetune", "--task", "squad_v2", "--model", str(tiny_dta_checkpoint),
-                 "--set", f"data.train={source}[0:3]", "--set", f"data.validation={source}[3:5]",
-                 "--set", "data.max_length=96", "--set", "task_options.doc_stride=24", "--set", "data.train_limit=64",
-                 "--set", "data.eval_limit=40", "--set", "train.max_steps=8", "--set", "train.eval_steps=4",
-                 "--set", "train.batch_size=8", "--set", f"output_dir={run_dir}"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--task",
+                "squad_v2",
+                "--model",
+                str(tiny_dta_checkpoint),
+                "--set",
+                f"data.train={source}[0:3]",
+                "--set",
+                f"data.validation={source}[3:5]",
+                "--set",
+                "data.max_length=96",
+                "--set",
+                "task_options.doc_stride=24",
+                "--set",
+                "data.train_limit=64",
+                "--set",
+                "data.eval_limit=40",
+                "--set",
+                "train.max_steps=8",
+                "--set",
+                "train.eval_steps=4",
+                "--set",
+                "train.batch_size=8",
+                "--set",
+                f"output_dir={run_dir}",
+            ]
+        )
+        == 0
+    )
     summary = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
     validation = results["metrics"]["validation"]
@@ -775,8 +966,7 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
     # the always-no-answer baseline of the 40 questions scored, beside the model's metrics everywhere
     baseline = results["baseline"]["metrics"]["validation"]
     assert_no_answer_baseline(baseline, *recount_no_answer(official_questions(source, slice(3, 5))[:40]))
-    assert f"validation, baseline (always no answer): exact {baseline['exact']:.4f}, f1 {baseline['f1']:.4f}" \
-        in summary
+    assert f"validation, baseline (always no answer): exact {baseline['exact']:.4f}, f1 {baseline['f1']:.4f}" in summary
     card = (run_dir / "README.md").read_text()
     assert "| split | metric | value | baseline (always no answer) |" in card
     assert f"| validation | f1 | {validation['f1']:.4f} | {baseline['f1']:.4f} |" in card
@@ -784,13 +974,17 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
     windows = results["train_seen"]["available"]
     assert "epoch" not in validation
     assert results["best_epoch"] == pytest.approx(results["best_step"] / math.ceil(windows / 8))
-    assert f"metrics of the best checkpoint (step {results['best_step']}, epoch {results['best_epoch']:.2f})" \
-        in summary
+    assert f"metrics of the best checkpoint (step {results['best_step']}, epoch {results['best_epoch']:.2f})" in summary
     assert results["train_seen"] == {"seen": 64, "available": windows, "unit": "windows", "epochs": 64 / windows}
     assert validation["HasAns_total"] == sum(bool(e["answers"]["text"]) for e in evaluated)
     for key in ("exact", "f1"):  # the overall score is the question-weighted mean of the two splits
-        assert validation[key] == pytest.approx((validation[f"HasAns_{key}"] * validation["HasAns_total"]
-                                                 + validation[f"NoAns_{key}"] * validation["NoAns_total"]) / 40)
+        assert validation[key] == pytest.approx(
+            (
+                validation[f"HasAns_{key}"] * validation["HasAns_total"]
+                + validation[f"NoAns_{key}"] * validation["NoAns_total"]
+            )
+            / 40
+        )
         assert validation[key] <= validation[f"best_{key}"] <= 100
     config = AutoConfig.from_pretrained(run_dir)
     assert config.qa_null_threshold == pytest.approx(validation["best_f1_thresh"])
@@ -799,17 +993,31 @@ def test_squad_v2_finetune_run_and_predict_qa(shared_data, tiny_dta_checkpoint, 
     assert type(model).__name__ == "DTABertForQuestionAnswering"
 
     examples = squad.load_squad(f"{source}[3:5]")[:6]
-    (tmp_path / "questions.json").write_text(json.dumps([{k: e[k] for k in ("id", "question", "context")}
-                                                         for e in examples]))
+    (tmp_path / "questions.json").write_text(
+        json.dumps([{k: e[k] for k in ("id", "question", "context")} for e in examples])
+    )
     capsys.readouterr()
     tokenizer = predict_qa.load_model(str(run_dir))[1]
     assert tokenizer.model_max_length == 96  # the run's data.max_length: predict qa's default window
-    assert main(["predict", "qa", "--model", str(run_dir), "--input", str(tmp_path / "questions.json"),
-                 "--doc-stride", "24"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "qa",
+                "--model",
+                str(run_dir),
+                "--input",
+                str(tmp_path / "questions.json"),
+                "--doc-stride",
+                "24",
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["id"] for line in lines] == [e["id"] for e in examples]
-    for line, example in zip(lines, examples):
+    for line, example in zip(lines, examples, strict=True):
         if line["answer"]:
-            assert example["context"][line["start"]:line["end"]] == line["answer"]
+            assert example["context"][line["start"] : line["end"]] == line["answer"]
         else:  # no answer: the saved threshold decided it
             assert line["start"] is None and line["no_answer_score"] > config.qa_null_threshold

@@ -5,7 +5,6 @@ import csv
 import os
 from pathlib import Path
 
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
@@ -24,7 +23,6 @@ from encoderlab.tokenization import (
     train_wordpiece_tokenizer,
 )
 from encoderlab.training.sources import load_documents
-
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT_SPECIALS = {
@@ -91,8 +89,7 @@ def test_bpe_wraps_single_texts_and_pairs(bpe):
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["The for statement", "  leading spaces\nnew line\ttab  ", "naïve café — 東京 🙂", "x = [1, 2] ; y == z ."],
+    "text", ["The for statement", "  leading spaces\nnew line\ttab  ", "naïve café — 東京 🙂", "x = [1, 2] ; y == z ."]
 )
 def test_bpe_decoding_gives_back_the_text(bpe, text):
     ids = bpe(text)["input_ids"]
@@ -217,7 +214,7 @@ TAPE = tape_iupac_tokenizer()
 def test_tape_residues_align_one_to_one(sequence):
     ids = TAPE.encode(sequence, add_special_tokens=False)
     assert len(ids) == len(sequence)
-    for character, token_id in zip(sequence, ids):
+    for character, token_id in zip(sequence, ids, strict=True):
         expected = TAPE.convert_tokens_to_ids(character.upper()) if character.upper() in TAPE_IUPAC_VOCAB else 4
         assert token_id == expected
 
@@ -227,7 +224,7 @@ def test_tape_aligns_with_real_secondary_structure_labels():
     with open(DATA / "tape" / "secondary_structure" / "valid.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     encoded = TAPE([row["sequence"] for row in rows], add_special_tokens=False)["input_ids"]
-    for row, ids in zip(rows, encoded):
+    for row, ids in zip(rows, encoded, strict=True):
         assert len(ids) == len(row["sequence"]) == len(row["ss3"])
 
 
@@ -263,8 +260,11 @@ def test_separate_pair_template_writes_each_text_as_alone(make, request, tmp_pat
 
     from encoderlab.tokenization.pairs import with_separate_pair_template
 
-    tokenizer = copy.deepcopy(request.getfixturevalue(make)) if make in ("bpe", "wordpiece") else \
-        {"esm2": esm2_tokenizer, "tape": tape_iupac_tokenizer}[make]()  # a copy: the fixtures are shared
+    tokenizer = (
+        copy.deepcopy(request.getfixturevalue(make))
+        if make in ("bpe", "wordpiece")
+        else {"esm2": esm2_tokenizer, "tape": tape_iupac_tokenizer}[make]()
+    )  # a copy: the fixtures are shared
     first, second = ("MKTAYIAK", "GGLV") if make in ("esm2", "tape") else ("the module is imported", "a class")
     alone = tokenizer(first)["input_ids"], tokenizer(second)["input_ids"]
     usual = tokenizer(first, second)["input_ids"]

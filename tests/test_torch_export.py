@@ -9,7 +9,6 @@ no padding at all) and compared with the eager model on the same inputs.
 
 import pytest
 import torch
-
 from test_family_contract import CASES, PAD, VOCAB, build, padded_batch
 
 ATOL = 2e-5  # fp32 logits of order 1; a traced graph may pick other kernels or reduction orders than eager
@@ -62,8 +61,13 @@ def test_dynamic_shape_export_matches_eager_on_other_paddings_lengths_and_batch_
     assert_same_logits(program, model, *padded_batch("right", seed=1))
     # Other lengths, across HOMA's block size (6) and stride (4), the full learned table, no padding at all, and
     # other batch sizes.
-    for seq_len, lengths, side in [(3, [3, 2, 1], "right"), (17, [17, 9, 5, 12], "left"), (6, [6, 6], "right"),
-                                   (MAX_LENGTH, [24, 23, 13], "right"), (13, [5], "left")]:
+    for seq_len, lengths, side in [
+        (3, [3, 2, 1], "right"),
+        (17, [17, 9, 5, 12], "left"),
+        (6, [6, 6], "right"),
+        (MAX_LENGTH, [24, 23, 13], "right"),
+        (13, [5], "left"),
+    ]:
         assert_same_logits(program, model, *random_batch(lengths, seq_len, side, seed=seq_len))
 
 
@@ -84,8 +88,12 @@ def test_dynamic_length_export_spans_the_lengths_where_eager_splits_causal_atten
     ids, mask = padded_batch("left")
     length = torch.export.Dim("length", min=2, max=1024)
     with torch.no_grad():
-        program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask},
-                                      dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}})
+        program = torch.export.export(
+            model,
+            (),
+            {"input_ids": ids, "attention_mask": mask},
+            dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}},
+        )
     assert_same_logits(program.module(), model, *random_batch([300, 180, 41], 300, "left", seed=300))
 
 
@@ -106,8 +114,12 @@ def test_a_dynamic_length_wider_than_the_position_table_is_refused_with_the_boun
     ids, mask = padded_batch("left")
     length = torch.export.Dim("length", min=2, max=4 * MAX_LENGTH)
     with pytest.raises(Exception, match=f"max={MAX_LENGTH}"), torch.no_grad():  # torch suggests the fix
-        torch.export.export(float_model(name), (), {"input_ids": ids, "attention_mask": mask},
-                            dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}})
+        torch.export.export(
+            float_model(name),
+            (),
+            {"input_ids": ids, "attention_mask": mask},
+            dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}},
+        )
 
 
 def test_exported_program_without_a_mask_matches_eager():
@@ -115,12 +127,10 @@ def test_exported_program_without_a_mask_matches_eager():
     ids = torch.randint(1, VOCAB, (2, 9))
     length = torch.export.Dim("length", min=2, max=MAX_LENGTH)
     with torch.no_grad():
-        program = torch.export.export(model, (), {"input_ids": ids},
-                                      dynamic_shapes={"input_ids": {1: length}}).module()
+        program = torch.export.export(model, (), {"input_ids": ids}, dynamic_shapes={"input_ids": {1: length}}).module()
         for seq_len in (9, 15):
             ids = torch.randint(1, VOCAB, (2, seq_len))
-            torch.testing.assert_close(program(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0,
-                                       atol=ATOL)
+            torch.testing.assert_close(program(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=ATOL)
 
 
 def test_homa_grid_of_a_traced_length_covers_every_position_and_keeps_the_outputs():
@@ -140,9 +150,22 @@ def test_homa_grid_of_a_traced_length_covers_every_position_and_keeps_the_output
 
 # One case per code path that could break a graph: each position scheme (the U-Net case has RoPE), the additive
 # bias in each triangle kernel, every HOMA attention module, every DSTG preset.
-COMPILED = ["dta-dual_triangle-none", "dta-dual_triangle-sinusoidal", "dta-causal-absolute", "dta-bidirectional-alibi",
-            "dta-dual_triangle-alibi", "dta-unet-value-embeddings", "homa-pairwise", "homa-linformer", "homa-triadic",
-            "homa-homa-gated", "dstg-dstg", "dstg-ap", "dstg-rp", "dstg-rope"]
+COMPILED = [
+    "dta-dual_triangle-none",
+    "dta-dual_triangle-sinusoidal",
+    "dta-causal-absolute",
+    "dta-bidirectional-alibi",
+    "dta-dual_triangle-alibi",
+    "dta-unet-value-embeddings",
+    "homa-pairwise",
+    "homa-linformer",
+    "homa-triadic",
+    "homa-homa-gated",
+    "dstg-dstg",
+    "dstg-ap",
+    "dstg-rp",
+    "dstg-rope",
+]
 
 
 @pytest.mark.parametrize("name", COMPILED)
@@ -200,15 +223,26 @@ def test_dta_bert_onnx_export_runs_in_onnxruntime_with_the_eager_logits(tmp_path
     length = torch.export.Dim("length", min=2, max=MAX_LENGTH)
     path = tmp_path / "dta_bert.onnx"
     with torch.no_grad():
-        torch.onnx.export(model, (), path, kwargs={"input_ids": ids, "attention_mask": mask},
-                          input_names=["input_ids", "attention_mask"], output_names=["logits"],
-                          dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}}, dynamo=True,
-                          verbose=False)
+        torch.onnx.export(
+            model,
+            (),
+            path,
+            kwargs={"input_ids": ids, "attention_mask": mask},
+            input_names=["input_ids", "attention_mask"],
+            output_names=["logits"],
+            dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}},
+            dynamo=True,
+            verbose=False,
+        )
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     assert [tensor.name for tensor in session.get_outputs()] == ["logits"]
-    for ids, mask in [(ids, mask), padded_batch("right", seed=1), random_batch([17, 11, 4], 17, "left", seed=5)]:
-        (logits,) = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    for batch_ids, batch_mask in [
+        (ids, mask),
+        padded_batch("right", seed=1),
+        random_batch([17, 11, 4], 17, "left", seed=5),
+    ]:
+        (logits,) = session.run(None, {"input_ids": batch_ids.numpy(), "attention_mask": batch_mask.numpy()})
         with torch.no_grad():
-            expected = model(input_ids=ids, attention_mask=mask).logits
-        real = mask.bool()
+            expected = model(input_ids=batch_ids, attention_mask=batch_mask).logits
+        real = batch_mask.bool()
         torch.testing.assert_close(torch.from_numpy(logits)[real], expected[real], rtol=0, atol=1e-4)

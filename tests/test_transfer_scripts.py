@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from encoderlab.tokenization import build_tokenizer
 from figure_checks import assert_png_drawn
 from step_clock import StepClock
 from tiny_checkpoints import save_tiny_dta_mlm
+
+from encoderlab.tokenization import build_tokenizer
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -39,17 +39,23 @@ def test_corpus_holds_the_training_sentences_and_no_dev_sentence_or_label(shared
     corpus = load_script("corpus")
     counts = corpus.write_glue(shared_data, tmp_path)
     lines = set((tmp_path / "glue_train.txt").read_text(encoding="utf-8").splitlines())
-    train = {"SST-2": glue_rows(shared_data / "glue/SST-2/train.tsv", "sentence"),
-             "RTE": glue_rows(shared_data / "glue/RTE/train.tsv", "sentence2"),
-             "CoLA": glue_rows(shared_data / "glue/CoLA/train.tsv", 3, has_header=False)}
+    train = {
+        "SST-2": glue_rows(shared_data / "glue/SST-2/train.tsv", "sentence"),
+        "RTE": glue_rows(shared_data / "glue/RTE/train.tsv", "sentence2"),
+        "CoLA": glue_rows(shared_data / "glue/CoLA/train.tsv", 3, has_header=False),
+    }
     for task, sentences in train.items():
         assert set(sentences) <= lines, task
     assert counts["CoLA"] == len(train["CoLA"]) and counts["RTE"] == 2 * len(train["RTE"])
     # GLUE's tasks share sentences (STS-B's dev holds MRPC training pairs): a dev sentence found in no training
     # file of the five must not be in the corpus.
     every_train = set(train["CoLA"])
-    for task, columns in (("SST-2", ["sentence"]), ("MRPC", ["#1 String", "#2 String"]),
-                          ("STS-B", ["sentence1", "sentence2"]), ("RTE", ["sentence1", "sentence2"])):
+    for task, columns in (
+        ("SST-2", ["sentence"]),
+        ("MRPC", ["#1 String", "#2 String"]),
+        ("STS-B", ["sentence1", "sentence2"]),
+        ("RTE", ["sentence1", "sentence2"]),
+    ):
         every_train.update(*(glue_rows(shared_data / f"glue/{task}/train.tsv", column) for column in columns))
     for task, column in (("SST-2", "sentence"), ("RTE", "sentence1"), ("STS-B", "sentence1")):
         dev_only = set(glue_rows(shared_data / f"glue/{task}/dev.tsv", column)) - every_train
@@ -82,30 +88,54 @@ def test_probe_features_are_the_same_alone_and_in_a_padded_batch(tiny_checkpoint
 def test_report_tables_from_runs(tmp_path):
     report = load_script("report")
     runs = tmp_path / "runs"
-    for arm, budget, accuracy in (("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("bidir", 500000, 0.3),
-                                  ("dta4x", 2000000, 0.4)):  # an arm whose name holds a digit
+    for arm, budget, accuracy in (
+        ("dta", 500000, 0.1),
+        ("dta", 2000000, 0.2),
+        ("bidir", 500000, 0.3),
+        ("dta4x", 2000000, 0.4),
+    ):  # an arm whose name holds a digit
         folder = runs / f"{arm}_{budget}"
         folder.mkdir(parents=True)
         split = {"short": {"accuracy": accuracy, "mlm_loss": 5.0}, "long": {"accuracy": accuracy / 2, "mlm_loss": 6.0}}
-        (folder / "results.json").write_text(json.dumps({
-            "tokens_seen": budget + 7, "steps": budget // 2048, "test": split,
-            "plan": {"epochs": budget / 1.7e6, "examples_per_step": 16 if budget < 2e6 else 64},
-            "copy_or_unigram_floor": {"short": 0.14, "long": 0.15}}))
+        (folder / "results.json").write_text(
+            json.dumps(
+                {
+                    "tokens_seen": budget + 7,
+                    "steps": budget // 2048,
+                    "test": split,
+                    "plan": {"epochs": budget / 1.7e6, "examples_per_step": 16 if budget < 2e6 else 64},
+                    "copy_or_unigram_floor": {"short": 0.14, "long": 0.15},
+                }
+            )
+        )
     (runs / "corpus").mkdir()
     (runs / "hfbert_500000").mkdir()  # bench/transfer/hf_bert.py's results: its own held-out split, 128 only
-    (runs / "hfbert_500000" / "results.json").write_text(json.dumps({
-        "model": report.HF_BERT_MODEL, "tokens_seen": 499712, "steps": 244, "epochs": 0.25,
-        "held_out": {"accuracy": 0.25, "floor": 0.13}}))
+    (runs / "hfbert_500000" / "results.json").write_text(
+        json.dumps(
+            {
+                "model": report.HF_BERT_MODEL,
+                "tokens_seen": 499712,
+                "steps": 244,
+                "epochs": 0.25,
+                "held_out": {"accuracy": 0.25, "floor": 0.13},
+            }
+        )
+    )
     rows = report.pretraining_rows(runs)
     assert [(r["arm"], r["token_budget"], r["test_accuracy_128"]) for r in rows] == [
-        ("bidir", 500000, 0.3), ("dta", 500000, 0.1), ("dta", 2000000, 0.2), ("dta4x", 2000000, 0.4),
-        ("hfbert", 500000, 0.25)]
+        ("bidir", 500000, 0.3),
+        ("dta", 500000, 0.1),
+        ("dta", 2000000, 0.2),
+        ("dta4x", 2000000, 0.4),
+        ("hfbert", 500000, 0.25),
+    ]
     assert rows[-1]["floor_128"] == 0.13 and report.cell(rows[-1]["test_accuracy_512"]) == "-"
     assert [r["rows_per_step"] for r in rows] == [16, 16, 64, 64, 16]  # the GPU runs' larger batches stand out
-    probe_rows = [{"model": model, "seed": seed, "task": task, "score": score + i}
-                  for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0),
-                                             ("dta_2000000", "", 60.0))
-                  for i, task in enumerate(report.TASKS)]
+    probe_rows = [
+        {"model": model, "seed": seed, "task": task, "score": score + i}
+        for model, seed, score in (("dta_untrained", 0, 50.0), ("dta_untrained", 1, 52.0), ("dta_2000000", "", 60.0))
+        for i, task in enumerate(report.TASKS)
+    ]
     probe_rows.append({"model": "dta_500000", "seed": "", "task": "cola", "score": 1.0})  # four tasks missing
     averages = report.per_seed_average(probe_rows)
     assert averages["dta_untrained"] == [52.0, 54.0] and averages["dta_2000000"] == [62.0]
@@ -157,8 +187,10 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
     model = AutoModelForSequenceClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     with torch.no_grad():
-        alone = np.array([model(**tokenizer(a, b, return_tensors="pt")).logits.item() for a, b in zip(*pairs)])
-    lengths = np.array([len(a.split()) + len(b.split()) for a, b in zip(*pairs)])
+        alone = np.array(
+            [model(**tokenizer(a, b, return_tensors="pt")).logits.item() for a, b in zip(*pairs, strict=True)]
+        )
+    lengths = np.array([len(a.split()) + len(b.split()) for a, b in zip(*pairs, strict=True)])
     parts = {"head": slice(0, 7), "rest": slice(7, 12), "all": slice(0, 12)}
     assert [row["subset"] for row in rows] == list(parts)
     for row in rows:
@@ -172,8 +204,14 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
         expected = 50 * (pearsonr(lengths[part], labels[part])[0] + spearmanr(lengths[part], labels[part])[0])
         assert row["score"] == pytest.approx(expected) and row["length_spearman"] == pytest.approx(1.0)
     # the training split is scored whole, as one subset
-    (train_row,) = shift.run_rows("setting", {"run_dir": str(run_dir), "model": "m", "seed": "0"}, get_task("stsb"),
-                                  pairs, labels, shift.split_subsets("train", 12, head=7))
+    (train_row,) = shift.run_rows(
+        "setting",
+        {"run_dir": str(run_dir), "model": "m", "seed": "0"},
+        get_task("stsb"),
+        pairs,
+        labels,
+        shift.split_subsets("train", 12, head=7),
+    )
     assert train_row["subset"] == "train" and train_row["examples"] == 12
     whole = 50 * (pearsonr(alone, labels)[0] + spearmanr(alone, labels)[0])
     assert train_row["score"] == pytest.approx(whole, abs=1e-3)
@@ -182,8 +220,10 @@ def test_stsb_shift_scores_each_dev_subset_and_the_length_correlation(tiny_check
 def tiny_corpus(folder):
     folder.mkdir()
     (folder / "glue_train.txt").write_text("a first sentence .\nand a second one .\n\nanother document here .\n")
-    (folder / "wikitext2.txt").write_text("\n = First Article = \n\n Its text is short .\n\n = = A section = = \n\n"
-                                          " More text .\n = Second Article = \n\n The second one .\n")
+    (folder / "wikitext2.txt").write_text(
+        "\n = First Article = \n\n Its text is short .\n\n = = A section = = \n\n"
+        " More text .\n = Second Article = \n\n The second one .\n"
+    )
     return folder
 
 
@@ -214,8 +254,9 @@ def test_hf_bert_floor_is_copy_or_most_frequent(tiny_checkpoint):
     # One token everywhere: guessing it is right at [MASK] and copying is right where it was kept, but a random
     # replacement is copied too (nothing in the input tells it from a kept token): the floor is ~90%, not 100%.
     one_token = torch.full((8, hf_bert.ROW_TOKENS), 20)
-    assert hf_bert.held_out_accuracy(Copy(), one_token, tokenizer, seed=0, top_token_id=20)["floor"] == \
-        pytest.approx(0.9, abs=0.05)
+    assert hf_bert.held_out_accuracy(Copy(), one_token, tokenizer, seed=0, top_token_id=20)["floor"] == pytest.approx(
+        0.9, abs=0.05
+    )
 
 
 def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_path, capsys):
@@ -223,8 +264,9 @@ def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_p
 
     hf_bert = load_script("hf_bert")
     corpus, out = tiny_corpus(tmp_path / "corpus"), tmp_path / "bert"
-    (corpus / "glue_train.txt").write_text("\n\n".join(f"document {i} says the module is imported ." * 20
-                                                       for i in range(40)))
+    (corpus / "glue_train.txt").write_text(
+        "\n\n".join(f"document {i} says the module is imported ." * 20 for i in range(40))
+    )
     hf_bert.main(["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096", "--out", str(out)])
     results = json.loads((out / "results.json").read_text())
     assert results["steps"] == 2 and results["tokens_seen"] == 4096
@@ -236,8 +278,9 @@ def test_hf_bert_pretrains_a_checkpoint_finetune_can_load(tiny_checkpoint, tmp_p
     model = AutoModelForSequenceClassification.from_pretrained(out, num_labels=2)
     assert type(model).__name__ == "BertForSequenceClassification" and model.config.num_hidden_layers == 4
     with pytest.raises(SystemExit):
-        hf_bert.main(["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096",
-                      "--out", str(out)])
+        hf_bert.main(
+            ["--corpus", str(corpus), "--tokenizer", str(tiny_checkpoint), "--tokens", "4096", "--out", str(out)]
+        )
     assert "already holds a finished run" in capsys.readouterr().err
 
 
@@ -262,8 +305,9 @@ def test_geometry_and_gradients_do_not_depend_on_padding(tiny_checkpoint, paddin
     expected = geometry.layer_geometry(model, tokenizer, sentences)
     tokenizer.padding_side = padding_side
     for got, want in zip(geometry.layer_geometry(model, tokenizer, sentences), expected, strict=True):
-        assert got.pop("cls_pc1_share") == (None if want["cls_pc1_share"] is None else
-                                            pytest.approx(want.pop("cls_pc1_share"), rel=1e-5))
+        assert got.pop("cls_pc1_share") == (
+            None if want["cls_pc1_share"] is None else pytest.approx(want.pop("cls_pc1_share"), rel=1e-5)
+        )
         assert got == pytest.approx({k: v for k, v in want.items() if k != "cls_pc1_share"}, rel=1e-5)
     one = geometry.first_gradient(model, tokenizer, sentences, [0, 1, 1])
     assert one["body_grad_norm"] > 0 and one["head_grad_norm"] > 0
@@ -275,9 +319,22 @@ def test_geometry_and_gradients_do_not_depend_on_padding(tiny_checkpoint, paddin
 def test_geometry_writes_a_row_per_model_and_layer(shared_data, tiny_checkpoint, tmp_path):
     geometry = load_script("geometry")
     out = tmp_path / "geometry.csv"
-    geometry.main(["--glue", str(shared_data / "glue"), "--model", f"tiny={tiny_checkpoint}", "--model",
-                   f"fresh=untrained:{tiny_checkpoint}", "--sentences", "20", "--gradient-sentences", "40",
-                   "--out", str(out)])
+    geometry.main(
+        [
+            "--glue",
+            str(shared_data / "glue"),
+            "--model",
+            f"tiny={tiny_checkpoint}",
+            "--model",
+            f"fresh=untrained:{tiny_checkpoint}",
+            "--sentences",
+            "20",
+            "--gradient-sentences",
+            "40",
+            "--out",
+            str(out),
+        ]
+    )
     with open(out) as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["model"], row["layer"]) for row in rows] == [(m, str(i)) for m in ("tiny", "fresh") for i in range(3)]
@@ -289,12 +346,26 @@ def test_geometry_writes_a_row_per_model_and_layer(shared_data, tiny_checkpoint,
 def test_settings_table_keeps_shared_models_and_the_given_seeds(tmp_path, capsys):
     settings_table = load_script("settings_table")
     header = "model,task,seed,score\n"
-    (tmp_path / "low.csv").write_text(header + "a,sst2,0,50\na,sst2,1,54\na,sst2,2,90\nb,sst2,0,60\n"
-                                      "only_here,sst2,0,1\na,cola,0,5\n")
+    (tmp_path / "low.csv").write_text(
+        header + "a,sst2,0,50\na,sst2,1,54\na,sst2,2,90\nb,sst2,0,60\nonly_here,sst2,0,1\na,cola,0,5\n"
+    )
     (tmp_path / "high.csv").write_text(header + "a,sst2,0,70\na,sst2,1,72\nb,sst2,0,61\nb,sst2,1,63\n")
     out = tmp_path / "grid"
-    settings_table.main(["--task", "sst2", "--seeds", "0", "1", "--setting", f"low={tmp_path / 'low.csv'}",
-                         "--setting", f"high={tmp_path / 'high.csv'}", "--out", str(out)])
+    settings_table.main(
+        [
+            "--task",
+            "sst2",
+            "--seeds",
+            "0",
+            "1",
+            "--setting",
+            f"low={tmp_path / 'low.csv'}",
+            "--setting",
+            f"high={tmp_path / 'high.csv'}",
+            "--out",
+            str(out),
+        ]
+    )
     with open(out.with_suffix(".csv")) as handle:
         rows = {(row["setting"], row["model"]): row for row in csv.DictReader(handle)}
     assert set(rows) == {("low", "a"), ("low", "b"), ("high", "a"), ("high", "b")}  # only_here ran one setting
@@ -303,8 +374,9 @@ def test_settings_table_keeps_shared_models_and_the_given_seeds(tmp_path, capsys
     assert rows[("low", "b")]["seed_1"] == "" and float(rows[("low", "b")]["seed_0"]) == 60.0
     assert_png_drawn(out.with_suffix(".png"))
     with pytest.raises(SystemExit):
-        settings_table.main(["--task", "sst2", "--seeds", "0", "--setting", f"x={tmp_path / 'none.csv'}",
-                             "--out", str(out)])
+        settings_table.main(
+            ["--task", "sst2", "--seeds", "0", "--setting", f"x={tmp_path / 'none.csv'}", "--out", str(out)]
+        )
     assert "--setting x=" in capsys.readouterr().err
 
 
@@ -313,17 +385,30 @@ def test_settings_table_yardsticks_average_each_settings_csv(tmp_path, capsys):
     header = "model,task,seed,score\n"
     for name in ("low", "high"):
         (tmp_path / f"{name}.csv").write_text(header + "a,sst2,0,50\na_untrained,sst2,0,40\n")
-    (tmp_path / "probe_low.csv").write_text(header + "a,sst2,,55\na_untrained,sst2,0,30\na_untrained,sst2,1,34\n"
-                                            "a_untrained,cola,0,99\n")
+    (tmp_path / "probe_low.csv").write_text(
+        header + "a,sst2,,55\na_untrained,sst2,0,30\na_untrained,sst2,1,34\na_untrained,cola,0,99\n"
+    )
     (tmp_path / "probe_high.csv").write_text(header + "a,sst2,,65\na_untrained,sst2,0,44\n")
     (tmp_path / "bow_low.csv").write_text("task,seed,score\nsst2,,61\n")
     (tmp_path / "bow_high.csv").write_text("task,seed,score\nsst2,,71\n")
     out = tmp_path / "curve"
     settings = ["--setting", f"low={tmp_path / 'low.csv'}", "--setting", f"high={tmp_path / 'high.csv'}"]
     probe = f"probe:a_untrained={tmp_path / 'probe_low.csv'},{tmp_path / 'probe_high.csv'}"
-    settings_table.main(["--task", "sst2", "--seeds", "0", *settings, "--out", str(out),
-                         "--yardstick", f"bow={tmp_path / 'bow_low.csv'},{tmp_path / 'bow_high.csv'}",
-                         "--yardstick", probe])
+    settings_table.main(
+        [
+            "--task",
+            "sst2",
+            "--seeds",
+            "0",
+            *settings,
+            "--out",
+            str(out),
+            "--yardstick",
+            f"bow={tmp_path / 'bow_low.csv'},{tmp_path / 'bow_high.csv'}",
+            "--yardstick",
+            probe,
+        ]
+    )
     with open(out.with_suffix(".csv")) as handle:
         rows = {(row["setting"], row["model"]): row for row in csv.DictReader(handle)}
     assert float(rows[("low", "probe")]["mean"]) == 32.0 and rows[("low", "probe")]["seeds"] == "2"  # a's row out
@@ -331,15 +416,28 @@ def test_settings_table_yardsticks_average_each_settings_csv(tmp_path, capsys):
     assert float(rows[("low", "a")]["mean"]) == 50.0
     assert_png_drawn(out.with_suffix(".png"))
     with pytest.raises(SystemExit):  # one CSV for two settings
-        settings_table.main(["--task", "sst2", "--seeds", "0", *settings, "--out", str(out),
-                             "--yardstick", f"bow={tmp_path / 'bow_low.csv'}"])
+        settings_table.main(
+            [
+                "--task",
+                "sst2",
+                "--seeds",
+                "0",
+                *settings,
+                "--out",
+                str(out),
+                "--yardstick",
+                f"bow={tmp_path / 'bow_low.csv'}",
+            ]
+        )
     assert "one CSV per setting" in capsys.readouterr().err
 
 
 def test_gpu_pretrain_budget_is_what_the_slower_arm_finishes():
     gpu_pretrain = load_script("gpu_pretrain")
-    calibration = {"dta": dict(tokens=2e6, train_seconds=10.0, tokens_per_second=250e3),
-                   "bidir": dict(tokens=2e6, train_seconds=12.0, tokens_per_second=200e3)}
+    calibration = {
+        "dta": dict(tokens=2e6, train_seconds=10.0, tokens_per_second=250e3),
+        "bidir": dict(tokens=2e6, train_seconds=12.0, tokens_per_second=200e3),
+    }
     budgets = gpu_pretrain.plan_budgets({"1x": ("dta", "bidir")}, calibration, wall=30.0, seconds=300.0, quick=False)
     # fixed cost 30 - 10 = 20 s; the slower arm's 200k tokens/s over the 280 s left, at the safety margin
     assert budgets == {"1x": int(200e3 * 280 * gpu_pretrain.SAFETY // 1e6 * 1e6)} == {"1x": 47_000_000}
@@ -348,13 +446,16 @@ def test_gpu_pretrain_budget_is_what_the_slower_arm_finishes():
 def test_gpu_pretrain_rate_leaves_out_the_first_steps(tmp_path):
     gpu_pretrain = load_script("gpu_pretrain")
     (tmp_path / "results.json").write_text(json.dumps({"tokens_seen": 3000}))
-    rows = [dict(step=10, loss=5, num_input_tokens_seen=1000, train_runtime=8.0),  # 8 s of start-up
-            dict(step=20, loss=4, num_input_tokens_seen=2000, train_runtime=9.0),
-            dict(step=30, loss=3, num_input_tokens_seen=3000, train_runtime=10.0),
-            dict(step=30, train_runtime=10.5, train_loss=4)]
+    rows = [
+        dict(step=10, loss=5, num_input_tokens_seen=1000, train_runtime=8.0),  # 8 s of start-up
+        dict(step=20, loss=4, num_input_tokens_seen=2000, train_runtime=9.0),
+        dict(step=30, loss=3, num_input_tokens_seen=3000, train_runtime=10.0),
+        dict(step=30, train_runtime=10.5, train_loss=4),
+    ]
     with open(tmp_path / "metrics.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["step", "loss", "num_input_tokens_seen", "train_runtime",
-                                                    "train_loss"])
+        writer = csv.DictWriter(
+            handle, fieldnames=["step", "loss", "num_input_tokens_seen", "train_runtime", "train_loss"]
+        )
         writer.writeheader()
         writer.writerows(rows)
     assert gpu_pretrain.measured(tmp_path) == dict(tokens=3000, train_seconds=10.5, tokens_per_second=1000.0)
@@ -384,13 +485,23 @@ def test_gpu_pretrain_on_cpu_returns_whole_corpus_runs(shared_data, tmp_path, mo
     monkeypatch.setattr(gpu_pretrain, "measured", at_fixed_rates)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the script's scratch folder, to read the originals
     out = tmp_path / "out"
-    assert gpu_pretrain.main(["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data),
-                              "--minutes", "5.65"], clock=StepClock(step=60)) == 0  # the default sizes: 1x and 9x
+    assert (
+        gpu_pretrain.main(
+            ["--device", "cpu", "--quick", "--out", str(out), "--data", str(shared_data), "--minutes", "5.65"],
+            clock=StepClock(step=60),
+        )
+        == 0
+    )  # the default sizes: 1x and 9x
     summary = json.loads((out / "gpu_pretrain_summary.json").read_text())
     budgets = summary["budgets"]
     assert summary["calibration_wall_seconds"] == 60
-    assert budgets == gpu_pretrain.plan_budgets({size: gpu_pretrain.SIZES[size] for size in ("1x", "9x")},
-                                                summary["calibration"], 60, summary["planned_seconds"], quick=True)
+    assert budgets == gpu_pretrain.plan_budgets(
+        {size: gpu_pretrain.SIZES[size] for size in ("1x", "9x")},
+        summary["calibration"],
+        60,
+        summary["planned_seconds"],
+        quick=True,
+    )
     assert list(budgets) == ["1x", "9x"] and budgets["1x"] > budgets["9x"] > 0  # the same minutes: 1x runs faster
     # one budget per size: both attentions of a size train on the same tokens
     assert set(summary["runs"]) == {f"{arm}_{budgets[size]}" for size in budgets for arm in gpu_pretrain.SIZES[size]}
@@ -437,8 +548,9 @@ def test_returned_runs_refuse_sizes_that_would_not_come_back(tmp_path):
     (run / "checkpoint-5").mkdir(parents=True)
     (run / "checkpoint-5" / "optimizer.pt").write_bytes(b"0" * 1000)
     weights = 2**20  # 4 MiB in fp32
-    save_file({"w": torch.ones(weights), "step": torch.tensor([3])}, run / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {"w": torch.ones(weights), "step": torch.tensor([3])}, run / "model.safetensors", metadata={"format": "pt"}
+    )
     copy = returned_runs.returned_copy(run, tmp_path / "returned" / "dta")
     assert not (copy / "checkpoint-5").exists()
     tensors = load_file(copy / "model.safetensors")
@@ -457,12 +569,28 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
     merge_runs = load_script("merge_runs")
     for folder, models in (("fast", ["bidir_47000000", "dta_47000000"]), ("slow", ["bidir_untrained"])):
         (tmp_path / folder).mkdir()
-        write_rows(tmp_path / folder / "finetune_runs.csv",
-                   [{"model": m, "task": t, "seed": s, "score": f"{i}"}
-                    for i, (m, t, s) in enumerate((m, t, s) for m in models for t in ("cola", "stsb") for s in "01")])
+        write_rows(
+            tmp_path / folder / "finetune_runs.csv",
+            [
+                {"model": m, "task": t, "seed": s, "score": f"{i}"}
+                for i, (m, t, s) in enumerate((m, t, s) for m in models for t in ("cola", "stsb") for s in "01")
+            ],
+        )
     out = tmp_path / "merged"
-    assert merge_runs.main([f"{tmp_path / 'fast'}:lr3e-3", str(tmp_path / "slow" / "finetune_runs.csv"),
-                            "--models", "bidir_47000000", "bidir_untrained", "--out", str(out)]) == 0
+    assert (
+        merge_runs.main(
+            [
+                f"{tmp_path / 'fast'}:lr3e-3",
+                str(tmp_path / "slow" / "finetune_runs.csv"),
+                "--models",
+                "bidir_47000000",
+                "bidir_untrained",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = read_results(out / "finetune_runs.csv")
     assert sorted({row["model"] for row in rows}) == ["bidir_47000000_lr3e-3", "bidir_untrained"]
     assert len(rows) == 8 and [row["score"] for row in rows[:4]] == ["0", "1", "2", "3"]
@@ -474,17 +602,23 @@ def test_merge_runs_renames_each_source_and_refuses_a_run_held_twice(tmp_path):
         merge_runs.main([str(tmp_path / "slow"), "--out", str(out)])
     assert not (tmp_path / "twice").exists()
     # @MODEL keeps one source's arm only: each arm from the sweep that ran it at its own rate
-    picked = merge_runs.merge([f"{tmp_path / 'fast'}@dta_47000000", f"{tmp_path / 'fast'}:lr3e-3@bidir_47000000"],
-                              set())
+    picked = merge_runs.merge(
+        [f"{tmp_path / 'fast'}@dta_47000000", f"{tmp_path / 'fast'}:lr3e-3@bidir_47000000"], set()
+    )
     assert sorted({row["model"] for row in picked}) == ["bidir_47000000_lr3e-3", "dta_47000000"]
     assert len(picked) == 8
     renamed = merge_runs.merge([f"{out}@bidir_47000000_lr3e-3=bidir", f"{tmp_path / 'slow'}:x@bidir_untrained"], set())
     assert sorted({row["model"] for row in renamed}) == ["bidir", "bidir_untrained_x"] and len(renamed) == 8
     # #TASK keeps one source's tasks only: one sweep's CoLA beside another's STS-B, under one name
-    mixed = merge_runs.merge([f"{tmp_path / 'fast'}@bidir_47000000#cola",
-                              f"{out}@bidir_47000000_lr3e-3=bidir_47000000#stsb"], set())
-    assert {(row["task"], row["score"]) for row in mixed} == {("cola", "0"), ("cola", "1"), ("stsb", "2"),
-                                                              ("stsb", "3")}
+    mixed = merge_runs.merge(
+        [f"{tmp_path / 'fast'}@bidir_47000000#cola", f"{out}@bidir_47000000_lr3e-3=bidir_47000000#stsb"], set()
+    )
+    assert {(row["task"], row["score"]) for row in mixed} == {
+        ("cola", "0"),
+        ("cola", "1"),
+        ("stsb", "2"),
+        ("stsb", "3"),
+    }
     with pytest.raises(ValueError, match="no runs of the tasks \\['rte'\\]"):
         merge_runs.merge([f"{tmp_path / 'slow'}#rte"], set())
 
@@ -509,8 +643,22 @@ def test_yardsticks_first_examples_are_the_ones_train_limit_keeps(shared_data):
 def test_stsb_cosine_scores_each_sentence_encoded_alone(shared_data, tiny_checkpoint, tmp_path):
     script = load_script("stsb_cosine")
     out = tmp_path / "cosine.csv"
-    script.main(["--model", f"tiny={tiny_checkpoint}", "--model", f"fresh=untrained:{tiny_checkpoint}", "--seeds", "3",
-                 "--eval-limit", "40", "--glue", str(shared_data / "glue"), "--out", str(out)])
+    script.main(
+        [
+            "--model",
+            f"tiny={tiny_checkpoint}",
+            "--model",
+            f"fresh=untrained:{tiny_checkpoint}",
+            "--seeds",
+            "3",
+            "--eval-limit",
+            "40",
+            "--glue",
+            str(shared_data / "glue"),
+            "--out",
+            str(out),
+        ]
+    )
     rows = {row["model"]: row for row in csv.DictReader(out.open())}
     assert list(rows) == ["word counts", "tiny", "fresh"] and rows["fresh"]["seed"] == "3"
     first, second, gold = script.dev_pairs(shared_data / "glue", 40)
@@ -526,28 +674,40 @@ def test_stsb_cosine_scores_each_sentence_encoded_alone(shared_data, tiny_checkp
     assert float(rows["tiny"]["centred_pearson"]) == pytest.approx(100 * np.corrcoef(centred, gold)[0, 1], abs=1e-3)
     # the second sentence without its [CLS]: its own forward pass on the ids after the first
     with torch.no_grad():
-        v = np.stack([model(input_ids=torch.tensor([tokenizer(s)["input_ids"][1:]])).last_hidden_state[0].mean(0)
-                      .numpy() for s in second])
+        v = np.stack(
+            [
+                model(input_ids=torch.tensor([tokenizer(s)["input_ids"][1:]])).last_hidden_state[0].mean(0).numpy()
+                for s in second
+            ]
+        )
     a = a + centre
     without = (a * v).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(v, axis=1)
     assert float(rows["tiny"]["second_without_cls_pearson"]) == pytest.approx(
-        100 * np.corrcoef(without, gold)[0, 1], abs=1e-3)
+        100 * np.corrcoef(without, gold)[0, 1], abs=1e-3
+    )
 
 
 def test_word_count_cosine_reads_shared_words_only():
     script = load_script("stsb_cosine")
-    row = script.word_count_row(["a cat sat", "dogs run fast", "red blue"], ["a cat sat", "dogs run", "green"],
-                                np.array([1.0, 2 / 6 ** 0.5, 0.0]))  # gold = the count vectors' own cosines
+    row = script.word_count_row(
+        ["a cat sat", "dogs run fast", "red blue"], ["a cat sat", "dogs run", "green"], np.array([1.0, 2 / 6**0.5, 0.0])
+    )  # gold = the count vectors' own cosines
     assert row["pearson"] == pytest.approx(100) and row["spearman"] == pytest.approx(100)
 
 
 def test_stsb_cosine_plot_draws_each_arm_against_tokens(tmp_path):
     script = load_script("stsb_cosine")
-    rows = [{"model": "word counts", "pearson": 65.0}, {"model": "dta_500000", "pearson": 40.0},
-            {"model": "dta_2000000", "pearson": 50.0}, {"model": "dta_untrained", "pearson": 60.0},
-            {"model": "dta_untrained", "pearson": 62.0}]
-    pretraining = [{"arm": "dta", "token_budget": budget, "tokens_seen": budget + 1, "rows_per_step": 16}
-                   for budget in (500000, 2000000)]
+    rows = [
+        {"model": "word counts", "pearson": 65.0},
+        {"model": "dta_500000", "pearson": 40.0},
+        {"model": "dta_2000000", "pearson": 50.0},
+        {"model": "dta_untrained", "pearson": 60.0},
+        {"model": "dta_untrained", "pearson": 62.0},
+    ]
+    pretraining = [
+        {"arm": "dta", "token_budget": budget, "tokens_seen": budget + 1, "rows_per_step": 16}
+        for budget in (500000, 2000000)
+    ]
     script.plot(rows, pretraining, tmp_path / "cosine.png")
     assert_png_drawn(tmp_path / "cosine.png")
 
@@ -565,18 +725,48 @@ def test_biencoder_glue_reads_pairs_separately_and_single_sentences_jointly(shar
     run = tmp_path / "tiny9x_1000"
     shutil.copytree(tiny_checkpoint, run)
     out = tmp_path / "sep"
-    assert script.main([str(run), "--out-dir", str(out), "--glue", str(shared_data / "glue"), "--tasks", "sst2", "rte",
-                        "--seeds", "0", "--workers", "1", "--set", "train.max_steps=2", "--set", "train.eval_steps=2",
-                        "--set", "data.train_limit=64", "--set", "data.eval_limit=16"]) == 0
+    assert (
+        script.main(
+            [
+                str(run),
+                "--out-dir",
+                str(out),
+                "--glue",
+                str(shared_data / "glue"),
+                "--tasks",
+                "sst2",
+                "rte",
+                "--seeds",
+                "0",
+                "--workers",
+                "1",
+                "--set",
+                "train.max_steps=2",
+                "--set",
+                "train.eval_steps=2",
+                "--set",
+                "data.train_limit=64",
+                "--set",
+                "data.eval_limit=16",
+            ]
+        )
+        == 0
+    )
     rows = read_results(out / "finetune_runs.csv")
     assert sorted((row["model"], row["task"]) for row in rows) == [
-        ("tiny9x_1000", "rte"), ("tiny9x_1000", "sst2"), ("tiny9x_untrained", "rte"), ("tiny9x_untrained", "sst2")]
+        ("tiny9x_1000", "rte"),
+        ("tiny9x_1000", "sst2"),
+        ("tiny9x_untrained", "rte"),
+        ("tiny9x_untrained", "sst2"),
+    ]
     for model in ("tiny9x_1000", "tiny9x_untrained"):
         for task, encoding, pooling in (("rte", "separate", "mean"), ("sst2", "joint", "cls")):
             run_dir = out / "runs" / model / f"{task}-s0"
             config = json.loads((run_dir / "config.json").read_text())
-            assert (config.get("classifier_pair_encoding", "joint"), config.get("classifier_pooling", "cls")) == \
-                (encoding, pooling), (model, task)
+            assert (config.get("classifier_pair_encoding", "joint"), config.get("classifier_pooling", "cls")) == (
+                encoding,
+                pooling,
+            ), (model, task)
             train = yaml.safe_load((run_dir / "run_config.yaml").read_text())["train"]
             assert (train["lr"], train["max_steps"], train["seed"]) == (1e-3, 2, 0)
     assert "tiny9x_untrained" in (out / "finetune_summary.md").read_text()

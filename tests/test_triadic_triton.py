@@ -66,8 +66,8 @@ def packed_layout(rows_of_lengths, seq_len, block_size, stride):
     for row, lengths in enumerate(rows_of_lengths):
         start = 0
         for number, length in enumerate(lengths):
-            mask[row, start:start + length] = True
-            document_ids[row, start:start + length] = number
+            mask[row, start : start + length] = True
+            document_ids[row, start : start + length] = number
             start += length
     return BlockLayout.from_documents(mask, document_ids, block_size, stride)
 
@@ -111,7 +111,7 @@ def test_fused_kernels_match_the_float64_reference(case, dtype):
 
     assert out.dtype == dtype and all(g.dtype == dtype for g in grads)
     assert relative_error(out, expected.detach()) < TOLERANCE[dtype]
-    for name, grad, grad_expected in zip(("query", "key", "u", "value"), grads, expected_grads):
+    for name, grad, grad_expected in zip(("query", "key", "u", "value"), grads, expected_grads, strict=True):
         assert relative_error(grad, grad_expected) < TOLERANCE[dtype], name
     # Probabilities: each query's valid pairs sum to 1, a query with no valid pair has none.
     has_pair = (window_rows(blocks.key_mask[..., None].double(), window)[..., 0] > 0).any(-1)
@@ -128,7 +128,7 @@ def test_padding_and_out_of_block_rows_take_no_part():
         t.masked_fill_(~real, 50.0)
     out_changed, _, grads_changed = run_fused(blocks, 5, torch.float32, grad_out * real)
     torch.testing.assert_close(out_changed * real, out * real, rtol=0, atol=1e-5)
-    for grad, grad_changed in zip(grads, grads_changed):
+    for grad, grad_changed in zip(grads, grads_changed, strict=True):
         torch.testing.assert_close(grad_changed * real, grad * real, rtol=0, atol=1e-4)
 
 
@@ -178,8 +178,9 @@ def test_kernels_compile_for_an_h100_within_registers(tmp_path):
 
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100], capture_output=True, text=True, env=env,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_FOR_H100], capture_output=True, text=True, env=env, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert len(report) == 12

@@ -10,8 +10,14 @@ def save_tiny_dta_mlm(folder, tokenizer, num_hidden_layers=2):
     from encoderlab import DTABertConfig, DTABertForMaskedLM
 
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=32,
-                           num_hidden_layers=num_hidden_layers, num_attention_heads=2, intermediate_size=64)
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
     DTABertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

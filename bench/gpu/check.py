@@ -53,18 +53,30 @@ def pretrain_settings(context, arm: dict, out_dir: Path, steps: int) -> list:
         model={f"config.{key}": value for key, value in model.items()},
         tokenizer=dict(vocab_size=512) if context.quick else {},
         data=dict(max_eval_examples=8 if context.quick else 64),
-        train=dict(seq_len=seq_len, batch_size=batch, token_budget=steps * batch * seq_len, evaluations=2,
-                   logging_steps=1 if context.quick else 10, save_total_limit=1, precision=arm["precision"],
-                   attn_implementation=arm["attn_implementation"], torch_compile=arm["torch_compile"]),
+        train=dict(
+            seq_len=seq_len,
+            batch_size=batch,
+            token_budget=steps * batch * seq_len,
+            evaluations=2,
+            logging_steps=1 if context.quick else 10,
+            save_total_limit=1,
+            precision=arm["precision"],
+            attn_implementation=arm["attn_implementation"],
+            torch_compile=arm["torch_compile"],
+        ),
     ) + ["--set", f"output_dir={out_dir}"]
 
 
 def pretrain_arms(context) -> dict:
     if context.on_gpu:
-        return {"flex+bf16+compile": dict(attn_implementation="flex_attention", precision="bf16", torch_compile=True),
-                "sdpa+bf16": dict(attn_implementation="sdpa", precision="bf16", torch_compile=False)}
-    return {"eager+fp32": dict(attn_implementation="eager", precision="fp32", torch_compile=False),
-            "sdpa+fp32": dict(attn_implementation="sdpa", precision="fp32", torch_compile=False)}
+        return {
+            "flex+bf16+compile": dict(attn_implementation="flex_attention", precision="bf16", torch_compile=True),
+            "sdpa+bf16": dict(attn_implementation="sdpa", precision="bf16", torch_compile=False),
+        }
+    return {
+        "eager+fp32": dict(attn_implementation="eager", precision="fp32", torch_compile=False),
+        "sdpa+fp32": dict(attn_implementation="sdpa", precision="fp32", torch_compile=False),
+    }
 
 
 def check_pretrain(context, summary) -> dict:
@@ -75,11 +87,19 @@ def check_pretrain(context, summary) -> dict:
         out_dir = context.scratch / f"pretrain-{name.replace('+', '-')}"
         settings = pretrain_settings(context, arm, out_dir, steps)
         env = {"TORCH_LOGS": "recompiles"} if arm["torch_compile"] else {}
-        result = common.run_logged(common.encoderlab_argv("pretrain", "--config", "demo", *settings),
-                                   context.scratch / f"{out_dir.name}.log", env=env,
-                                   timeout=context.command_timeout())
-        summary.add(section="pretrain", check=f"{name}: runs", measured=f"rc={result.returncode}, "
-                    f"{result.seconds:.0f} s", criterion="rc=0", status="PASS" if result.ok else "FAIL")
+        result = common.run_logged(
+            common.encoderlab_argv("pretrain", "--config", "demo", *settings),
+            context.scratch / f"{out_dir.name}.log",
+            env=env,
+            timeout=context.command_timeout(),
+        )
+        summary.add(
+            section="pretrain",
+            check=f"{name}: runs",
+            measured=f"rc={result.returncode}, {result.seconds:.0f} s",
+            criterion="rc=0",
+            status="PASS" if result.ok else "FAIL",
+        )
         if result.ok:
             runs[name] = (out_dir, settings, result)
     if len(runs) < 2:
@@ -89,18 +109,31 @@ def check_pretrain(context, summary) -> dict:
     shared = sorted(set(curve_a) & set(curve_b))
     gap = max(abs(curve_a[s] - curve_b[s]) for s in shared)
     tolerance = LOSS_AGREEMENT[context.device]
-    summary.add(section="pretrain", check=f"train loss {name_a} vs {name_b}",
-                measured=f"max |diff| {gap:.4g} over {len(shared)} logged steps (final {curve_a[shared[-1]]:.3f} vs "
-                         f"{curve_b[shared[-1]]:.3f})",
-                criterion=f"<= {tolerance}", status="PASS" if gap <= tolerance else "FAIL")
+    summary.add(
+        section="pretrain",
+        check=f"train loss {name_a} vs {name_b}",
+        measured=f"max |diff| {gap:.4g} over {len(shared)} logged steps (final {curve_a[shared[-1]]:.3f} vs "
+        f"{curve_b[shared[-1]]:.3f})",
+        criterion=f"<= {tolerance}",
+        status="PASS" if gap <= tolerance else "FAIL",
+    )
     falling = curve_b[shared[-1]] < curve_b[shared[0]]
-    summary.add(section="pretrain", check=f"{name_b}: loss falls", measured=f"{curve_b[shared[0]]:.3f} -> "
-                f"{curve_b[shared[-1]]:.3f}", criterion="last < first", status="PASS" if falling else "FAIL")
+    summary.add(
+        section="pretrain",
+        check=f"{name_b}: loss falls",
+        measured=f"{curve_b[shared[0]]:.3f} -> {curve_b[shared[-1]]:.3f}",
+        criterion="last < first",
+        status="PASS" if falling else "FAIL",
+    )
     if pretrain_arms(context)[name_a]["torch_compile"]:
         recompiles = log_a.log.read_text(encoding="utf-8", errors="replace").count("Recompiling function")
-        summary.add(section="pretrain", check=f"{name_a}: recompilations over {steps} steps + 2 evaluations",
-                    measured=str(recompiles), criterion=f"< {RECOMPILE_LIMIT} (dynamo's limit)",
-                    status="PASS" if recompiles < RECOMPILE_LIMIT else "FAIL")
+        summary.add(
+            section="pretrain",
+            check=f"{name_a}: recompilations over {steps} steps + 2 evaluations",
+            measured=str(recompiles),
+            criterion=f"< {RECOMPILE_LIMIT} (dynamo's limit)",
+            status="PASS" if recompiles < RECOMPILE_LIMIT else "FAIL",
+        )
     return runs
 
 
@@ -112,43 +145,83 @@ def check_finetune(context, summary) -> None:
     from encoderlab.tokenization.protein import tape_iupac_tokenizer
 
     length, steps = (64, 30) if context.quick else (512, 100)
-    size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                fusion_hidden_size=16) if context.quick else dict(hidden_size=256, num_hidden_layers=4,
-                                                                   num_attention_heads=8, intermediate_size=512)
+    size = (
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, fusion_hidden_size=16)
+        if context.quick
+        else dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, intermediate_size=512)
+    )
     tokenizer = tape_iupac_tokenizer(length)
-    config = HOMAConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, triadic_window=3,
-                        max_position_embeddings=length, hidden_dropout_prob=0.0, **size)
+    config = HOMAConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        triadic_window=3,
+        max_position_embeddings=length,
+        hidden_dropout_prob=0.0,
+        **size,
+    )
     checkpoint, out_dir = context.scratch / "homa-fresh", context.scratch / "finetune-ss3"
     HOMAForMaskedLM(config).save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)
     settings = common.overrides(
-        data=dict(path=context.data_file("tape", "secondary_structure"), max_length=length,
-                  train_limit=240 if context.quick else 2000, eval_limit=16 if context.quick else 200,
-                  eval_splits=[] if context.quick else ["test_cb513"]),  # CB513 whole: 513 chains
-        train=dict(max_steps=steps, batch_size=8 if context.quick else 16, lr=1e-3, precision="bf16",
-                   eval_steps=steps, logging_steps=1 if context.quick else 10, warmup_fraction=0.1),
+        data=dict(
+            path=context.data_file("tape", "secondary_structure"),
+            max_length=length,
+            train_limit=240 if context.quick else 2000,
+            eval_limit=16 if context.quick else 200,
+            eval_splits=[] if context.quick else ["test_cb513"],
+        ),  # CB513 whole: 513 chains
+        train=dict(
+            max_steps=steps,
+            batch_size=8 if context.quick else 16,
+            lr=1e-3,
+            precision="bf16",
+            eval_steps=steps,
+            logging_steps=1 if context.quick else 10,
+            warmup_fraction=0.1,
+        ),
     ) + ["--set", f"output_dir={out_dir}"]
-    result = common.run_logged(common.encoderlab_argv("finetune", "--task", "secondary_structure", "--model",
-                                                      checkpoint, *settings), context.scratch / "finetune.log",
-                               timeout=context.command_timeout())
+    result = common.run_logged(
+        common.encoderlab_argv("finetune", "--task", "secondary_structure", "--model", checkpoint, *settings),
+        context.scratch / "finetune.log",
+        timeout=context.command_timeout(),
+    )
     if not result.ok:
-        summary.add(section="finetune", check="HOMA SS3 bf16: runs", measured=f"rc={result.returncode}",
-                    criterion="rc=0", status="FAIL")
+        summary.add(
+            section="finetune",
+            check="HOMA SS3 bf16: runs",
+            measured=f"rc={result.returncode}",
+            criterion="rc=0",
+            status="FAIL",
+        )
         return
     losses = list(common.logged_losses(out_dir / "metrics.csv").values())
     finite = all(math.isfinite(loss) for loss in losses)
-    head, tail = losses[: max(1, len(losses) // 5)], losses[-max(1, len(losses) // 5):]
+    head, tail = losses[: max(1, len(losses) // 5)], losses[-max(1, len(losses) // 5) :]
     first, last = sum(head) / len(head), sum(tail) / len(tail)
     metrics = json.loads((out_dir / "results.json").read_text())["metrics"]
     q3 = metrics.get("test_cb513", metrics["validation"])["q3"]
-    summary.add(section="finetune", check=f"HOMA SS3 bf16, {steps} steps: loss falls, finite",
-                measured=f"{first:.3f} -> {last:.3f} (first/last fifth of {len(losses)} logs), Q3 {q3:.3f}",
-                criterion="last < first, no NaN", status="PASS" if finite and last < first else "FAIL")
+    summary.add(
+        section="finetune",
+        check=f"HOMA SS3 bf16, {steps} steps: loss falls, finite",
+        measured=f"{first:.3f} -> {last:.3f} (first/last fifth of {len(losses)} logs), Q3 {q3:.3f}",
+        criterion="last < first, no NaN",
+        status="PASS" if finite and last < first else "FAIL",
+    )
 
 
 def accelerate_argv(config_file, *words) -> list:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-            "--num_processes", "1", "--num_machines", "1", *map(str, words)]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config_file),
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        *map(str, words),
+    ]
 
 
 def shipped_accelerate_config(name: str) -> Path | None:
@@ -169,39 +242,66 @@ def check_ddp(context, summary, runs: dict) -> None:
     """The second pretraining arm again under accelerate launch (DDP config, one process): the same test loss."""
     config_file = shipped_accelerate_config("ddp")
     if config_file is None:
-        summary.add(section="ddp", check="accelerate launch, shipped DDP config", measured="not available",
-                    criterion="`encoderlab config-path ddp`", status="SKIP")
+        summary.add(
+            section="ddp",
+            check="accelerate launch, shipped DDP config",
+            measured="not available",
+            criterion="`encoderlab config-path ddp`",
+            status="SKIP",
+        )
         return
     name, (plain_dir, settings, _) = list(runs.items())[-1]
     out_dir = context.scratch / "pretrain-ddp"
     settings = [word if not word.startswith("output_dir=") else f"output_dir={out_dir}" for word in settings]
     # On CPU: no visible GPU (accelerate then starts a gloo process) and no bf16 launch (the CPU arms are fp32).
     env, launch = ({}, []) if context.on_gpu else ({"CUDA_VISIBLE_DEVICES": ""}, ["--mixed_precision", "no"])
-    result = common.run_logged(accelerate_argv(config_file, *launch, "-m", "encoderlab.cli", "pretrain", "--config",
-                                               "demo", *settings), context.scratch / "ddp.log", env=env,
-                               timeout=context.command_timeout())
+    result = common.run_logged(
+        accelerate_argv(config_file, *launch, "-m", "encoderlab.cli", "pretrain", "--config", "demo", *settings),
+        context.scratch / "ddp.log",
+        env=env,
+        timeout=context.command_timeout(),
+    )
     if not result.ok:
-        summary.add(section="ddp", check=f"{name} under accelerate launch (DDP config, 1 process)",
-                    measured=f"rc={result.returncode}", criterion="rc=0", status="FAIL")
+        summary.add(
+            section="ddp",
+            check=f"{name} under accelerate launch (DDP config, 1 process)",
+            measured=f"rc={result.returncode}",
+            criterion="rc=0",
+            status="FAIL",
+        )
         return
     plain, launched = test_loss(plain_dir), test_loss(out_dir)
     tolerance = 0.01 if context.on_gpu else 1e-4
     gap = abs(plain - launched) / plain
-    summary.add(section="ddp", check=f"{name} under accelerate launch (DDP config, 1 process) vs plain",
-                measured=f"test mlm_loss {launched:.4f} vs {plain:.4f}", criterion=f"relative diff <= {tolerance}",
-                status="PASS" if gap <= tolerance else "FAIL")
+    summary.add(
+        section="ddp",
+        check=f"{name} under accelerate launch (DDP config, 1 process) vs plain",
+        measured=f"test mlm_loss {launched:.4f} vs {plain:.4f}",
+        criterion=f"relative diff <= {tolerance}",
+        status="PASS" if gap <= tolerance else "FAIL",
+    )
 
 
 def check_fsdp2(context, summary) -> None:
     """FSDP2 through accelerate on the one GPU: wrapped, trains, sharded checkpoints, resume, gathered folder."""
     config_file = shipped_accelerate_config("fsdp2")
     if config_file is None:
-        summary.add(section="fsdp2", check="accelerate launch, shipped FSDP2 config", measured="not available",
-                    criterion="`encoderlab config-path fsdp2`", status="SKIP")
+        summary.add(
+            section="fsdp2",
+            check="accelerate launch, shipped FSDP2 config",
+            measured="not available",
+            criterion="`encoderlab config-path fsdp2`",
+            status="SKIP",
+        )
         return
     if not context.on_gpu:
-        summary.add(section="fsdp2", check="accelerate launch, shipped FSDP2 config", measured="not run on CPU",
-                    criterion="a GPU (on CPU accelerate would train DDP)", status="SKIP")
+        summary.add(
+            section="fsdp2",
+            check="accelerate launch, shipped FSDP2 config",
+            measured="not run on CPU",
+            criterion="a GPU (on CPU accelerate would train DDP)",
+            status="SKIP",
+        )
         return
     steps = 50
     arm = dict(attn_implementation="sdpa", precision="bf16", torch_compile=False)
@@ -210,38 +310,59 @@ def check_fsdp2(context, summary) -> None:
 
     def launch(run_dir: Path, log: str, extra=()):
         settings = pretrain_settings(context, arm, run_dir, steps) + common.overrides(
-            train=dict(save_steps=25, save_total_limit=3))  # later --set words win
-        return common.run_logged(accelerate_argv(config_file, Path(__file__).with_name("fsdp_probe.py"), probe,
-                                                 "--config", "demo", *settings, *extra), context.scratch / log,
-                                 timeout=context.command_timeout())
+            train=dict(save_steps=25, save_total_limit=3)
+        )  # later --set words win
+        return common.run_logged(
+            accelerate_argv(
+                config_file, Path(__file__).with_name("fsdp_probe.py"), probe, "--config", "demo", *settings, *extra
+            ),
+            context.scratch / log,
+            timeout=context.command_timeout(),
+        )
 
     result = launch(out_dir, "fsdp2.log")
     if not result.ok:
-        summary.add(section="fsdp2", check="pretrain under FSDP2", measured=f"rc={result.returncode}",
-                    criterion="rc=0", status="FAIL")
+        summary.add(
+            section="fsdp2",
+            check="pretrain under FSDP2",
+            measured=f"rc={result.returncode}",
+            criterion="rc=0",
+            status="FAIL",
+        )
         return
     wrapped = json.loads(probe.read_text())
-    summary.add(section="fsdp2", check="model wrapped by FSDP2 (not DDP)",
-                measured=f"{wrapped['model_class']}, FSDPModule units {wrapped['fsdp2_units']}",
-                criterion="is an FSDPModule", status="PASS" if wrapped["is_fsdp2"] else "FAIL")
+    summary.add(
+        section="fsdp2",
+        check="model wrapped by FSDP2 (not DDP)",
+        measured=f"{wrapped['model_class']}, FSDPModule units {wrapped['fsdp2_units']}",
+        criterion="is an FSDPModule",
+        status="PASS" if wrapped["is_fsdp2"] else "FAIL",
+    )
     checkpoints = sorted(out_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     sharded = [path.name for path in checkpoints if (path / "pytorch_model_fsdp_0").is_dir()]
-    summary.add(section="fsdp2", check="sharded checkpoints saved", measured=", ".join(sharded) or "none",
-                criterion="pytorch_model_fsdp_0/ in each checkpoint",
-                status="PASS" if checkpoints and len(sharded) == len(checkpoints) else "FAIL")
+    summary.add(
+        section="fsdp2",
+        check="sharded checkpoints saved",
+        measured=", ".join(sharded) or "none",
+        criterion="pytorch_model_fsdp_0/ in each checkpoint",
+        status="PASS" if checkpoints and len(sharded) == len(checkpoints) else "FAIL",
+    )
     check_fsdp2_folder(summary, out_dir)
     if len(checkpoints) < 2:
         return
     # Resume: the run folder as it stood at the first checkpoint, continued with --resume.
     resumed = context.scratch / "pretrain-fsdp2-resumed"
-    shutil.copytree(out_dir, resumed, ignore=shutil.ignore_patterns(*[p.name for p in checkpoints[1:]],
-                                                                      "results.json"))
+    shutil.copytree(out_dir, resumed, ignore=shutil.ignore_patterns(*[p.name for p in checkpoints[1:]], "results.json"))
     result = launch(resumed, "fsdp2-resume.log", ["--resume"])
     ok = result.ok and (resumed / "results.json").is_file()
     gap = abs(test_loss(resumed) - test_loss(out_dir)) / test_loss(out_dir) if ok else float("nan")
-    summary.add(section="fsdp2", check=f"resume from {checkpoints[0].name} vs uninterrupted",
-                measured=f"rc={result.returncode}, test mlm_loss relative diff {gap:.3g}",
-                criterion="rc=0, <= 0.01", status="PASS" if ok and gap <= 0.01 else "FAIL")
+    summary.add(
+        section="fsdp2",
+        check=f"resume from {checkpoints[0].name} vs uninterrupted",
+        measured=f"rc={result.returncode}, test mlm_loss relative diff {gap:.3g}",
+        criterion="rc=0, <= 0.01",
+        status="PASS" if ok and gap <= 0.01 else "FAIL",
+    )
 
 
 def check_fsdp2_folder(summary, run_dir: Path) -> None:
@@ -256,8 +377,13 @@ def check_fsdp2_folder(summary, run_dir: Path) -> None:
         measured, ok = f"{type(model).__name__}, finite weights: {finite}", finite
     except Exception as error:  # reported in the table
         measured, ok = common.error_note(error), False
-    summary.add(section="fsdp2", check="gathered folder loads with AutoModelForMaskedLM", measured=measured,
-                criterion="loads, finite", status="PASS" if ok else "FAIL")
+    summary.add(
+        section="fsdp2",
+        check="gathered folder loads with AutoModelForMaskedLM",
+        measured=measured,
+        criterion="loads, finite",
+        status="PASS" if ok else "FAIL",
+    )
 
 
 def kernel_section(context, summary, only, flex_trials=()) -> None:
@@ -267,24 +393,45 @@ def kernel_section(context, summary, only, flex_trials=()) -> None:
     paddings = ("left", "right", "packed") if common.packing_available() else ("left", "right")
     table = common.Table("kernels", kernels.COLUMNS)
     seconds = 0.5 * context.seconds_left()
-    skipped = kernels.run_kernel_checks(context, table, implementations, paddings, seconds, only,
-                                        after_case=lambda: table.write_csv(context.out / "kernels.csv"),
-                                        flex_trials=flex_trials)
+    skipped = kernels.run_kernel_checks(
+        context,
+        table,
+        implementations,
+        paddings,
+        seconds,
+        only,
+        after_case=lambda: table.write_csv(context.out / "kernels.csv"),
+        flex_trials=flex_trials,
+    )
     table.write_csv(context.out / "kernels.csv")
     print(kernel_digest(table))
     checked = [row for row in table.rows if not kernels.is_trial(row)]
     for status in ("PASS", "FAIL", "ERROR", "REFUSED"):
         rows = [row for row in checked if row["status"] == status]
-        summary.add(section="kernels", check=f"rows {status}", measured=str(len(rows)),
-                    criterion=f"tolerance fp32 {kernels.TOLERANCE['fp32']}, bf16 {kernels.TOLERANCE['bf16']}"
-                    if status != "REFUSED" else "documented refusals (see kernels.csv notes)",
-                    status="FAIL" if status in ("FAIL", "ERROR") and rows else "PASS")
-    summary.add(section="kernels", check="implementations x paddings",
-                measured=f"{', '.join(implementations)} x {', '.join(paddings)}", criterion="all present",
-                status="PASS")
+        summary.add(
+            section="kernels",
+            check=f"rows {status}",
+            measured=str(len(rows)),
+            criterion=f"tolerance fp32 {kernels.TOLERANCE['fp32']}, bf16 {kernels.TOLERANCE['bf16']}"
+            if status != "REFUSED"
+            else "documented refusals (see kernels.csv notes)",
+            status="FAIL" if status in ("FAIL", "ERROR") and rows else "PASS",
+        )
+    summary.add(
+        section="kernels",
+        check="implementations x paddings",
+        measured=f"{', '.join(implementations)} x {', '.join(paddings)}",
+        criterion="all present",
+        status="PASS",
+    )
     if skipped:  # not a failure: the rest of the table, for a second call with --sections kernels --cases ...
-        summary.add(section="kernels", check="cases not reached in the time budget", measured=" ".join(skipped),
-                    criterion="none (rerun: --sections kernels --cases NAMES)", status="SKIP")
+        summary.add(
+            section="kernels",
+            check="cases not reached in the time budget",
+            measured=" ".join(skipped),
+            criterion="none (rerun: --sections kernels --cases NAMES)",
+            status="SKIP",
+        )
     flex_trial_summary(summary, [row for row in table.rows if kernels.is_trial(row)], kernels.TOLERANCE["bf16"])
 
 
@@ -304,8 +451,13 @@ def flex_trial_summary(summary, rows, tolerance) -> None:
         else:
             errors = [row[c] for row in trial for c in ("logits_vs_fp64", "grads_vs_fp64") if isinstance(row[c], float)]
             measured = f"{passed}, worst vs fp64 {max(errors):.3g}"
-        summary.add(section="kernels", check=f"{case} {implementation} bf16", measured=measured,
-                    criterion=f"every padding <= {tolerance}", status="TRIED" if failing else "PASS")
+        summary.add(
+            section="kernels",
+            check=f"{case} {implementation} bf16",
+            measured=measured,
+            criterion=f"every padding <= {tolerance}",
+            status="TRIED" if failing else "PASS",
+        )
 
 
 def flex_trial(word: str) -> tuple:
@@ -326,19 +478,25 @@ def kernel_digest(table) -> str:
     worst = {}
     for row in table.rows:
         key = (row["case"].split("-")[0], row["implementation"], row["dtype"])
-        errors = [row[c] for c in ("logits_vs_fp64", "grads_vs_fp64", "logits_vs_eager_fp32", "grads_vs_eager_fp32")
-                  if isinstance(row[c], float)]
+        errors = [
+            row[c]
+            for c in ("logits_vs_fp64", "grads_vs_fp64", "logits_vs_eager_fp32", "grads_vs_eager_fp32")
+            if isinstance(row[c], float)
+        ]
         if row["status"] in ("ERROR", "REFUSED"):  # no errors measured: an error counts as infinitely far off
             ratio = float("inf") if row["status"] == "ERROR" else 0.0
         else:
             ratio = max(errors) / row["tolerance"]
         count, fails, value = worst.get(key, (0, 0, 0.0))
         worst[key] = (count + 1, fails + (row["status"] in ("FAIL", "ERROR")), max(value, ratio))
-    digest = common.Table("kernels: worst error / tolerance per family, implementation, dtype",
-                          ["family", "implementation", "dtype", "rows", "failed", "worst/tol"])
+    digest = common.Table(
+        "kernels: worst error / tolerance per family, implementation, dtype",
+        ["family", "implementation", "dtype", "rows", "failed", "worst/tol"],
+    )
     for (family, implementation, dtype), (count, fails, ratio) in worst.items():
-        digest.add(family=family, implementation=implementation, dtype=dtype, rows=count, failed=fails,
-                   **{"worst/tol": ratio})
+        digest.add(
+            family=family, implementation=implementation, dtype=dtype, rows=count, failed=fails, **{"worst/tol": ratio}
+        )
     return digest.text()
 
 
@@ -353,22 +511,36 @@ def triadic_section(context, summary) -> None:
         rows = [row for row in table.rows if row["dtype"] == dtype]
         worst = max(max(row[column] for column in triadic_checks.COLUMNS[4:9]) for row in rows)
         failed = sum(row["status"] == "FAIL" for row in rows)
-        summary.add(section="triadic", check=f"{rows[0]['kernel']} kernel, {dtype}: {len(rows)} cases, out and grads",
-                    measured=f"worst relative error {worst:.2e}, {failed} failed", criterion=f"<= {tolerance}",
-                    status="FAIL" if failed else "PASS")
+        summary.add(
+            section="triadic",
+            check=f"{rows[0]['kernel']} kernel, {dtype}: {len(rows)} cases, out and grads",
+            measured=f"worst relative error {worst:.2e}, {failed} failed",
+            criterion=f"<= {tolerance}",
+            status="FAIL" if failed else "PASS",
+        )
 
 
 def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
     arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    arguments.add_argument("--cases", nargs="+", default=None,
-                           help="kernel cases whose name contains one of these words ('all': every case); "
-                                f"default: all on a GPU, {' '.join(QUICK_CASES)} with --quick")
-    arguments.add_argument("--flex-kernel-options", nargs="+", type=flex_trial, default=[], metavar="TRIAL",
-                           help="kernels section: after each case's rows, flex_attention in bf16 once per TRIAL and "
-                           "value arm (values padded to the q/k width or not), each its own rows: default, "
-                           "one-stage, torch (family_checks.TRIAL_NAMES) or a JSON object of kernel options")
+    arguments.add_argument(
+        "--cases",
+        nargs="+",
+        default=None,
+        help="kernel cases whose name contains one of these words ('all': every case); "
+        f"default: all on a GPU, {' '.join(QUICK_CASES)} with --quick",
+    )
+    arguments.add_argument(
+        "--flex-kernel-options",
+        nargs="+",
+        type=flex_trial,
+        default=[],
+        metavar="TRIAL",
+        help="kernels section: after each case's rows, flex_attention in bf16 once per TRIAL and "
+        "value arm (values padded to the q/k width or not), each its own rows: default, "
+        "one-stage, torch (family_checks.TRIAL_NAMES) or a JSON object of kernel options",
+    )
     args = arguments.parse_args(argv)
     context = common.start(args, clock)
     only = None if args.cases == ["all"] else (args.cases or (QUICK_CASES if args.quick else None))
@@ -376,8 +548,7 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     runs = {}
     for section in args.sections:
         if context.seconds_left() <= 0:
-            summary.add(section=section, check="not started", measured="time budget spent", criterion="",
-                        status="SKIP")
+            summary.add(section=section, check="not started", measured="time budget spent", criterion="", status="SKIP")
             continue
         begin, rows_before = time.monotonic(), len(summary.rows)
         print(f"--- {section} ({context.seconds_left():.0f} s left)", flush=True)
@@ -400,13 +571,21 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
             print(f"  {row['status']:7} {row['check']}: {row['measured']} ({row['criterion']})", flush=True)
         summary.write_csv(context.out / "check_summary.csv")  # each section's rows survive a run stopped later
     summary.write_csv(context.out / "check_summary.csv")  # and the rows of the sections skipped at the end
-    common.write_json(context.out / "check_environment.json",
-                      {"device": common.device_name(context.device), "versions": common.versions(),
-                       "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})
+    common.write_json(
+        context.out / "check_environment.json",
+        {
+            "device": common.device_name(context.device),
+            "versions": common.versions(),
+            "command": " ".join(sys.argv),
+            "seconds": round(context.elapsed(), 1),
+        },
+    )
     print(summary.text())
     failed = [row for row in summary.rows if row["status"] == "FAIL"]
-    print(f"{len(summary.rows) - len(failed)} checks passed or skipped, {len(failed)} failed, "
-          f"{context.elapsed():.0f} s; scratch (logs, run folders): {context.scratch}")
+    print(
+        f"{len(summary.rows) - len(failed)} checks passed or skipped, {len(failed)} failed, "
+        f"{context.elapsed():.0f} s; scratch (logs, run folders): {context.scratch}"
+    )
     return 1 if failed else 0
 
 

@@ -29,8 +29,20 @@ PREPARED_DATA = REPO / ".gpu_data"
 """The data folder prepare.sh fills, for a GPU machine without the data beside the repository (a trimmed copy of
 ../shared/data)."""
 SHARED_DATA = REPO.parent / "shared" / "data"
-PACKAGES = ("torch", "transformers", "accelerate", "datasets", "evaluate", "tokenizers", "safetensors", "peft",
-            "pyarrow", "fsspec", "huggingface-hub", "triton")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "datasets",
+    "evaluate",
+    "tokenizers",
+    "safetensors",
+    "peft",
+    "pyarrow",
+    "fsspec",
+    "huggingface-hub",
+    "triton",
+)
 
 
 def parser(description: str, gpu_minutes: float) -> argparse.ArgumentParser:
@@ -39,11 +51,18 @@ def parser(description: str, gpu_minutes: float) -> argparse.ArgumentParser:
     arguments.add_argument("--device", default="cuda", help="cuda (the GPU run) or cpu (the reduced CPU run)")
     arguments.add_argument("--quick", action="store_true", help="tiny sizes and step counts: seconds on CPU")
     arguments.add_argument("--out", type=Path, default=REPO / "runs" / "gpu", help="where the result files go")
-    arguments.add_argument("--data", type=Path, default=None,
-                           help=f"data folder (default: {PREPARED_DATA.name} when prepare.sh filled it, else "
-                                "../shared/data)")
-    arguments.add_argument("--minutes", type=float, default=gpu_minutes,
-                           help="time budget: sections that would start past it are skipped and reported so")
+    arguments.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help=f"data folder (default: {PREPARED_DATA.name} when prepare.sh filled it, else ../shared/data)",
+    )
+    arguments.add_argument(
+        "--minutes",
+        type=float,
+        default=gpu_minutes,
+        help="time budget: sections that would start past it are skipped and reported so",
+    )
     return arguments
 
 
@@ -117,8 +136,10 @@ def start(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic)
         import datasets  # noqa: F401
         import evaluate  # noqa: F401
     except ImportError as error:
-        raise SystemExit(f"{error}: install encoderlab's dependencies (pip install -e .), or on a GPU machine without "
-                         "network source bench/gpu/setup_offline.sh after bench/gpu/prepare.sh") from error
+        raise SystemExit(
+            f"{error}: install encoderlab's dependencies (pip install -e .), or on a GPU machine without "
+            "network source bench/gpu/setup_offline.sh after bench/gpu/prepare.sh"
+        ) from error
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     data = args.data or next((path for path in (PREPARED_DATA, SHARED_DATA) if path.is_dir()), None)
@@ -132,8 +153,15 @@ def start(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     scratch = Path(tempfile.mkdtemp(prefix="encoderlab_gpu_"))
-    context = Context(device=args.device, quick=args.quick, out=out, data=data, scratch=scratch,
-                      seconds=args.minutes * 60, clock=clock)
+    context = Context(
+        device=args.device,
+        quick=args.quick,
+        out=out,
+        data=data,
+        scratch=scratch,
+        seconds=args.minutes * 60,
+        clock=clock,
+    )
     print(environment_line(context.device))
     print(f"out={out} data={data} scratch={scratch} budget={args.minutes:.1f} min quick={args.quick}", flush=True)
     return context
@@ -220,8 +248,8 @@ class Table:
     def text(self) -> str:
         cells = [[format_cell(row[name]) for name in self.columns] for row in self.rows]
         widths = [max([len(name)] + [len(line[i]) for line in cells]) for i, name in enumerate(self.columns)]
-        lines = [f"== {self.title}", "  ".join(name.ljust(w) for name, w in zip(self.columns, widths))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in cells]
+        lines = [f"== {self.title}", "  ".join(name.ljust(w) for name, w in zip(self.columns, widths, strict=True))]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in cells]
         return "\n".join(lines)
 
     def write_csv(self, path: Path) -> Path:
@@ -324,8 +352,9 @@ def run_logged(argv: list, log: Path, env: dict | None = None, timeout: float | 
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log, "w", encoding="utf-8") as handle:
         try:
-            returncode = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=environment, cwd=REPO,
-                                        timeout=timeout).returncode
+            returncode = subprocess.run(
+                argv, stdout=handle, stderr=subprocess.STDOUT, env=environment, cwd=REPO, timeout=timeout
+            ).returncode
         except subprocess.TimeoutExpired:
             handle.write(f"\n[timed out after {timeout:.0f} s]\n")
             returncode = 124

@@ -58,12 +58,18 @@ ARM_OVERHEAD_SECONDS = 90  # two `experiment mlm` start-ups, the evaluations at 
 def protein_settings(context) -> dict:
     """Model, data and training settings shared by every protein arm (the arms set attention and positions)."""
     if context.quick:
-        return dict(model=dict(hidden_size=32, num_hidden_layers=2), head_size=16,
-                    train=dict(seq_len=32, batch_size=8, evaluations=2, logging_steps=2),
-                    data=dict(limit=400, max_eval_examples=8))
-    return dict(model=dict(hidden_size=384, num_hidden_layers=6), head_size=64,
-                train=dict(seq_len=256, batch_size=128, evaluations=8, logging_steps=20, warmup_fraction=0.05),
-                data=dict(limit=None, max_eval_examples=256))
+        return dict(
+            model=dict(hidden_size=32, num_hidden_layers=2),
+            head_size=16,
+            train=dict(seq_len=32, batch_size=8, evaluations=2, logging_steps=2),
+            data=dict(limit=400, max_eval_examples=8),
+        )
+    return dict(
+        model=dict(hidden_size=384, num_hidden_layers=6),
+        head_size=64,
+        train=dict(seq_len=256, batch_size=128, evaluations=8, logging_steps=20, warmup_fraction=0.05),
+        data=dict(limit=None, max_eval_examples=256),
+    )
 
 
 def backend(context) -> dict:
@@ -80,8 +86,13 @@ def backend(context) -> dict:
 
 def shared_overrides(context, settings: dict, kernel: dict, budget: int) -> list:
     model = {f"config.{key}": value for key, value in settings["model"].items()}
-    train = dict(settings["train"], token_budget=budget, precision=kernel["precision"],
-                 attn_implementation=kernel["attn_implementation"], save_total_limit=1)
+    train = dict(
+        settings["train"],
+        token_budget=budget,
+        precision=kernel["precision"],
+        attn_implementation=kernel["attn_implementation"],
+        save_total_limit=1,
+    )
     data = dict(settings["data"], packing=kernel["packing"])
     data = {key: value for key, value in data.items() if value is not None}
     return common.overrides(model=model, train=train, data=data, optimizer=dict(name="adamw", lr=1e-3))
@@ -93,15 +104,26 @@ def calibrate(context, settings, kernel, uniprot: Path) -> tuple[float, str]:
     a line saying so. With --quick on a few thousand tokens."""
     probe_budget = 3_000 if context.quick else 4_000_000
     out_dir = context.scratch / "calibration"
-    words = ["pretrain", "--config", "mlm_protein", *shared_overrides(context, settings, kernel, probe_budget),
-             *common.overrides(model={"config.attention_type": "bidirectional",
-                                      "config.position_embedding_type": "rope",
-                                      "config.num_attention_heads": settings["model"]["hidden_size"] //
-                                      settings["head_size"]},
-                               data=dict(source=uniprot), train=dict(evaluations=1)),
-             "--set", f"output_dir={out_dir}"]
-    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "calibration.log",
-                               timeout=context.command_timeout())
+    words = [
+        "pretrain",
+        "--config",
+        "mlm_protein",
+        *shared_overrides(context, settings, kernel, probe_budget),
+        *common.overrides(
+            model={
+                "config.attention_type": "bidirectional",
+                "config.position_embedding_type": "rope",
+                "config.num_attention_heads": settings["model"]["hidden_size"] // settings["head_size"],
+            },
+            data=dict(source=uniprot),
+            train=dict(evaluations=1),
+        ),
+        "--set",
+        f"output_dir={out_dir}",
+    ]
+    result = common.run_logged(
+        common.encoderlab_argv(*words), context.scratch / "calibration.log", timeout=context.command_timeout()
+    )
     if not result.ok:
         raise RuntimeError(f"calibration run failed (log {result.log})")
     tokens = json.loads((out_dir / "results.json").read_text())["tokens_seen"]
@@ -119,18 +141,41 @@ def run_mlm(context, arm_seconds: float, report: list) -> None:
         budget, how = 20_000, f"fixed by --quick; {measured}"
     else:
         budget, how = int(rate * max(seconds, 10)), f"{measured} x {seconds:.0f} s"
-    report += ["## Protein MLM (paper experiment 3)", "",
-               f"- kernel: {kernel['attn_implementation']}, {kernel['precision']}, data.packing={kernel['packing']}",
-               f"- model: {settings['model']}, head size {settings['head_size']} (dual triangle heads twice as wide)",
-               f"- training: {settings['train']}; token budget per arm {budget:,} ({how})", ""]
+    report += [
+        "## Protein MLM (paper experiment 3)",
+        "",
+        f"- kernel: {kernel['attn_implementation']}, {kernel['precision']}, data.packing={kernel['packing']}",
+        f"- model: {settings['model']}, head size {settings['head_size']} (dual triangle heads twice as wide)",
+        f"- training: {settings['train']}; token budget per arm {budget:,} ({how})",
+        "",
+    ]
     out_dir = context.scratch / "mlm"
     for attention, positions in ARMS:
-        words = ["experiment", "mlm", "--domain", "protein", "--data", uniprot, "--attention", attention,
-                 "--positions", *positions, "--seeds", "0", "--eval-scaling", "none", "yarn",
-                 "--head-size", settings["head_size"], "--out-dir", out_dir,
-                 *shared_overrides(context, settings, kernel, budget)]
-        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"mlm-{attention}.log",
-                                   timeout=context.command_timeout())
+        words = [
+            "experiment",
+            "mlm",
+            "--domain",
+            "protein",
+            "--data",
+            uniprot,
+            "--attention",
+            attention,
+            "--positions",
+            *positions,
+            "--seeds",
+            "0",
+            "--eval-scaling",
+            "none",
+            "yarn",
+            "--head-size",
+            settings["head_size"],
+            "--out-dir",
+            out_dir,
+            *shared_overrides(context, settings, kernel, budget),
+        ]
+        result = common.run_logged(
+            common.encoderlab_argv(*words), context.scratch / f"mlm-{attention}.log", timeout=context.command_timeout()
+        )
         report.append(f"- `{attention}` arms ({', '.join(positions)}): rc={result.returncode}, {result.seconds:.0f} s")
     for name in MLM_FILES:
         if (out_dir / name).is_file():
@@ -148,18 +193,32 @@ def copy_or_unigram_floor(unigram: float, mask_prob: float = 0.8, random_prob: f
 
 
 def floor_table(rows: list[dict]) -> str:
-    lines = ["| arm | scaling | steps | tokens | acc 1x | floor 1x | acc 4x | floor 4x | left the plateau |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arm | scaling | steps | tokens | acc 1x | floor 1x | acc 4x | floor 4x | left the plateau |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         accuracy = {n: float(row[f"test_{n}_accuracy"]) for n in ("short", "long")}
-        floor = {n: float(row[f"floor_{n}"]) if row.get(f"floor_{n}")  # measured on the test masks
-                 else copy_or_unigram_floor(float(row[f"unigram_{n}"])) for n in ("short", "long")}  # estimated
+        floor = {
+            n: float(row[f"floor_{n}"])
+            if row.get(f"floor_{n}")  # measured on the test masks
+            else copy_or_unigram_floor(float(row[f"unigram_{n}"]))
+            for n in ("short", "long")
+        }  # estimated
         left = "yes" if accuracy["short"] > floor["short"] + 0.02 else "no"
-        lines.append(f"| {row['attention']}/{row['positions']} | {row['scaling']} | {row['steps']} | "
-                     f"{int(float(row['tokens_seen'])):,} | {accuracy['short']:.3f} | {floor['short']:.3f} | "
-                     f"{accuracy['long']:.3f} | {floor['long']:.3f} | {left} |")
-    return "\n".join(lines + ["", "(left the plateau: 1x accuracy more than 0.02 above the floor, the one measured on "
-                               "the test masks, or 0.1 + 0.8 x unigram for rows without it)"])
+        lines.append(
+            f"| {row['attention']}/{row['positions']} | {row['scaling']} | {row['steps']} | "
+            f"{int(float(row['tokens_seen'])):,} | {accuracy['short']:.3f} | {floor['short']:.3f} | "
+            f"{accuracy['long']:.3f} | {floor['long']:.3f} | {left} |"
+        )
+    return "\n".join(
+        lines
+        + [
+            "",
+            "(left the plateau: 1x accuracy more than 0.02 above the floor, the one measured on "
+            "the test masks, or 0.1 + 0.8 x unigram for rows without it)",
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -177,8 +236,9 @@ def glue_corpus(context, path: Path, sentences_per_document: int = 40) -> Path:
             cells = line.split("\t")
             sentences += [cells[c] for c in columns if c < len(cells) and cells[c].strip()]
     rng.shuffle(sentences)
-    documents = [" ".join(sentences[i:i + sentences_per_document])
-                 for i in range(0, len(sentences), sentences_per_document)]
+    documents = [
+        " ".join(sentences[i : i + sentences_per_document]) for i in range(0, len(sentences), sentences_per_document)
+    ]
     wiki = context.data_file("text", "wikitext2_test.txt").read_text(encoding="utf-8")
     documents += [article for article in wiki.split("\n = ") if len(article) > 200]
     with open(path, "w", encoding="utf-8") as handle:
@@ -192,25 +252,47 @@ def run_glue(context, report: list) -> None:
     corpus = glue_corpus(context, context.scratch / "glue_corpus.jsonl")
     quick = context.quick
     budget = 20_000 if quick else 20_000_000
-    settings = dict(model=dict(hidden_size=32 if quick else 384, num_hidden_layers=2 if quick else 6,
-                               embedding_norm=True, lm_head_norm=True, tie_word_embeddings=True),
-                    train=dict(seq_len=32 if quick else 128, batch_size=8 if quick else 128, evaluations=2),
-                    data=dict(max_eval_examples=8 if quick else 128, limit=300 if quick else None))
+    settings = dict(
+        model=dict(
+            hidden_size=32 if quick else 384,
+            num_hidden_layers=2 if quick else 6,
+            embedding_norm=True,
+            lm_head_norm=True,
+            tie_word_embeddings=True,
+        ),
+        train=dict(seq_len=32 if quick else 128, batch_size=8 if quick else 128, evaluations=2),
+        data=dict(max_eval_examples=8 if quick else 128, limit=300 if quick else None),
+    )
     heads = {"dta": ("dual_triangle", "none", 1 if quick else 3), "bidir": ("bidirectional", "rope", 2 if quick else 6)}
     checkpoints = {}
     for name, (attention, position, head_count) in heads.items():
         out_dir = context.scratch / f"glue-pretrain-{name}"
-        words = ["pretrain", "--config", "demo", *shared_overrides(context, settings, kernel, budget),
-                 *common.overrides(model={"config.attention_type": attention,
-                                          "config.position_embedding_type": position,
-                                          "config.num_attention_heads": head_count},
-                                   data=dict(source=corpus, text_field="text"),
-                                   tokenizer=dict(vocab_size=1024 if quick else 8192)),
-                 "--set", f"output_dir={out_dir}"]
-        result = common.run_logged(common.encoderlab_argv(*words), context.scratch / f"glue-pretrain-{name}.log",
-                                   timeout=context.command_timeout())
-        report.append(f"- pretrain `{name}` ({attention} + {position}, {budget:,} tokens): rc={result.returncode}, "
-                      f"{result.seconds:.0f} s")
+        words = [
+            "pretrain",
+            "--config",
+            "demo",
+            *shared_overrides(context, settings, kernel, budget),
+            *common.overrides(
+                model={
+                    "config.attention_type": attention,
+                    "config.position_embedding_type": position,
+                    "config.num_attention_heads": head_count,
+                },
+                data=dict(source=corpus, text_field="text"),
+                tokenizer=dict(vocab_size=1024 if quick else 8192),
+            ),
+            "--set",
+            f"output_dir={out_dir}",
+        ]
+        result = common.run_logged(
+            common.encoderlab_argv(*words),
+            context.scratch / f"glue-pretrain-{name}.log",
+            timeout=context.command_timeout(),
+        )
+        report.append(
+            f"- pretrain `{name}` ({attention} + {position}, {budget:,} tokens): rc={result.returncode}, "
+            f"{result.seconds:.0f} s"
+        )
         if result.ok:
             checkpoints[name] = out_dir
     if len(checkpoints) < 2:
@@ -218,18 +300,38 @@ def run_glue(context, report: list) -> None:
         return
     out_dir = context.scratch / "glue-finetune"
     tasks = ["rte"] if quick else list(GLUE_TASKS)
-    words = ["experiment", "finetune", *[f"--model={n}={p}" for n, p in checkpoints.items()],
-             f"--model=untrained=untrained:{checkpoints['dta']}", "--tasks", *tasks,
-             "--seeds", "0", "--baseline", "untrained", "--out-dir", out_dir,
-             "--set", f"data.path={context.data_file('glue')}",
-             "--set", f"train.max_steps={4 if quick else 200}", "--set", "train.lr=1e-3",
-             "--set", f"train.precision={kernel['precision']}", "--set", f"train.batch_size={8 if quick else 32}"]
+    words = [
+        "experiment",
+        "finetune",
+        *[f"--model={n}={p}" for n, p in checkpoints.items()],
+        f"--model=untrained=untrained:{checkpoints['dta']}",
+        "--tasks",
+        *tasks,
+        "--seeds",
+        "0",
+        "--baseline",
+        "untrained",
+        "--out-dir",
+        out_dir,
+        "--set",
+        f"data.path={context.data_file('glue')}",
+        "--set",
+        f"train.max_steps={4 if quick else 200}",
+        "--set",
+        "train.lr=1e-3",
+        "--set",
+        f"train.precision={kernel['precision']}",
+        "--set",
+        f"train.batch_size={8 if quick else 32}",
+    ]
     if quick:
         words += ["--set", "data.train_limit=64", "--set", "data.eval_limit=32"]
-    result = common.run_logged(common.encoderlab_argv(*words), context.scratch / "glue-finetune.log",
-                               timeout=context.command_timeout())
-    report.append(f"- fine-tuning {', '.join(tasks)} x dta, bidir, untrained: rc={result.returncode}, "
-                  f"{result.seconds:.0f} s")
+    result = common.run_logged(
+        common.encoderlab_argv(*words), context.scratch / "glue-finetune.log", timeout=context.command_timeout()
+    )
+    report.append(
+        f"- fine-tuning {', '.join(tasks)} x dta, bidir, untrained: rc={result.returncode}, {result.seconds:.0f} s"
+    )
     for name in ("finetune_summary.md", "finetune_bars.png"):
         if (out_dir / name).is_file():
             shutil.copy(out_dir / name, context.out / name)
@@ -250,8 +352,14 @@ call cut short keeps it."""
 HOMA_EVALUATIONS = 4
 """Validation passes per arm, the last at its final step; the best of them is scored on the test splits (the paper
 stops early on the validation metric, for more epochs than one call holds)."""
-HOMA_FILES = ("homa_summary.md", "homa_runs.csv", "homa_table.csv", "homa_table2.png", "homa_val_loss.png",
-              "homa_efficiency.png")
+HOMA_FILES = (
+    "homa_summary.md",
+    "homa_runs.csv",
+    "homa_table.csv",
+    "homa_table2.png",
+    "homa_val_loss.png",
+    "homa_efficiency.png",
+)
 BASELINE_MARGIN = 1.5
 """Pairwise-2D and Linear-2D are not calibrated: budgeted at 1.5 x Blockwise-2D's step and evaluation times. HOMA
 w = 3 and 5 are budgeted at w = 7's."""
@@ -293,13 +401,34 @@ def homa_words(context) -> list:
     train = {"train.precision": backend(context)["precision"], "train.eval_batch_size": 64}
     if not context.quick:
         return ["--config", "homa_paper", "--seeds", "0", "--in-process", *common.overrides(finetune=train)]
-    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, fusion_hidden_size=16,
-                block_size=8, block_stride=4, u_rank=4, linformer_k=8)
-    return ["--config", "homa_paper", "--seeds", "0", "--in-process", *common.overrides(
-        model=tiny, lengths={task: [64] for task in ("ss3", "fluorescence", "stability")},
-        task_model={f"{task}.{key}": tiny[key] for task in ("fluorescence", "stability")
-                    for key in ("hidden_size", "intermediate_size")},
-        finetune={**train, "data.train_limit": 48, "data.eval_limit": 16, "data.test_limit": 16})]
+    tiny = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        fusion_hidden_size=16,
+        block_size=8,
+        block_stride=4,
+        u_rank=4,
+        linformer_k=8,
+    )
+    return [
+        "--config",
+        "homa_paper",
+        "--seeds",
+        "0",
+        "--in-process",
+        *common.overrides(
+            model=tiny,
+            lengths={task: [64] for task in ("ss3", "fluorescence", "stability")},
+            task_model={
+                f"{task}.{key}": tiny[key]
+                for task in ("fluorescence", "stability")
+                for key in ("hidden_size", "intermediate_size")
+            },
+            finetune={**train, "data.train_limit": 48, "data.eval_limit": 16, "data.test_limit": 16},
+        ),
+    ]
 
 
 def tape_root(context, task: str) -> Path:
@@ -323,8 +452,11 @@ def tape_root(context, task: str) -> Path:
 
 
 def run_experiment(context, words: list, name: str) -> common.CommandResult:
-    return common.run_logged(common.encoderlab_argv("experiment", "homa", *words), context.scratch / f"{name}.log",
-                             timeout=context.command_timeout())
+    return common.run_logged(
+        common.encoderlab_argv("experiment", "homa", *words),
+        context.scratch / f"{name}.log",
+        timeout=context.command_timeout(),
+    )
 
 
 def run_timing(run_dir: Path) -> dict:
@@ -344,12 +476,20 @@ def run_timing(run_dir: Path) -> dict:
         first = {"step": 0, "train_runtime": 0.0, "num_input_tokens_seen": 0}
         last = {**closing, "train_runtime": closing["train_runtime"] - evaluation}
     seconds = last["train_runtime"] - first["train_runtime"]
-    closing_runtimes = [value for entry in log for key, value in entry.items()
-                        if key.endswith("_runtime") and key not in ("train_runtime", "eval_runtime")]
-    return dict(seconds_per_step=seconds / (last["step"] - first["step"]), evaluation=evaluation,
-                final=sum(closing_runtimes), results=results,
-                tokens_per_second=(last["num_input_tokens_seen"] - first["num_input_tokens_seen"]) / seconds,
-                steps_per_epoch=math.ceil(results["train_seen"]["available"] / results["best_point"]["batch_size"]))
+    closing_runtimes = [
+        value
+        for entry in log
+        for key, value in entry.items()
+        if key.endswith("_runtime") and key not in ("train_runtime", "eval_runtime")
+    ]
+    return dict(
+        seconds_per_step=seconds / (last["step"] - first["step"]),
+        evaluation=evaluation,
+        final=sum(closing_runtimes),
+        results=results,
+        tokens_per_second=(last["num_input_tokens_seen"] - first["num_input_tokens_seen"]) / seconds,
+        steps_per_epoch=math.ceil(results["train_seen"]["available"] / results["best_point"]["batch_size"]),
+    )
 
 
 def calibrate_homa(context, task: str, words: list) -> Calibration:
@@ -357,11 +497,33 @@ def calibrate_homa(context, task: str, words: list) -> Calibration:
     evaluated once during training and then on every split, as the arms will be."""
     steps = 4 if context.quick else 60
     out_dir = context.scratch / f"homa-calibration-{task}"
-    result = run_experiment(context, [
-        *words, "--tasks", task, "--data-path", tape_root(context, task), "--out-dir", out_dir,
-        "--attentions", "blockwise", "homa", "--windows", 7, "--ablation-windows", 7,
-        *common.overrides(finetune={"train.max_steps": steps, "train.eval_steps": steps,
-                                    "train.logging_steps": 1 if context.quick else 5})], f"homa-calibration-{task}")
+    result = run_experiment(
+        context,
+        [
+            *words,
+            "--tasks",
+            task,
+            "--data-path",
+            tape_root(context, task),
+            "--out-dir",
+            out_dir,
+            "--attentions",
+            "blockwise",
+            "homa",
+            "--windows",
+            7,
+            "--ablation-windows",
+            7,
+            *common.overrides(
+                finetune={
+                    "train.max_steps": steps,
+                    "train.eval_steps": steps,
+                    "train.logging_steps": 1 if context.quick else 5,
+                }
+            ),
+        ],
+        f"homa-calibration-{task}",
+    )
     if not result.ok:
         raise RuntimeError(f"the calibration run failed, rc={result.returncode} (log {result.log.name})")
     rows = {row["attention"]: row for row in common.read_csv(out_dir / "homa_runs.csv")}
@@ -373,9 +535,11 @@ def calibrate_homa(context, task: str, words: list) -> Calibration:
         seconds_per_step={attention: t["seconds_per_step"] for attention, t in timing.items()},
         evaluation={attention: t["evaluation"] for attention, t in timing.items()},
         final={attention: t["final"] for attention, t in timing.items()},
-        overhead=start_up + in_run, steps_per_epoch=timing["homa"]["steps_per_epoch"],
+        overhead=start_up + in_run,
+        steps_per_epoch=timing["homa"]["steps_per_epoch"],
         tokens_per_second={attention: t["tokens_per_second"] for attention, t in timing.items()},
-        results=timing["homa"]["results"])
+        results=timing["homa"]["results"],
+    )
 
 
 def homa_steps(context, calibration: Calibration, tasks_left: int) -> int:
@@ -390,8 +554,10 @@ def homa_steps(context, calibration: Calibration, tasks_left: int) -> int:
 
 def data_line(results: dict) -> str:
     """Which data the runs read: each split's examples, whole or capped, and the training windows."""
-    splits = [f"{name} {info['examples']:,} of {info['available']:,}" + (" (capped)" if info["capped"] else " (whole)")
-              for name, info in results["data"].items()]
+    splits = [
+        f"{name} {info['examples']:,} of {info['available']:,}" + (" (capped)" if info["capped"] else " (whole)")
+        for name, info in results["data"].items()
+    ]
     unit = results["train_seen"]["unit"]
     how = " (a chain longer than data.max_length becomes overlapping windows)" if unit == "windows" else ""
     return f"- data: {'; '.join(splits)}; {results['features']['train']:,} training {unit}{how}"
@@ -405,31 +571,42 @@ def calibration_lines(context, calibration: Calibration, length: int) -> list:
     lines, batch = [], calibration.batch_size
     for attention, seconds in calibration.seconds_per_step.items():
         label = "HOMA w = 7" if attention == "homa" else "Blockwise-2D"
-        lines.append(f"- calibration, {label}: {seconds * 1e3:.0f} ms per step of {batch} "
-                     f"({calibration.tokens_per_second[attention]:,.0f} non-padding tokens/s, at most "
-                     f"{batch * length / seconds:,.0f} token positions/s), validation pass "
-                     f"{calibration.evaluation[attention]:.1f} s, closing evaluation "
-                     f"{calibration.final[attention]:.1f} s")
+        lines.append(
+            f"- calibration, {label}: {seconds * 1e3:.0f} ms per step of {batch} "
+            f"({calibration.tokens_per_second[attention]:,.0f} non-padding tokens/s, at most "
+            f"{batch * length / seconds:,.0f} token positions/s), validation pass "
+            f"{calibration.evaluation[attention]:.1f} s, closing evaluation "
+            f"{calibration.final[attention]:.1f} s"
+        )
     fused = context.on_gpu and triadic.FUSED_ON_CUDA
-    return lines + [f"- per call outside training and evaluation (start-up, data, compilation, saves): "
-                    f"{calibration.overhead:.0f} s; triadic kernel: {'fused Triton' if fused else 'torch'}"]
+    return lines + [
+        f"- per call outside training and evaluation (start-up, data, compilation, saves): "
+        f"{calibration.overhead:.0f} s; triadic kernel: {'fused Triton' if fused else 'torch'}"
+    ]
 
 
 def run_homa(context, tasks: tuple, later_tasks: int, report: list) -> None:
     """Table 2 of `tasks`, one after the other, each task's arms trained for one calibrated step count."""
     words, out_dir, done = homa_words(context), context.scratch / "homa", []
     for index, task in enumerate(tasks):
-        report += [f"## HOMA Table 2 at the paper's size: {task}", "",
-                   f"- settings: homa_paper.yaml (the paper's Table 1){', tiny with --quick' if context.quick else ''};"
-                   f" {backend(context)['precision']}; one seed; every arm from fresh weights"]
+        report += [
+            f"## HOMA Table 2 at the paper's size: {task}",
+            "",
+            f"- settings: homa_paper.yaml (the paper's Table 1){', tiny with --quick' if context.quick else ''};"
+            f" {backend(context)['precision']}; one seed; every arm from fresh weights",
+        ]
         steps, calibration = plan_homa_task(context, task, words, len(tasks) - index + later_tasks, report)
         if steps:
             done.append(task)
-            step_words = common.overrides(finetune={"train.max_steps": steps,
-                                                    "train.eval_steps": math.ceil(steps / HOMA_EVALUATIONS)})
+            step_words = common.overrides(
+                finetune={"train.max_steps": steps, "train.eval_steps": math.ceil(steps / HOMA_EVALUATIONS)}
+            )
             train_homa_arms(context, task, words + step_words, calibration, steps, out_dir, done, report)
-            report += [steps_line(out_dir, task), "- tables: homa_summary.md (Table 2 with the paper's numbers beside "
-                       "ours, efficiency), homa_table.csv, homa_runs.csv, figures"]
+            report += [
+                steps_line(out_dir, task),
+                "- tables: homa_summary.md (Table 2 with the paper's numbers beside "
+                "ours, efficiency), homa_table.csv, homa_runs.csv, figures",
+            ]
         report.append("")
 
 
@@ -438,8 +615,10 @@ def plan_homa_task(context, task: str, words: list, tasks_left: int, report: lis
     short for the calibration or for six arms of a useful length."""
     minimum = 10 if context.quick else 150
     if context.seconds_left() / tasks_left < minimum:
-        report.append(f"- skipped: {context.seconds_left():.0f} s left for {tasks_left} task(s), a task needs at least "
-                      f"{minimum} s (calibration and six arms); run it alone with --parts")
+        report.append(
+            f"- skipped: {context.seconds_left():.0f} s left for {tasks_left} task(s), a task needs at least "
+            f"{minimum} s (calibration and six arms); run it alone with --parts"
+        )
         return 0, None
     try:
         calibration = calibrate_homa(context, task, words)
@@ -450,15 +629,20 @@ def plan_homa_task(context, task: str, words: list, tasks_left: int, report: lis
     steps, least = homa_steps(context, calibration, tasks_left), 1 if context.quick else 50
     if steps < least:
         need = sum(calibration.arm_seconds(attention, least) for attention, _ in HOMA_ARMS)
-        report.append(f"- skipped: six arms of {least} steps need about {need:.0f} s, {context.seconds_left():.0f} s "
-                      "are left; give the part more --minutes or a call of its own")
+        report.append(
+            f"- skipped: six arms of {least} steps need about {need:.0f} s, {context.seconds_left():.0f} s "
+            "are left; give the part more --minutes or a call of its own"
+        )
         return 0, None
     epochs = steps / calibration.steps_per_epoch
     fewer = ", so every arm here sees fewer epochs" if epochs < 6 else ""
-    report += [f"- every arm: {steps} steps of {calibration.batch_size} = {epochs:.2f} epochs (one is "
-               f"{calibration.steps_per_epoch} steps), validated every {math.ceil(steps / HOMA_EVALUATIONS)} steps, "
-               "the best of those checkpoints scored on the test splits. The paper trains to early stopping on the "
-               f"validation metric (its Figure 3a plots the first six epochs){fewer}", data_line(calibration.results)]
+    report += [
+        f"- every arm: {steps} steps of {calibration.batch_size} = {epochs:.2f} epochs (one is "
+        f"{calibration.steps_per_epoch} steps), validated every {math.ceil(steps / HOMA_EVALUATIONS)} steps, "
+        "the best of those checkpoints scored on the test splits. The paper trains to early stopping on the "
+        f"validation metric (its Figure 3a plots the first six epochs){fewer}",
+        data_line(calibration.results),
+    ]
     return steps, calibration
 
 
@@ -518,20 +702,33 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=8)
     arguments.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
-    arguments.add_argument("--arm-seconds", type=float, default=120,
-                           help="training time each protein arm is budgeted for (the calibration sets tokens)")
+    arguments.add_argument(
+        "--arm-seconds",
+        type=float,
+        default=120,
+        help="training time each protein arm is budgeted for (the calibration sets tokens)",
+    )
     args = arguments.parse_args(argv)
     if not args.arm_seconds > 0:
         raise SystemExit(f"--arm-seconds={args.arm_seconds!r} must be > 0")
     context = common.start(args, clock)
-    report = ["# GPU experiments", "", f"- {common.environment_line(context.device)}",
-              f"- command: `{' '.join(sys.argv)}`", ""]
+    report = [
+        "# GPU experiments",
+        "",
+        f"- {common.environment_line(context.device)}",
+        f"- command: `{' '.join(sys.argv)}`",
+        "",
+    ]
     for index, part in enumerate(args.parts):
         begin = time.monotonic()
         if part == "glue" and context.seconds_left() < glue_estimate_seconds(context):
-            report += ["## Transfer to GLUE", "", f"- skipped: {context.seconds_left():.0f} s left of the budget, "
-                       f"the part needs about {glue_estimate_seconds(context):.0f} s; run it alone with --parts glue",
-                       ""]
+            report += [
+                "## Transfer to GLUE",
+                "",
+                f"- skipped: {context.seconds_left():.0f} s left of the budget, "
+                f"the part needs about {glue_estimate_seconds(context):.0f} s; run it alone with --parts glue",
+                "",
+            ]
             continue
         print(f"--- {part} ({context.seconds_left():.0f} s left)", flush=True)
         if part == "mlm":
@@ -540,7 +737,7 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
             report += ["## Transfer to GLUE", ""]
             run_glue(context, report)
         else:
-            later = sum(len(HOMA_PARTS.get(name, ())) for name in args.parts[index + 1:])
+            later = sum(len(HOMA_PARTS.get(name, ())) for name in args.parts[index + 1 :])
             run_homa(context, HOMA_PARTS[part], later, report)
         report += ["", f"({part}: {time.monotonic() - begin:.0f} s)", ""]
         save_report(context, report)

@@ -16,6 +16,7 @@ import json
 import math
 import time
 
+import common
 import torch
 
 from encoderlab import (
@@ -27,8 +28,6 @@ from encoderlab import (
     HOMAForMaskedLM,
 )
 
-import common
-
 VOCAB, PAD, CLS, SEP = 40, 0, 1, 2
 TOLERANCE = {"fp32": 1e-3, "bf16": 6e-2}
 """Relative error allowed against float64, for the logits and for the gradients. fp32: TF32 is off for matmuls, but
@@ -38,8 +37,19 @@ DTA_TYPES = ("bidirectional", "causal", "dual_triangle")
 DTA_POSITIONS = ("none", "absolute", "sinusoidal", "rope", "alibi")
 HOMA_TYPES = ("pairwise", "blockwise", "triadic", "linformer", "homa")
 DSTG_PRESETS = ("dstg", "ap", "rp", "rope")
-COLUMNS = ["case", "implementation", "padding", "dtype", "logits_vs_fp64", "grads_vs_fp64", "logits_vs_eager_fp32",
-           "grads_vs_eager_fp32", "tolerance", "status", "note"]
+COLUMNS = [
+    "case",
+    "implementation",
+    "padding",
+    "dtype",
+    "logits_vs_fp64",
+    "grads_vs_fp64",
+    "logits_vs_eager_fp32",
+    "grads_vs_eager_fp32",
+    "tolerance",
+    "status",
+    "note",
+]
 
 
 def sizes(quick: bool) -> dict:
@@ -54,26 +64,65 @@ def cases(quick: bool) -> dict:
     """name -> (model class, config). HOMA and DSTG take their position scheme from their type / preset."""
     size = sizes(quick)
     hidden, heads, max_len = size["hidden"], size["heads"], size["max_len"]
-    dta = dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads,
-               intermediate_size=2 * hidden, max_position_embeddings=max_len, pad_token_id=PAD)
-    homa = dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads,
-                intermediate_size=2 * hidden, max_position_embeddings=max_len, block_size=6, block_stride=4,
-                triadic_window=3, u_rank=4, fusion_hidden_size=8, linformer_k=5, pad_token_id=PAD)
-    dstg = dict(vocab_size=VOCAB, num_hidden_layers=2, num_attention_heads=heads, intermediate_size=2 * hidden,
-                max_position_embeddings=max_len, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD,
-                relative_attention_num_buckets=8, relative_attention_max_distance=16)
+    dta = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_len,
+        pad_token_id=PAD,
+    )
+    homa = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_len,
+        block_size=6,
+        block_stride=4,
+        triadic_window=3,
+        u_rank=4,
+        fusion_hidden_size=8,
+        linformer_k=5,
+        pad_token_id=PAD,
+    )
+    dstg = dict(
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_len,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    )
     found = {}
     for kind in DTA_TYPES:
         for position in DTA_POSITIONS:
-            found[f"dta-{kind}-{position}"] = (DTABertForMaskedLM, DTABertConfig(
-                **dta, attention_type=kind, position_embedding_type=position))
-    found["dta-unet-value-embeddings-rope"] = (DTABertForMaskedLM, DTABertConfig(
-        **{**dta, "num_hidden_layers": 4}, attention_type="dual_triangle", position_embedding_type="rope", unet=True,
-        value_embeddings=True))
+            found[f"dta-{kind}-{position}"] = (
+                DTABertForMaskedLM,
+                DTABertConfig(**dta, attention_type=kind, position_embedding_type=position),
+            )
+    found["dta-unet-value-embeddings-rope"] = (
+        DTABertForMaskedLM,
+        DTABertConfig(
+            **{**dta, "num_hidden_layers": 4},
+            attention_type="dual_triangle",
+            position_embedding_type="rope",
+            unet=True,
+            value_embeddings=True,
+        ),
+    )
     for kind in HOMA_TYPES:
         position = "absolute" if kind == "linformer" else "rope"
-        found[f"homa-{kind}-{position}"] = (HOMAForMaskedLM, HOMAConfig(
-            **homa, attention_type=kind, position_embedding_type=position))
+        found[f"homa-{kind}-{position}"] = (
+            HOMAForMaskedLM,
+            HOMAConfig(**homa, attention_type=kind, position_embedding_type=position),
+        )
     for preset in DSTG_PRESETS:
         width = dict(hidden_size=2 * hidden, ap_size=hidden // 2) if preset == "dstg" else dict(hidden_size=hidden)
         found[f"dstg-{preset}"] = (DSTGNeoBERTForMaskedLM, DSTGNeoBERTConfig(**dstg, **width, preset=preset))
@@ -85,8 +134,9 @@ def cases(quick: bool) -> dict:
 
 
 def document(length: int, generator) -> torch.Tensor:
-    return torch.cat([torch.tensor([CLS]), torch.randint(3, VOCAB, (length - 2,), generator=generator),
-                      torch.tensor([SEP])])
+    return torch.cat(
+        [torch.tensor([CLS]), torch.randint(3, VOCAB, (length - 2,), generator=generator), torch.tensor([SEP])]
+    )
 
 
 def padded_batch(lengths, side: str, seed: int) -> dict:
@@ -131,7 +181,7 @@ def logits_and_grads(model, batches, projections, device: str, dtype: str):
     Returns (real-token logits of all batches concatenated, float64 on CPU; the flat gradient vector)."""
     model.zero_grad(set_to_none=True)
     outputs, loss = [], 0.0
-    for batch, projection in zip(batches, projections):
+    for batch, projection in zip(batches, projections, strict=True):
         inputs = {name: tensor.to(device) for name, tensor in batch.items()}
         with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             logits = model(**inputs).logits
@@ -166,8 +216,9 @@ def reference_runs(model, size, seed):
     return runs
 
 
-def check_case(name, model_class, config, implementations, paddings, device, dtypes, table, size, seed=0,
-               flex_trials=()):
+def check_case(
+    name, model_class, config, implementations, paddings, device, dtypes, table, size, seed=0, flex_trials=()
+):
     """Adds the rows of one case to `table`: every implementation in every dtype against the CPU float64 reference
     and against eager fp32 on `device` (which `dtypes` must list first); then, in bf16, flex_attention once per
     trial of `flex_trials` ((label, kernel options) pairs, `flex_trial`) and value arm (`VALUE_ARMS`)."""
@@ -178,8 +229,14 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
         device_model = copy.deepcopy(reference).float().to(device)
         for implementation in ("eager", *[i for i in implementations if i != "eager"]):
             for padding in paddings:
-                add_row(table, dict(case=name, implementation=implementation, padding=padding, dtype=dtype),
-                        device_model, runs[padding], device, eager_fp32)
+                add_row(
+                    table,
+                    dict(case=name, implementation=implementation, padding=padding, dtype=dtype),
+                    device_model,
+                    runs[padding],
+                    device,
+                    eager_fp32,
+                )
     if not flex_trials:
         return
     device_model = copy.deepcopy(reference).float().to(device)
@@ -190,8 +247,9 @@ def check_case(name, model_class, config, implementations, paddings, device, dty
                 note += " (both apply on CUDA only)"
             with flex_settings(options, pad_values):
                 for padding in paddings:
-                    row = dict(case=name, implementation=f"{TRIAL_PREFIX}{label}, values {arm}]", padding=padding,
-                               dtype="bf16")
+                    row = dict(
+                        case=name, implementation=f"{TRIAL_PREFIX}{label}, values {arm}]", padding=padding, dtype="bf16"
+                    )
                     add_row(table, row, device_model, runs[padding], device, eager_fp32, note=note)
 
 
@@ -239,7 +297,7 @@ def named_trials() -> dict:
     from encoderlab.modeling.kernels import flex
 
     default = dict(flex.WIDE_QK_BACKWARD_OPTIONS)
-    return dict(zip(TRIAL_NAMES, (default, {**default, "bwd_num_stages": 1}, None)))
+    return dict(zip(TRIAL_NAMES, (default, {**default, "bwd_num_stages": 1}, None), strict=True))
 
 
 def flex_trial(word: str) -> tuple:
@@ -259,8 +317,10 @@ def flex_trial(word: str) -> tuple:
     known = kernel_option_keys()
     for key, value in options.items():
         if key.removeprefix("fwd_").removeprefix("bwd_") not in known:
-            raise argparse.ArgumentTypeError(f"{word!r}: {key!r} is not a flex_attention kernel option; allowed keys "
-                                             f"(optionally fwd_/bwd_ prefixed): {', '.join(sorted(known))}")
+            raise argparse.ArgumentTypeError(
+                f"{word!r}: {key!r} is not a flex_attention kernel option; allowed keys "
+                f"(optionally fwd_/bwd_ prefixed): {', '.join(sorted(known))}"
+            )
         if not isinstance(value, (int, bool)):
             raise argparse.ArgumentTypeError(f"{word!r}: {key}={value!r} must be an integer or a boolean")
     return json.dumps(options, separators=(",", ":")), options
@@ -318,8 +378,9 @@ def forward_only(model, batches, device, dtype):
     return torch.cat(outputs)
 
 
-def run_kernel_checks(context, table, implementations, paddings, seconds: float, only=None, after_case=None,
-                      flex_trials=()) -> list:
+def run_kernel_checks(
+    context, table, implementations, paddings, seconds: float, only=None, after_case=None, flex_trials=()
+) -> list:
     """Fills `table` case by case until `seconds` have passed on the context's clock, calling `after_case()` after
     each (check.py writes kernels.csv there, so a run stopped at its limit keeps the finished cases); returns the
     names of the cases skipped for time. With `only`, the cases run in the order of its words; `flex_trials` as
@@ -337,16 +398,32 @@ def run_kernel_checks(context, table, implementations, paddings, seconds: float,
             skipped.append(name)
             continue
         begin = time.monotonic()
-        check_case(name, model_class, config, implementations, paddings, context.device, dtypes, table,
-                   sizes(context.quick), flex_trials=flex_trials)
+        check_case(
+            name,
+            model_class,
+            config,
+            implementations,
+            paddings,
+            context.device,
+            dtypes,
+            table,
+            sizes(context.quick),
+            flex_trials=flex_trials,
+        )
         print(f"  kernels {name}: {time.monotonic() - begin:.1f} s", flush=True)
         if after_case is not None:
             after_case()
     return skipped
 
 
-FIRST = ("dta-dual_triangle-rope", "dta-bidirectional-none", "dta-causal-alibi", "homa-homa-rope", "dstg-dstg",
-         "dstg-rp")
+FIRST = (
+    "dta-dual_triangle-rope",
+    "dta-bidirectional-none",
+    "dta-causal-alibi",
+    "homa-homa-rope",
+    "dstg-dstg",
+    "dstg-rp",
+)
 """Cases run first, so that every family, triangle pattern, bias and rotary scheme is covered when the time runs out
 before the rest (each flex_attention compilation of a new shape costs seconds on a GPU)."""
 
@@ -356,7 +433,10 @@ def ordered(found: dict, only=None) -> list:
     GPU call lists the cases it cares about most first."""
     names = [name for name in FIRST if name in found] + [name for name in found if name not in FIRST]
     if only:
-        rank = {name: min(i for i, word in enumerate(only) if word in name) for name in names
-                if any(word in name for word in only)}
+        rank = {
+            name: min(i for i, word in enumerate(only) if word in name)
+            for name in names
+            if any(word in name for word in only)
+        }
         names = sorted(rank, key=rank.get)  # stable: ties keep the order above
     return [(name, found[name]) for name in names]

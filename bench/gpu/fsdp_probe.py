@@ -21,8 +21,12 @@ class WrapperProbe(TrainerCallback):
 
         if state.is_world_process_zero:
             sharded = [name for name, module in model.named_modules() if isinstance(module, FSDPModule)]
-            record = {"model_class": type(model).__name__, "is_fsdp2": isinstance(model, FSDPModule),
-                      "fsdp2_units": len(sharded), "world_size": args.world_size}
+            record = {
+                "model_class": type(model).__name__,
+                "is_fsdp2": isinstance(model, FSDPModule),
+                "fsdp2_units": len(sharded),
+                "world_size": args.world_size,
+            }
             with open(self.path, "w", encoding="utf-8") as handle:
                 json.dump(record, handle)
 

@@ -33,6 +33,7 @@ import gzip
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,10 +57,16 @@ def attention_shapes(attention_type: str) -> tuple[int, int]:
     return (6, 128) if attention_type == "dual_triangle" else (12, 64)
 
 
+def attention_step(q, k, v, grad, attention_type: str, implementation: str) -> None:
+    """One forward and backward of the attention op alone."""
+    from encoderlab.modeling.attention import attend
+
+    output, _ = attend(q, k, v, attention_type=attention_type, implementation=implementation, training=True)
+    output.backward(grad)
+
+
 def bench_attention(context, table, implementations, budget_end: float, ceiling: float) -> None:
     import torch
-
-    from encoderlab.modeling.attention import attend
 
     lengths = (64, 128) if context.quick else (4096, 16384, 1024, 32768)  # the targets' lengths (>= 4k) first
     tokens = 256 if context.quick else 32768
@@ -75,25 +82,37 @@ def bench_attention(context, table, implementations, budget_end: float, ceiling:
                 table.add(L=seq_len, batch=batch, attention=attention_type, note="skipped: time budget spent")
                 continue
             heads, head_dim = attention_shapes(attention_type)
-            q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=context.device, dtype=dtype,
-                                   requires_grad=True) for _ in range(3))
+            q, k, v = (
+                torch.randn(batch, heads, seq_len, head_dim, device=context.device, dtype=dtype, requires_grad=True)
+                for _ in range(3)
+            )
             grad = torch.randn_like(q)
             for implementation in implementations:
-                def step():
-                    output, _ = attend(q, k, v, attention_type=attention_type,
-                                       implementation=implementation, training=True)
-                    output.backward(grad)
+                step = partial(attention_step, q, k, v, grad, attention_type, implementation)
                 try:
-                    ms = common.median_ms(step, context.device, warmup=2 if context.quick else 5,
-                                          repeat=3 if context.quick else 10)
+                    ms = common.median_ms(
+                        step, context.device, warmup=2 if context.quick else 5, repeat=3 if context.quick else 10
+                    )
                 except Exception as error:  # a kernel that refuses the shape is a row, not a crash
-                    table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
-                              note=common.error_note(error))
+                    table.add(
+                        L=seq_len,
+                        batch=batch,
+                        attention=attention_type,
+                        implementation=implementation,
+                        note=common.error_note(error),
+                    )
                     continue
                 tflops = attention_flops(attention_type, batch, seq_len, heads, head_dim) / (ms * 1e-3) / 1e12
                 results[(attention_type, implementation)] = ms
-                table.add(L=seq_len, batch=batch, attention=attention_type, implementation=implementation,
-                          ms=ms, tflops=tflops, **{"of ceiling": tflops / ceiling})
+                table.add(
+                    L=seq_len,
+                    batch=batch,
+                    attention=attention_type,
+                    implementation=implementation,
+                    ms=ms,
+                    tflops=tflops,
+                    **{"of ceiling": tflops / ceiling},
+                )
         for row in table.rows:  # each type over bidirectional on the same kernel (target: dual <= 0.55)
             key = ("bidirectional", row["implementation"])
             if row["L"] == seq_len and key in results and row["ms"] != "":
@@ -135,21 +154,49 @@ def build_models(context, max_len: int, names=("DTA-BERT", "ModernBERT", "BERT")
 
     size = model_sizes(context.quick)
     hidden, layers, heads, vocab = size["hidden"], size["layers"], size["heads"], size["vocab"]
-    dta = DTABertForMaskedLM(DTABertConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads // 2,
-        intermediate_size=8 * hidden // 3,  # SwiGLU at 8/3 d: BERT's MLP parameter count
-        max_position_embeddings=max_len, attention_type="dual_triangle", position_embedding_type="none",
-        sparse_prediction=True))
-    modern = ModernBertForMaskedLM(ModernBertConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=int(1.5 * hidden), max_position_embeddings=max_len, pad_token_id=0, cls_token_id=1,
-        sep_token_id=2, bos_token_id=1, eos_token_id=2, sparse_prediction=True))  # ModernBERT-base's MLP (GLU 1152)
-    bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                                      num_attention_heads=heads, intermediate_size=4 * hidden,
-                                      max_position_embeddings=max_len))
-    models = {name: model for name, model in (("DTA-BERT", dta), ("ModernBERT", modern), ("BERT", bert))
-              if name in names}
-    for name, model in models.items():
+    dta = DTABertForMaskedLM(
+        DTABertConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads // 2,
+            intermediate_size=8 * hidden // 3,  # SwiGLU at 8/3 d: BERT's MLP parameter count
+            max_position_embeddings=max_len,
+            attention_type="dual_triangle",
+            position_embedding_type="none",
+            sparse_prediction=True,
+        )
+    )
+    modern = ModernBertForMaskedLM(
+        ModernBertConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=int(1.5 * hidden),
+            max_position_embeddings=max_len,
+            pad_token_id=0,
+            cls_token_id=1,
+            sep_token_id=2,
+            bos_token_id=1,
+            eos_token_id=2,
+            sparse_prediction=True,
+        )
+    )  # ModernBERT-base's MLP (GLU 1152)
+    bert = BertForMaskedLM(
+        BertConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=4 * hidden,
+            max_position_embeddings=max_len,
+        )
+    )
+    models = {
+        name: model for name, model in (("DTA-BERT", dta), ("ModernBERT", modern), ("BERT", bert)) if name in names
+    }
+    for model in models.values():
         model.set_attn_implementation("sdpa")
         model.to(context.device).train()
     return models
@@ -182,9 +229,13 @@ def mask_build_ms(model, batch: dict, device: str) -> float:
 
     def build():  # the forward's steps: the documents read from the positions, then the kernel's inputs
         _, document_ids = inner.read_inputs(input_ids, None, attention_mask, position_ids, None)
-        attention_inputs_type(inner, hidden_states).build(attention_mask, document_ids, hidden_states,
-                                                          attention_type=model.config.attention_type,
-                                                          num_heads=model.config.num_attention_heads)
+        attention_inputs_type(inner, hidden_states).build(
+            attention_mask,
+            document_ids,
+            hidden_states,
+            attention_type=model.config.attention_type,
+            num_heads=model.config.num_attention_heads,
+        )
 
     return common.median_ms(build, device, warmup=2, repeat=5)
 
@@ -201,8 +252,11 @@ def fixed_batch(batch: int, seq_len: int, vocab: int, device: str, generator) ->
 
     ids = torch.randint(5, vocab, (batch, seq_len), generator=generator)
     mask = torch.ones_like(ids)
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device),
-            "labels": mlm_labels(ids, mask, generator).to(device)}
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "labels": mlm_labels(ids, mask, generator).to(device),
+    }
 
 
 def padded_batches(lengths, batch: int, vocab: int, device: str, generator) -> list:
@@ -211,14 +265,19 @@ def padded_batches(lengths, batch: int, vocab: int, device: str, generator) -> l
 
     batches = []
     for start in range(0, len(lengths), batch):
-        chunk = lengths[start:start + batch]
+        chunk = lengths[start : start + batch]
         ids = torch.zeros(len(chunk), max(chunk), dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, length in enumerate(chunk):
             ids[row, :length] = torch.randint(5, vocab, (length,), generator=generator)
             mask[row, :length] = 1
-        batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device),
-                        "labels": mlm_labels(ids, mask, generator).to(device)})
+        batches.append(
+            {
+                "input_ids": ids.to(device),
+                "attention_mask": mask.to(device),
+                "labels": mlm_labels(ids, mask, generator).to(device),
+            }
+        )
     return batches
 
 
@@ -236,7 +295,7 @@ def packed_batches(lengths, rows: int, seq_len: int, vocab: int, device: str, ge
     packed_rows.append(current)
     batches = []
     for start in range(0, len(packed_rows), rows):
-        chunk = packed_rows[start:start + rows]
+        chunk = packed_rows[start : start + rows]
         ids = torch.zeros(len(chunk), seq_len, dtype=torch.long)
         mask, positions = torch.zeros_like(ids), torch.zeros_like(ids)
         for row, documents in enumerate(chunk):
@@ -244,8 +303,14 @@ def packed_batches(lengths, rows: int, seq_len: int, vocab: int, device: str, ge
             ids[row, :used] = torch.randint(5, vocab, (used,), generator=generator)
             mask[row, :used] = 1
             positions[row, :used] = torch.cat([torch.arange(n) for n in documents])
-        batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device),
-                        "position_ids": positions.to(device), "labels": mlm_labels(ids, mask, generator).to(device)})
+        batches.append(
+            {
+                "input_ids": ids.to(device),
+                "attention_mask": mask.to(device),
+                "position_ids": positions.to(device),
+                "labels": mlm_labels(ids, mask, generator).to(device),
+            }
+        )
     # A short last batch would be one more shape to compile: keep full batches only (the rate is per token).
     return batches[:-1] if len(batches) > 1 and len(batches[-1]["input_ids"]) < rows else batches
 
@@ -282,7 +347,7 @@ def real_lengths(context, source: str, seq_len: int, count: int) -> list:
                     break
         return [min(seq_len, n + 2) for n in lengths[:count]]
     path = context.data_file("glue", "SST-2", "train.tsv")
-    sentences = path.read_text(encoding="utf-8").splitlines()[1:count + 1]
+    sentences = path.read_text(encoding="utf-8").splitlines()[1 : count + 1]
     return [min(seq_len, len(line.split("\t")[0].split()) + 2) for line in sentences]
 
 
@@ -324,13 +389,19 @@ def bench_models(context, table, budget_end: float) -> None:
             arms = dta_arms(context, packed) if name == "DTA-BERT" else [("sdpa", False)]
             for implementation, compiled in arms:
                 if context.clock() > budget_end:
-                    table.add(workload=workload, model=name, implementation=implementation,
-                              note="skipped: time budget spent")
+                    table.add(
+                        workload=workload, model=name, implementation=implementation, note="skipped: time budget spent"
+                    )
                     continue
                 row = time_arm(context, model, implementation, compiled, batches)
                 base_rate = row.get("useful_tokens_per_s") if name == "ModernBERT" else base_rate
-                table.add(workload=workload, model=name, params_m=parameters[name] / 1e6,
-                          batching="packed" if packed else ("fixed" if lengths is None else "padded"), **row)
+                table.add(
+                    workload=workload,
+                    model=name,
+                    params_m=parameters[name] / 1e6,
+                    batching="packed" if packed else ("fixed" if lengths is None else "padded"),
+                    **row,
+                )
         for row in table.rows:
             if row["workload"] == workload and base_rate and row.get("useful_tokens_per_s") not in ("", None):
                 row["x ModernBERT"] = row["useful_tokens_per_s"] / base_rate
@@ -354,8 +425,11 @@ def time_arm(context, model, implementation: str, compiled: bool, batches: list)
         return dict(implementation=label, note="out of memory")
     except Exception as error:  # a model that fails here is a row of the table, not the end of the run
         return dict(implementation=label, note=common.error_note(error))
-    row = dict(implementation=label, useful_tokens_per_s=sum(int(b["attention_mask"].sum()) for b in batches) / seconds,
-               peak_gib=common.peak_memory_gib(context.device))
+    row = dict(
+        implementation=label,
+        useful_tokens_per_s=sum(int(b["attention_mask"].sum()) for b in batches) / seconds,
+        peak_gib=common.peak_memory_gib(context.device),
+    )
     if hasattr(model.config, "attention_type"):  # encoderlab's own
         row["mask_ms"] = mask_build_ms(model, batches[0], context.device)
         row["graphs"] = compiled_graphs() - graphs_before if compiled else ""
@@ -382,29 +456,64 @@ def bench_homa(context, table) -> None:
     from encoderlab.modeling.kernels import triadic
 
     if context.quick:
-        shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                     block_size=8, block_stride=4, u_rank=4, fusion_hidden_size=16)
+        shape = dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            block_size=8,
+            block_stride=4,
+            u_rank=4,
+            fusion_hidden_size=16,
+        )
         batch, seq_len, windows = 2, 64, (3, 5)
     else:  # the paper's secondary-structure model (Table 1)
-        shape = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=1024,
-                     block_size=30, block_stride=15, u_rank=8, fusion_hidden_size=128)
+        shape = dict(
+            hidden_size=512,
+            num_hidden_layers=12,
+            num_attention_heads=8,
+            intermediate_size=1024,
+            block_size=30,
+            block_stride=15,
+            u_rank=8,
+            fusion_hidden_size=128,
+        )
         batch, seq_len, windows = 16, 512, (3, 5, 7)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 25, (batch, seq_len), generator=generator)
-    inputs = {"input_ids": ids.to(context.device), "attention_mask": torch.ones_like(ids).to(context.device),
-              "labels": torch.randint(0, 3, (batch, seq_len), generator=generator).to(context.device)}
+    inputs = {
+        "input_ids": ids.to(context.device),
+        "attention_mask": torch.ones_like(ids).to(context.device),
+        "labels": torch.randint(0, 3, (batch, seq_len), generator=generator).to(context.device),
+    }
     base, fused_default = None, triadic.FUSED_ON_CUDA
     for label, attention_type, window, fused in homa_arms(context, windows):
         kernel = ("fused Triton" if fused else "torch") if attention_type == "homa" else ""
-        model = HOMAForTokenClassification(HOMAConfig(
-            vocab_size=30, num_labels=3, max_position_embeddings=seq_len, attention_type=attention_type,
-            triadic_window=window, hidden_dropout_prob=0.0, **shape)).to(context.device).train()
+        model = (
+            HOMAForTokenClassification(
+                HOMAConfig(
+                    vocab_size=30,
+                    num_labels=3,
+                    max_position_embeddings=seq_len,
+                    attention_type=attention_type,
+                    triadic_window=window,
+                    hidden_dropout_prob=0.0,
+                    **shape,
+                )
+            )
+            .to(context.device)
+            .train()
+        )
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         common.reset_peak_memory(context.device)
         triadic.FUSED_ON_CUDA = fused
         try:
-            ms = common.median_ms(train_step_fn(model, inputs, context.device, optimizer), context.device,
-                                  warmup=1 if context.quick else 3, repeat=2 if context.quick else 10)
+            ms = common.median_ms(
+                train_step_fn(model, inputs, context.device, optimizer),
+                context.device,
+                warmup=1 if context.quick else 3,
+                repeat=2 if context.quick else 10,
+            )
         except torch.OutOfMemoryError:
             table.add(arm=label, kernel=kernel, note="out of memory")
             continue
@@ -414,10 +523,18 @@ def bench_homa(context, table) -> None:
         base = rate if attention_type == "blockwise" else base
         paper = HOMA_PAPER_A100.get(window) if attention_type == "homa" else None
         peak = common.peak_memory_gib(context.device)
-        table.add(arm=label, kernel=kernel, ms_per_step=ms, token_positions_per_s=rate, peak_gib=peak,
-                  **{"x Blockwise-2D": rate / base if base else "",
-                     "x paper A100": rate / paper[0] if paper and context.on_gpu else "",
-                     "memory / paper": peak * 2**30 / 1e9 / paper[1] if paper and context.on_gpu else ""})
+        table.add(
+            arm=label,
+            kernel=kernel,
+            ms_per_step=ms,
+            token_positions_per_s=rate,
+            peak_gib=peak,
+            **{
+                "x Blockwise-2D": rate / base if base else "",
+                "x paper A100": rate / paper[0] if paper and context.on_gpu else "",
+                "memory / paper": peak * 2**30 / 1e9 / paper[1] if paper and context.on_gpu else "",
+            },
+        )
         del model, optimizer
 
 
@@ -439,8 +556,9 @@ def bench_memory(context, table, budget_end: float) -> None:
                 break
             common.reset_peak_memory(context.device)
             try:
-                time_batches(model, [fixed_batch(batch, seq_len, vocab, context.device, generator)], context.device,
-                             warmup=1)
+                time_batches(
+                    model, [fixed_batch(batch, seq_len, vocab, context.device, generator)], context.device, warmup=1
+                )
             except torch.OutOfMemoryError:
                 note = ""
                 break
@@ -458,11 +576,13 @@ def profile_dta(context) -> dict:
     model = build_models(context, seq_len, names=("DTA-BERT",))["DTA-BERT"]
     model.set_attn_implementation("flex_attention" if context.on_gpu else "sdpa")
     runner = torch.compile(model, dynamic=False) if context.on_gpu and context.compile else model
-    inputs = fixed_batch(batch, seq_len, model_sizes(context.quick)["vocab"], context.device,
-                         torch.Generator().manual_seed(0))
+    inputs = fixed_batch(
+        batch, seq_len, model_sizes(context.quick)["vocab"], context.device, torch.Generator().manual_seed(0)
+    )
     table, numbers = throughput_report.profile_step(context, runner, inputs)
     (context.out / "throughput_profile.txt").write_text(
-        f"DTA-BERT training step, L={seq_len}, batch {batch}, {numbers}\n\n{table}\n", encoding="utf-8")
+        f"DTA-BERT training step, L={seq_len}, batch {batch}, {numbers}\n\n{table}\n", encoding="utf-8"
+    )
     return numbers
 
 
@@ -470,23 +590,56 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=6)
     arguments.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    arguments.add_argument("--no-compile", dest="compile", action="store_false",
-                           help="DTA-BERT without torch.compile in the model section (when compiling runs too long)")
+    arguments.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="DTA-BERT without torch.compile in the model section (when compiling runs too long)",
+    )
     args = arguments.parse_args(argv)
     context = common.start(args, clock)
     context.compile = args.compile
     common.raise_recompile_limit()
-    implementations = [i for i in common.attention_implementations()
-                       if i != "eager" and (context.on_gpu or i not in ("varlen", "flex_attention"))]
+    implementations = [
+        i
+        for i in common.attention_implementations()
+        if i != "eager" and (context.on_gpu or i not in ("varlen", "flex_attention"))
+    ]
     tables = {
-        "attention": common.Table("attention op, fwd + bwd", ["L", "batch", "attention", "implementation", "ms",
-                                                               "tflops", "of ceiling", "ms / bidirectional", "note"]),
-        "homa": common.Table("HOMA at the paper's SS shape", ["arm", "kernel", "ms_per_step",
-                                                              "token_positions_per_s", "peak_gib", "x Blockwise-2D",
-                                                              "x paper A100", "memory / paper", "note"]),
-        "models": common.Table("MLM train step", ["workload", "model", "params_m", "batching", "implementation",
-                                                  "useful_tokens_per_s", "x ModernBERT", "peak_gib", "mask_ms",
-                                                  "graphs", "note"]),
+        "attention": common.Table(
+            "attention op, fwd + bwd",
+            ["L", "batch", "attention", "implementation", "ms", "tflops", "of ceiling", "ms / bidirectional", "note"],
+        ),
+        "homa": common.Table(
+            "HOMA at the paper's SS shape",
+            [
+                "arm",
+                "kernel",
+                "ms_per_step",
+                "token_positions_per_s",
+                "peak_gib",
+                "x Blockwise-2D",
+                "x paper A100",
+                "memory / paper",
+                "note",
+            ],
+        ),
+        "models": common.Table(
+            "MLM train step",
+            [
+                "workload",
+                "model",
+                "params_m",
+                "batching",
+                "implementation",
+                "useful_tokens_per_s",
+                "x ModernBERT",
+                "peak_gib",
+                "mask_ms",
+                "graphs",
+                "note",
+            ],
+        ),
         "memory": common.Table("largest batch", ["model", "L", "largest_batch", "peak_gib_at_largest", "note"]),
     }
     ceiling = float("nan")
@@ -504,8 +657,11 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
         try:
             if section == "ceiling":
                 ceiling = common.matmul_ceiling_tflops(context.device, context.quick)
-                print(f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s" if context.on_gpu else
-                      f"fp32 matmul rate: {ceiling:.3f} TFLOP/s")
+                print(
+                    f"bf16 matmul ceiling: {ceiling:.1f} TFLOP/s"
+                    if context.on_gpu
+                    else f"fp32 matmul rate: {ceiling:.3f} TFLOP/s"
+                )
             elif section == "attention":
                 bench_attention(context, tables["attention"], implementations, end, ceiling)
             elif section == "homa":
@@ -527,11 +683,20 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
             print(table.text())
     goals = throughput_report.targets(tables, long_from=128 if context.quick else 4096)
     print(goals.text())
-    common.write_json(context.out / "throughput_summary.json",
-                      {"device": common.device_name(context.device), "versions": common.versions(),
-                       "matmul_ceiling_tflops": ceiling, "targets": goals.rows, "profile": profile,
-                       "failed_sections": failures, "skipped_sections": skipped,
-                       "command": " ".join(sys.argv), "seconds": round(context.elapsed(), 1)})
+    common.write_json(
+        context.out / "throughput_summary.json",
+        {
+            "device": common.device_name(context.device),
+            "versions": common.versions(),
+            "matmul_ceiling_tflops": ceiling,
+            "targets": goals.rows,
+            "profile": profile,
+            "failed_sections": failures,
+            "skipped_sections": skipped,
+            "command": " ".join(sys.argv),
+            "seconds": round(context.elapsed(), 1),
+        },
+    )
     print(f"matmul ceiling {ceiling:.1f} TFLOP/s; profile {profile}; {context.elapsed():.0f} s")
     return 1 if failures else 0
 

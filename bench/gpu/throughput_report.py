@@ -26,62 +26,83 @@ def targets(tables: dict, long_from: int) -> common.Table:
     """One row per target that the run measured; `long_from` is the shortest length counted as long (4k)."""
     table = common.Table("targets", ["target", "measured", "goal", "status"])
     for row in tables["attention"].rows:
-        if row["attention"] == "dual_triangle" and row["L"] >= long_from and isinstance(row.get("ms / bidirectional"),
-                                                                                           float):
+        if (
+            row["attention"] == "dual_triangle"
+            and row["L"] >= long_from
+            and isinstance(row.get("ms / bidirectional"), float)
+        ):
             ratio = row["ms / bidirectional"]
-            table.add(target=f"dual triangle / bidirectional, {row['implementation']}, L={row['L']}",
-                      measured=f"{ratio:.3f}", goal=f"<= {ATTENTION_TARGET}",
-                      status=verdict(ratio, ATTENTION_TARGET, at_least=False))
+            table.add(
+                target=f"dual triangle / bidirectional, {row['implementation']}, L={row['L']}",
+                measured=f"{ratio:.3f}",
+                goal=f"<= {ATTENTION_TARGET}",
+                status=verdict(ratio, ATTENTION_TARGET, at_least=False),
+            )
     model_targets(table, tables["models"].rows)
     for row in tables["homa"].rows:
         if row.get("kernel") != "fused Triton" or row["arm"] not in HOMA_TARGETS:
             continue
         rate, memory = row["token_positions_per_s"], row["peak_gib"] * 2**30 / 1e9
-        table.add(target=f"{row['arm']} token-positions/s, peak GB", measured=f"{rate:.3g}, {memory:.1f} GB",
-                  goal=f">= {HOMA_TARGETS[row['arm']]:.2g} at <= {HOMA_MEMORY_GB} GB",
-                  status=f"{verdict(rate, HOMA_TARGETS[row['arm']], True)} (speed), "
-                         f"{verdict(memory, HOMA_MEMORY_GB, False)} (memory)")
+        table.add(
+            target=f"{row['arm']} token-positions/s, peak GB",
+            measured=f"{rate:.3g}, {memory:.1f} GB",
+            goal=f">= {HOMA_TARGETS[row['arm']]:.2g} at <= {HOMA_MEMORY_GB} GB",
+            status=f"{verdict(rate, HOMA_TARGETS[row['arm']], True)} (speed), "
+            f"{verdict(memory, HOMA_MEMORY_GB, False)} (memory)",
+        )
         if row["arm"] == "HOMA w=7" and isinstance(row.get("x Blockwise-2D"), float):
-            table.add(target="HOMA w=7 step / Blockwise-2D step", measured=f"{1 / row['x Blockwise-2D']:.2f}x",
-                      goal=f"<= {1 / HOMA_BLOCKWISE_SHARE:.0f}x",
-                      status=verdict(row["x Blockwise-2D"], HOMA_BLOCKWISE_SHARE, at_least=True))
+            table.add(
+                target="HOMA w=7 step / Blockwise-2D step",
+                measured=f"{1 / row['x Blockwise-2D']:.2f}x",
+                goal=f"<= {1 / HOMA_BLOCKWISE_SHARE:.0f}x",
+                status=verdict(row["x Blockwise-2D"], HOMA_BLOCKWISE_SHARE, at_least=True),
+            )
     return table
 
 
 def model_targets(table, rows: list) -> None:
     """Per workload, DTA-BERT's fastest kernel against ModernBERT; on packed rows that kernel against sdpa; and the
     compiled rate at 1024 x 32."""
-    measured = [row for row in rows if row.get("model") == "DTA-BERT"
-                and isinstance(row.get("useful_tokens_per_s"), float)]
+    measured = [
+        row for row in rows if row.get("model") == "DTA-BERT" and isinstance(row.get("useful_tokens_per_s"), float)
+    ]
     for workload in dict.fromkeys(row["workload"] for row in measured):
         arms = {row["implementation"]: row for row in measured if row["workload"] == workload}
         best = max(arms.values(), key=lambda row: row["useful_tokens_per_s"])
         goal = next((g for prefix, g in MODEL_TARGETS.items() if workload.startswith(prefix)), None)
         if goal is not None and isinstance(best.get("x ModernBERT"), float):
-            table.add(target=f"DTA-BERT ({best['implementation']}) / ModernBERT useful tokens/s, {workload}",
-                      measured=f"{best['x ModernBERT']:.2f}", goal=f">= {goal}",
-                      status=verdict(best["x ModernBERT"], goal, at_least=True))
+            table.add(
+                target=f"DTA-BERT ({best['implementation']}) / ModernBERT useful tokens/s, {workload}",
+                measured=f"{best['x ModernBERT']:.2f}",
+                goal=f">= {goal}",
+                status=verdict(best["x ModernBERT"], goal, at_least=True),
+            )
         if best["batching"] == "packed" and "sdpa" in arms and len(arms) > 1:
             ratio = best["useful_tokens_per_s"] / arms["sdpa"]["useful_tokens_per_s"]
-            table.add(target=f"DTA-BERT packed rows, fastest kernel ({best['implementation']}) / sdpa, {workload}",
-                      measured=f"{ratio:.2f}", goal=f">= {PACKED_OVER_SDPA}",
-                      status=verdict(ratio, PACKED_OVER_SDPA, at_least=True))
+            table.add(
+                target=f"DTA-BERT packed rows, fastest kernel ({best['implementation']}) / sdpa, {workload}",
+                measured=f"{ratio:.2f}",
+                goal=f">= {PACKED_OVER_SDPA}",
+                status=verdict(ratio, PACKED_OVER_SDPA, at_least=True),
+            )
         compiled = [row for row in arms.values() if row["implementation"].endswith("+ compile")]
         if workload == COMPILED_WORKLOAD and compiled:
             fastest = max(compiled, key=lambda row: row["useful_tokens_per_s"])
-            table.add(target=f"compiled DTA-BERT ({fastest['implementation']}) useful tokens/s, {workload}",
-                      measured=f"{fastest['useful_tokens_per_s']:,.0f}", goal=f">= {COMPILED_TOKENS_PER_S:,}",
-                      status=verdict(fastest["useful_tokens_per_s"], COMPILED_TOKENS_PER_S, at_least=True))
+            table.add(
+                target=f"compiled DTA-BERT ({fastest['implementation']}) useful tokens/s, {workload}",
+                measured=f"{fastest['useful_tokens_per_s']:,.0f}",
+                goal=f">= {COMPILED_TOKENS_PER_S:,}",
+                status=verdict(fastest["useful_tokens_per_s"], COMPILED_TOKENS_PER_S, at_least=True),
+            )
 
 
 def profile_step(context, model, batch: dict, steps: int = 3) -> tuple[str, dict]:
     """Profiles `steps` training steps of `model` (warmed up by the caller). Returns the operator table (top 25 by
     device time) and {wall_ms, kernel_ms, busy}: ``busy`` = device kernel time / wall time per step."""
     import torch
+    from throughput import train_step_fn
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-
-    from throughput import train_step_fn
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=context.on_gpu)
     step = train_step_fn(model, batch, context.device, optimizer)
@@ -99,7 +120,10 @@ def profile_step(context, model, batch: dict, steps: int = 3) -> tuple[str, dict
     averages = prof.key_averages()
     sort_key = "self_device_time_total" if context.on_gpu else "self_cpu_time_total"
     # The GPU's own events (kernels, copies): an operator's device time repeats its kernels', so count these only.
-    kernel_us = sum(getattr(event, "self_device_time_total", 0) for event in averages
-                    if event.device_type == DeviceType.CUDA) if context.on_gpu else float("nan")
+    kernel_us = (
+        sum(getattr(event, "self_device_time_total", 0) for event in averages if event.device_type == DeviceType.CUDA)
+        if context.on_gpu
+        else float("nan")
+    )
     numbers = {"wall_ms": wall_ms, "kernel_ms": kernel_us / 1e3 / steps, "busy": kernel_us / 1e3 / steps / wall_ms}
     return averages.table(sort_by=sort_key, row_limit=25), numbers

@@ -28,19 +28,23 @@ def layouts(quick: bool) -> dict:
     for row, sizes in enumerate(([length // 3, length // 2], [length // 4, 7, length // 2])):
         start = 0
         for number, size in enumerate(sizes):
-            documents[row, start:start + size], packed[row, start:start + size] = number, True
+            documents[row, start : start + size], packed[row, start : start + size] = number, True
             start += size
-    return {"right padding": BlockLayout.from_mask(mask, block, stride),
-            "left padding": BlockLayout.from_mask(mask.flip(-1), block, stride),
-            "packed documents": BlockLayout.from_documents(packed, documents, block, stride)}
+    return {
+        "right padding": BlockLayout.from_mask(mask, block, stride),
+        "left padding": BlockLayout.from_mask(mask.flip(-1), block, stride),
+        "packed documents": BlockLayout.from_documents(packed, documents, block, stride),
+    }
 
 
 def random_blocks(layout, heads: int, head_dim: int, seed: int):
     """Four (B, H, T, l, Dh) float64 block tensors on the CPU and the (B, 1, T, l) key mask."""
     generator = torch.Generator().manual_seed(seed)
     batch, seq_len = layout.index.shape[0], int(layout.index.max()) + 1
-    tensors = [layout.split(torch.randn(batch, heads, seq_len, head_dim, generator=generator, dtype=torch.float64))
-               for _ in range(4)]
+    tensors = [
+        layout.split(torch.randn(batch, heads, seq_len, head_dim, generator=generator, dtype=torch.float64))
+        for _ in range(4)
+    ]
     return tensors, layout.key_mask.unsqueeze(1)
 
 
@@ -77,9 +81,19 @@ def run_triadic_checks(context, table) -> None:
                 # The reference sees the inputs rounded to the device's dtype: the errors are the kernel's own.
                 rounded = [t.to(dtype).double() for t in tensors]
                 expected = outputs_and_grads(rounded, key_mask, window, grad_out.to(dtype).double())
-                measured = outputs_and_grads([t.to(context.device, dtype) for t in rounded],
-                                             key_mask.to(context.device), window, grad_out.to(context.device, dtype))
-                errors = [relative_error(m, e) for m, e in zip(measured, expected)]
-                table.add(case=case, window=window, dtype=name, kernel=kernel_name(context.device),
-                          **dict(zip(COLUMNS[4:9], errors)), tolerance=TOLERANCE[name],
-                          status="PASS" if max(errors) <= TOLERANCE[name] else "FAIL")
+                measured = outputs_and_grads(
+                    [t.to(context.device, dtype) for t in rounded],
+                    key_mask.to(context.device),
+                    window,
+                    grad_out.to(context.device, dtype),
+                )
+                errors = [relative_error(m, e) for m, e in zip(measured, expected, strict=True)]
+                table.add(
+                    case=case,
+                    window=window,
+                    dtype=name,
+                    kernel=kernel_name(context.device),
+                    **dict(zip(COLUMNS[4:9], errors, strict=True)),
+                    tolerance=TOLERANCE[name],
+                    status="PASS" if max(errors) <= TOLERANCE[name] else "FAIL",
+                )

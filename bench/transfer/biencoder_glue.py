@@ -39,9 +39,18 @@ def sweep_arguments(args) -> list:
     """The `encoderlab experiment finetune` command line of the comparison."""
     pairs = [f"{task}:{setting}" for task in PAIR_TASKS if task in args.tasks for setting in BI_ENCODER]
     overrides = [f"data.path={args.glue}", *PROTOCOL, *pairs, *args.overrides]
-    return [*model_arguments(args.runs), "--tasks", *args.tasks, "--seeds", *map(str, args.seeds),
-            *[word for setting in overrides for word in ("--set", setting)], "--out-dir", str(args.out_dir),
-            "--workers", str(args.workers)]
+    return [
+        *model_arguments(args.runs),
+        "--tasks",
+        *args.tasks,
+        "--seeds",
+        *map(str, args.seeds),
+        *[word for setting in overrides for word in ("--set", setting)],
+        "--out-dir",
+        str(args.out_dir),
+        "--workers",
+        str(args.workers),
+    ]
 
 
 def main(argv=None) -> int:
@@ -54,8 +63,14 @@ def main(argv=None) -> int:
     arguments.add_argument("--tasks", nargs="+", choices=TASKS, default=TASKS)
     arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     arguments.add_argument("--workers", type=int, default=2, help="runs in parallel (the CPU threads shared)")
-    arguments.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
-                           help="an override after the protocol's")
+    arguments.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="[TASK:]KEY=VALUE",
+        help="an override after the protocol's",
+    )
     return encoderlab(["experiment", "finetune", *sweep_arguments(arguments.parse_args(argv))])
 
 

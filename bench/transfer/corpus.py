@@ -16,8 +16,13 @@ from pathlib import Path
 
 SENTENCES_PER_DOCUMENT = 40
 # task folder -> (has a header row, the columns holding text); CoLA's file has no header, its sentence is column 3.
-GLUE_TEXT = {"CoLA": (False, [3]), "SST-2": (True, ["sentence"]), "MRPC": (True, ["#1 String", "#2 String"]),
-             "STS-B": (True, ["sentence1", "sentence2"]), "RTE": (True, ["sentence1", "sentence2"])}
+GLUE_TEXT = {
+    "CoLA": (False, [3]),
+    "SST-2": (True, ["sentence"]),
+    "MRPC": (True, ["#1 String", "#2 String"]),
+    "STS-B": (True, ["sentence1", "sentence2"]),
+    "RTE": (True, ["sentence1", "sentence2"]),
+}
 
 
 def task_sentences(path: Path, has_header: bool, columns: list) -> list:
@@ -36,7 +41,7 @@ def write_glue(data: Path, out: Path) -> dict:
         sentences = task_sentences(data / "glue" / task / "train.tsv", has_header, columns)
         counts[task] = len(sentences)
         for start in range(0, len(sentences), SENTENCES_PER_DOCUMENT):
-            documents.append("\n".join(sentences[start:start + SENTENCES_PER_DOCUMENT]))
+            documents.append("\n".join(sentences[start : start + SENTENCES_PER_DOCUMENT]))
     (out / "glue_train.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     return counts
 

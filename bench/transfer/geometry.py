@@ -36,8 +36,18 @@ from encoderlab.results.plots import pyplot  # noqa: E402
 from encoderlab.training.finetune.data import split_file  # noqa: E402
 from encoderlab.training.finetune.tasks import get_task  # noqa: E402
 
-COLUMNS = ["model", "layer", "cls_cosine", "mean_cosine", "cls_pc1_share", "body_grad_norm", "head_grad_norm",
-           "body_weight_rms", "sentences", "gradient_sentences"]
+COLUMNS = [
+    "model",
+    "layer",
+    "cls_cosine",
+    "mean_cosine",
+    "cls_pc1_share",
+    "body_grad_norm",
+    "head_grad_norm",
+    "body_weight_rms",
+    "sentences",
+    "gradient_sentences",
+]
 GRADIENT_BATCH = 32
 
 
@@ -91,8 +101,14 @@ def layer_geometry(model, tokenizer, sentences: list[str]) -> list[dict]:
         states = states.double()
         cls = states[torch.arange(len(sentences)), first]
         mean = (states * real).sum(1) / real.sum(1)
-        rows.append({"layer": layer, "cls_cosine": mean_off_diagonal_cosine(cls),
-                     "mean_cosine": mean_off_diagonal_cosine(mean), "cls_pc1_share": first_component_share(cls)})
+        rows.append(
+            {
+                "layer": layer,
+                "cls_cosine": mean_off_diagonal_cosine(cls),
+                "mean_cosine": mean_off_diagonal_cosine(mean),
+                "cls_pc1_share": first_component_share(cls),
+            }
+        )
     return rows
 
 
@@ -113,8 +129,12 @@ def gradient_norms(model, tokenizer, sentences: list[str], labels: list[int]) ->
 
 def first_gradient(model, tokenizer, sentences: list[str], labels: list[int]) -> dict:
     """`gradient_norms` averaged over consecutive batches of GRADIENT_BATCH sentences."""
-    norms = [gradient_norms(model, tokenizer, sentences[start:start + GRADIENT_BATCH],
-                            labels[start:start + GRADIENT_BATCH]) for start in range(0, len(sentences), GRADIENT_BATCH)]
+    norms = [
+        gradient_norms(
+            model, tokenizer, sentences[start : start + GRADIENT_BATCH], labels[start : start + GRADIENT_BATCH]
+        )
+        for start in range(0, len(sentences), GRADIENT_BATCH)
+    ]
     return {key: float(np.mean([norm[key] for norm in norms])) for key in norms[0]}
 
 
@@ -133,16 +153,36 @@ def plot(rows: list[dict], path: Path) -> None:
         own = [row for row in rows if row["model"] == model]
         color = plt.cm.tab10(index % 10)
         style = "--" if "untrained" in model else "-"
-        cosine_axis.plot([row["layer"] for row in own], [row["mean_cosine"] for row in own], style, marker="o",
-                         color=color, label=model)
+        cosine_axis.plot(
+            [row["layer"] for row in own],
+            [row["mean_cosine"] for row in own],
+            style,
+            marker="o",
+            color=color,
+            label=model,
+        )
         gradient_axis.scatter(own[0]["body_weight_rms"], own[0]["body_grad_norm"], color=color, s=40)
-        gradient_axis.annotate(model, (own[0]["body_weight_rms"], own[0]["body_grad_norm"]), fontsize=7,
-                               xytext=(4, 2), textcoords="offset points")
-    cosine_axis.set(xlabel="layer (0: embeddings)", ylabel="mean cosine between sentences",
-                    title="mean-pooled SST-2 dev sentences", ylim=(0, 1.02))
+        gradient_axis.annotate(
+            model,
+            (own[0]["body_weight_rms"], own[0]["body_grad_norm"]),
+            fontsize=7,
+            xytext=(4, 2),
+            textcoords="offset points",
+        )
+    cosine_axis.set(
+        xlabel="layer (0: embeddings)",
+        ylabel="mean cosine between sentences",
+        title="mean-pooled SST-2 dev sentences",
+        ylim=(0, 1.02),
+    )
     cosine_axis.legend(fontsize=7)
-    gradient_axis.set(xscale="log", yscale="log", xlabel="RMS of the body's weight matrices",
-                      ylabel="body gradient norm, first step", title="first fine-tuning gradient (SST-2)")
+    gradient_axis.set(
+        xscale="log",
+        yscale="log",
+        xlabel="RMS of the body's weight matrices",
+        ylabel="body gradient norm, first step",
+        title="first fine-tuning gradient (SST-2)",
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=150)
     plt.close(figure)
@@ -151,11 +191,20 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--glue", type=Path, required=True, help="the GLUE folder (SST-2/dev.tsv, SST-2/train.tsv)")
-    parser.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
-                        help="a checkpoint folder, or untrained:PATH for its config with fresh weights; repeatable")
+    parser.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="a checkpoint folder, or untrained:PATH for its config with fresh weights; repeatable",
+    )
     parser.add_argument("--sentences", type=int, default=500, help="SST-2 dev sentences for the geometry")
-    parser.add_argument("--gradient-sentences", type=int, default=256,
-                        help=f"SST-2 training sentences for the gradient, in batches of {GRADIENT_BATCH}")
+    parser.add_argument(
+        "--gradient-sentences",
+        type=int,
+        default=256,
+        help=f"SST-2 training sentences for the gradient, in batches of {GRADIENT_BATCH}",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the head's draw (and an untrained body's)")
     parser.add_argument("--out", type=Path, required=True, help="the CSV to write")
     args = parser.parse_args(argv)
@@ -170,14 +219,18 @@ def main(argv=None) -> None:
         gradient = {**first_gradient(model, tokenizer, train, labels), "body_weight_rms": body_weight_rms(model)}
         for row in layer_geometry(model, tokenizer, dev):
             rows.append({"model": name, **row, **gradient, "sentences": len(dev), "gradient_sentences": len(train)})
-        print(f"{name}: last-layer first-token cosine {rows[-1]['cls_cosine']:.3f}, body gradient "
-              f"{gradient['body_grad_norm']:.3g}, head gradient {gradient['head_grad_norm']:.3g}", file=sys.stderr)
+        print(
+            f"{name}: last-layer first-token cosine {rows[-1]['cls_cosine']:.3f}, body gradient "
+            f"{gradient['body_grad_norm']:.3g}, head gradient {gradient['head_grad_norm']:.3g}",
+            file=sys.stderr,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({key: f"{value:.6g}" if isinstance(value, float) else value for key, value in row.items()}
-                         for row in rows)
+        writer.writerows(
+            {key: f"{value:.6g}" if isinstance(value, float) else value for key, value in row.items()} for row in rows
+        )
     plot(rows, args.out.with_suffix(".png"))
 
 

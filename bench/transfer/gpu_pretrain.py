@@ -59,8 +59,13 @@ def settings(args, context) -> list:
     if context.on_gpu:
         words += ["train.precision=bf16", "train.attn_implementation=sdpa"]
     if context.quick:
-        words += ["train.seq_len=32", "data.limit=60", "data.max_eval_examples=8", "train.evaluations=1",
-                  "train.logging_steps=2"]
+        words += [
+            "train.seq_len=32",
+            "data.limit=60",
+            "data.max_eval_examples=8",
+            "train.evaluations=1",
+            "train.logging_steps=2",
+        ]
     if args.tokenizer:
         words.append(f"tokenizer.path={args.tokenizer.resolve()}")
     return [part for word in words for part in ("--set", word)]
@@ -76,10 +81,17 @@ def encoderlab_command() -> str:
 
 def launch(runs: Path, arms: tuple, budget: int, extra: list) -> subprocess.Popen:
     """pretrain.sh for `arms` at one budget, in a process group of its own (a timeout stops every arm)."""
-    env = {**os.environ, "RUNS": str(runs), "ARMS": " ".join(arms), "BUDGETS": str(budget),
-           "EXTRA": " ".join(extra), "ENCODERLAB": encoderlab_command()}
-    return subprocess.Popen(["bash", str(REPO / "bench" / "transfer" / "pretrain.sh")], env=env, cwd=REPO,
-                            start_new_session=True)
+    env = {
+        **os.environ,
+        "RUNS": str(runs),
+        "ARMS": " ".join(arms),
+        "BUDGETS": str(budget),
+        "EXTRA": " ".join(extra),
+        "ENCODERLAB": encoderlab_command(),
+    }
+    return subprocess.Popen(
+        ["bash", str(REPO / "bench" / "transfer" / "pretrain.sh")], env=env, cwd=REPO, start_new_session=True
+    )
 
 
 def run_sizes(runs: Path, budgets: dict, extra: list, context, limit: float | None) -> float:
@@ -103,15 +115,21 @@ def measured(run_dir: Path) -> dict | None:
     if not results.is_file():
         return None
     rows = common.read_csv(run_dir / "metrics.csv")
-    logged = [(float(row["num_input_tokens_seen"]), float(row["train_runtime"])) for row in rows
-              if row.get("loss") and row.get("num_input_tokens_seen") and row.get("train_runtime")]
+    logged = [
+        (float(row["num_input_tokens_seen"]), float(row["train_runtime"]))
+        for row in rows
+        if row.get("loss") and row.get("num_input_tokens_seen") and row.get("train_runtime")
+    ]
     tokens = json.loads(results.read_text())["tokens_seen"]
     train_seconds = max(float(row["train_runtime"]) for row in rows if row.get("train_runtime"))
     if len(logged) < 2:  # too short a run to log twice: the whole run's rate
         return dict(tokens=tokens, train_seconds=train_seconds, tokens_per_second=tokens / train_seconds)
     (first_tokens, first_seconds), (last_tokens, last_seconds) = logged[0], logged[-1]
-    return dict(tokens=tokens, train_seconds=train_seconds,
-                tokens_per_second=(last_tokens - first_tokens) / max(last_seconds - first_seconds, 1e-9))
+    return dict(
+        tokens=tokens,
+        train_seconds=train_seconds,
+        tokens_per_second=(last_tokens - first_tokens) / max(last_seconds - first_seconds, 1e-9),
+    )
 
 
 def plan_budgets(sizes: dict, calibration: dict, wall: float, seconds: float, quick: bool) -> dict:
@@ -130,8 +148,12 @@ def plan_budgets(sizes: dict, calibration: dict, wall: float, seconds: float, qu
 def returned_size(calibration: Path, sizes: dict, tokens: int, limit_mib: float) -> dict:
     """{size: MiB} its runs will come back as, measured on the calibration runs' returned copies (the same model
     shapes); exits before the real runs when the sizes together would pass `limit_mib`."""
-    copies = {size: [returned_runs.returned_copy(calibration / f"{arm}_{tokens}", calibration / "returned" / arm)
-                     for arm in arms] for size, arms in sizes.items()}
+    copies = {
+        size: [
+            returned_runs.returned_copy(calibration / f"{arm}_{tokens}", calibration / "returned" / arm) for arm in arms
+        ]
+        for size, arms in sizes.items()
+    }
     try:
         return returned_runs.check_returnable(copies, limit_mib)
     finally:
@@ -141,32 +163,56 @@ def returned_size(calibration: Path, sizes: dict, tokens: int, limit_mib: float)
 def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     """The command line; `clock` is what the time budget is read from (the tests' own step clock)."""
     arguments = common.parser(__doc__.splitlines()[0], gpu_minutes=9)
-    arguments.add_argument("--tokenizer", type=Path, default=None,
-                           help="the CPU arms' saved tokenizer (default: each run trains the same BPE again)")
+    arguments.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="the CPU arms' saved tokenizer (default: each run trains the same BPE again)",
+    )
     arguments.add_argument("--batch-size", type=int, default=64)
     arguments.add_argument("--calibration-tokens", type=int, default=2_000_000)
-    arguments.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=CAMPAIGN_SIZES,
-                           help="which sizes to pretrain (each is its two attentions); their returned runs must fit "
-                                "--max-return-mib")
+    arguments.add_argument(
+        "--sizes",
+        nargs="+",
+        choices=sorted(SIZES),
+        default=CAMPAIGN_SIZES,
+        help="which sizes to pretrain (each is its two attentions); their returned runs must fit --max-return-mib",
+    )
     returned_runs.add_arguments(arguments)
     args = arguments.parse_args(argv)
     if args.batch_size < 1 or args.calibration_tokens < 1:
-        raise SystemExit(f"--batch-size={args.batch_size} and --calibration-tokens={args.calibration_tokens} "
-                         "must be >= 1")
+        raise SystemExit(
+            f"--batch-size={args.batch_size} and --calibration-tokens={args.calibration_tokens} must be >= 1"
+        )
     returned_runs.check_arguments(args)
     context = common.start(args, clock)
     runs = context.scratch / "transfer"
-    subprocess.run([sys.executable, str(REPO / "bench" / "transfer" / "corpus.py"), "--data", str(context.data),
-                    "--out", str(runs / "corpus")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "transfer" / "corpus.py"),
+            "--data",
+            str(context.data),
+            "--out",
+            str(runs / "corpus"),
+        ],
+        check=True,
+    )
     extra = settings(args, context)
     (runs / "calibration").mkdir()
     (runs / "calibration" / "corpus").symlink_to(runs / "corpus")  # pretrain.sh reads $RUNS/corpus
     calibration_tokens = 3_000 if args.quick else args.calibration_tokens
     sizes = {size: SIZES[size] for size in args.sizes}
-    wall = run_sizes(runs / "calibration", dict.fromkeys(sizes, calibration_tokens), extra, context,
-                     context.wall_limit(context.seconds_left()))
-    calibration = {arm: measured(runs / "calibration" / f"{arm}_{calibration_tokens}")
-                   for arms in sizes.values() for arm in arms}
+    wall = run_sizes(
+        runs / "calibration",
+        dict.fromkeys(sizes, calibration_tokens),
+        extra,
+        context,
+        context.wall_limit(context.seconds_left()),
+    )
+    calibration = {
+        arm: measured(runs / "calibration" / f"{arm}_{calibration_tokens}") for arms in sizes.values() for arm in arms
+    }
     if None in calibration.values():
         raise SystemExit(f"a calibration run failed: {calibration} (logs in {runs / 'calibration'})")
     returned_mib = returned_size(runs / "calibration", sizes, calibration_tokens, args.max_return_mib)
@@ -174,18 +220,30 @@ def main(argv=None, clock: Callable[[], float] = time.monotonic) -> int:
     budgets = plan_budgets(sizes, calibration, wall, seconds, args.quick)
     print(f"calibration {wall:.0f} s: {calibration}; budgets {budgets} for {seconds:.0f} s", flush=True)
     if 0 in budgets.values():
-        raise SystemExit(f"no time left for the real runs of {[size for size, b in budgets.items() if not b]}: "
-                         f"{seconds:.0f} s after the calibration ({wall:.0f} s); give more --minutes")
+        raise SystemExit(
+            f"no time left for the real runs of {[size for size, b in budgets.items() if not b]}: "
+            f"{seconds:.0f} s after the calibration ({wall:.0f} s); give more --minutes"
+        )
     final_wall = run_sizes(runs, budgets, extra, context, context.wall_limit(seconds))
-    finished = {f"{arm}_{budget}": measured(runs / f"{arm}_{budget}")
-                for size, budget in budgets.items() for arm in SIZES[size]}
+    finished = {
+        f"{arm}_{budget}": measured(runs / f"{arm}_{budget}") for size, budget in budgets.items() for arm in SIZES[size]
+    }
     done = [name for name, result in finished.items() if result]
-    summary = dict(environment=common.environment_line(context.device), command=" ".join(sys.argv),
-                   overrides=extra, calibration_tokens=calibration_tokens, calibration_wall_seconds=wall,
-                   calibration=calibration, planned_seconds=seconds, budgets=budgets, wall_seconds=final_wall,
-                   runs=finished, returned_weights="bfloat16", returned_mib_measured_at_calibration=returned_mib,
-                   parts=returned_runs.pack(runs, done, context.out, args.max_return_mib, args.part_mib)
-                   if done else [])
+    summary = dict(
+        environment=common.environment_line(context.device),
+        command=" ".join(sys.argv),
+        overrides=extra,
+        calibration_tokens=calibration_tokens,
+        calibration_wall_seconds=wall,
+        calibration=calibration,
+        planned_seconds=seconds,
+        budgets=budgets,
+        wall_seconds=final_wall,
+        runs=finished,
+        returned_weights="bfloat16",
+        returned_mib_measured_at_calibration=returned_mib,
+        parts=returned_runs.pack(runs, done, context.out, args.max_return_mib, args.part_mib) if done else [],
+    )
     common.write_json(context.out / returned_runs.SUMMARY, summary)
     print(json.dumps(summary, indent=1))
     return 0 if len(done) == len(finished) else 1

@@ -65,8 +65,15 @@ def split_documents(docs: list[str], seed: int) -> tuple[list[str], list[str]]:
 def bert_config(tokenizer):
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
-                      intermediate_size=512, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+    return BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+    )
 
 
 def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int, top_token_id: int) -> dict:
@@ -83,8 +90,11 @@ def held_out_accuracy(model, rows: torch.Tensor, tokenizer, seed: int, top_token
     selected = batch["labels"] != -100
     labels = batch["labels"][selected]
     floor = copy_or_unigram_floor([batch], top_token_id, tokenizer.mask_token_id, tokenizer.all_special_ids)
-    return {"accuracy": (predicted[selected] == labels).float().mean().item(), "floor": floor,
-            "masked_tokens": int(selected.sum())}
+    return {
+        "accuracy": (predicted[selected] == labels).float().mean().item(),
+        "floor": floor,
+        "masked_tokens": int(selected.sum()),
+    }
 
 
 def corpus_rows(corpus: Path, tokenizer, seed: int):
@@ -113,8 +123,14 @@ def rescore(args) -> None:
 
 
 def main(argv=None) -> None:
-    from transformers import (AutoTokenizer, BertForMaskedLM, DataCollatorForLanguageModeling, Trainer,
-                              TrainingArguments, set_seed)
+    from transformers import (
+        AutoTokenizer,
+        BertForMaskedLM,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="the folder of bench/transfer/corpus.py")
@@ -122,8 +138,11 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, help="the token budget (rows of 128 x batches of 16)")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="weights, document split, data order and masks")
-    parser.add_argument("--rescore", action="store_true",
-                        help="score the finished run in --out again (its --corpus and --seed) instead of training")
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="score the finished run in --out again (its --corpus and --seed) instead of training",
+    )
     args = parser.parse_args(argv)
     if args.rescore:
         if not (args.out / "results.json").exists():
@@ -142,22 +161,42 @@ def main(argv=None) -> None:
     steps = args.tokens // (BATCH * ROW_TOKENS)
     model = BertForMaskedLM(bert_config(tokenizer))
     training = TrainingArguments(
-        output_dir=str(args.out / "trainer"), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
-        adam_beta2=0.98, weight_decay=0.0, lr_scheduler_type="warmup_stable_decay", warmup_steps=0.1,
-        lr_scheduler_kwargs={"num_decay_steps": max(1, steps // 10)}, logging_steps=50, save_strategy="no",
-        report_to="none", seed=args.seed, use_cpu=not torch.cuda.is_available())
-    trainer = Trainer(model=model, args=training, train_dataset=[{"input_ids": row} for row in train_rows],
-                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15))
+        output_dir=str(args.out / "trainer"),
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        learning_rate=3e-3,
+        adam_beta2=0.98,
+        weight_decay=0.0,
+        lr_scheduler_type="warmup_stable_decay",
+        warmup_steps=0.1,
+        lr_scheduler_kwargs={"num_decay_steps": max(1, steps // 10)},
+        logging_steps=50,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = Trainer(
+        model=model,
+        args=training,
+        train_dataset=[{"input_ids": row} for row in train_rows],
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
+    )
     mean_loss = trainer.train().training_loss
     shutil.rmtree(args.out / "trainer", ignore_errors=True)  # the Trainer's output_dir; nothing is saved there
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
-    results = {"model": "transformers BertForMaskedLM", "parameters": model.num_parameters(),
-               "documents": {"train": len(train_docs), "held_out": len(held_docs)},
-               "train_tokens_per_epoch": train_rows.numel(), "steps": steps,
-               "tokens_seen": steps * BATCH * ROW_TOKENS, "epochs": steps * BATCH / len(train_rows),
-               "mean_train_loss": mean_loss,
-               "held_out": held_out_scores(model, train_rows, held_rows, tokenizer, args.seed)}
+    results = {
+        "model": "transformers BertForMaskedLM",
+        "parameters": model.num_parameters(),
+        "documents": {"train": len(train_docs), "held_out": len(held_docs)},
+        "train_tokens_per_epoch": train_rows.numel(),
+        "steps": steps,
+        "tokens_seen": steps * BATCH * ROW_TOKENS,
+        "epochs": steps * BATCH / len(train_rows),
+        "mean_train_loss": mean_loss,
+        "held_out": held_out_scores(model, train_rows, held_rows, tokenizer, args.seed),
+    }
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     json.dump(results, sys.stdout, indent=2)
     print()

@@ -37,13 +37,21 @@ def source_rows(source: str, keep: set) -> list:
     csv_path = path / RUNS_CSV if path.is_dir() else path
     if not csv_path.is_file():
         raise ValueError(f"source {source!r}: no {RUNS_CSV} at {csv_path}")
-    rows = [row for row in read_results(csv_path) if (not keep or row["model"] in keep)
-            and (not tasks or row["task"] in tasks)]
+    rows = [
+        row
+        for row in read_results(csv_path)
+        if (not keep or row["model"] in keep) and (not tasks or row["task"] in tasks)
+    ]
     if not rows:
-        raise ValueError(f"source {source!r}: no runs" + (f" of the models {sorted(keep)}" if keep else "")
-                         + (f" of the tasks {sorted(tasks)}" if tasks else ""))
-    return [{**row, "model": names.get(row["model"]) or (f"{row['model']}_{suffix}" if suffix else row["model"])}
-            for row in rows]
+        raise ValueError(
+            f"source {source!r}: no runs"
+            + (f" of the models {sorted(keep)}" if keep else "")
+            + (f" of the tasks {sorted(tasks)}" if tasks else "")
+        )
+    return [
+        {**row, "model": names.get(row["model"]) or (f"{row['model']}_{suffix}" if suffix else row["model"])}
+        for row in rows
+    ]
 
 
 def merge(sources: list, keep: set) -> list:
@@ -60,8 +68,12 @@ def merge(sources: list, keep: set) -> list:
 
 def main(argv=None) -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("sources", nargs="+", help="PATH[:SUFFIX][@MODEL[=NAME],...][#TASK,...]: a finetune "
-                           "folder or its CSV, a suffix, the models kept and their new names, the tasks kept")
+    arguments.add_argument(
+        "sources",
+        nargs="+",
+        help="PATH[:SUFFIX][@MODEL[=NAME],...][#TASK,...]: a finetune "
+        "folder or its CSV, a suffix, the models kept and their new names, the tasks kept",
+    )
     arguments.add_argument("--out", type=Path, required=True, help="folder to write finetune_runs.csv into")
     arguments.add_argument("--models", nargs="*", default=[], help="keep these models only (names before renaming)")
     args = arguments.parse_args(argv)

@@ -62,10 +62,21 @@ def mean_of_last_layer(model, batch) -> np.ndarray:
 
 def encode(model, tokenizer, sentences, max_length=128, batch_size=128) -> np.ndarray:
     """(N, hidden) mean of the last layer over each sentence's real tokens."""
-    return np.concatenate([
-        mean_of_last_layer(model, tokenizer(sentences[start:start + batch_size], truncation=True,
-                                            max_length=max_length, padding=True, return_tensors="pt"))
-        for start in range(0, len(sentences), batch_size)])
+    return np.concatenate(
+        [
+            mean_of_last_layer(
+                model,
+                tokenizer(
+                    sentences[start : start + batch_size],
+                    truncation=True,
+                    max_length=max_length,
+                    padding=True,
+                    return_tensors="pt",
+                ),
+            )
+            for start in range(0, len(sentences), batch_size)
+        ]
+    )
 
 
 def pair_features(columns) -> np.ndarray:
@@ -86,17 +97,23 @@ def probe_task(model, tokenizer, name, glue, train_examples, eval_limit, first=F
     data = bow.GlueData(glue)
     train_texts, train_labels = bow.texts_and_labels(task, split_file(task, data, "train"))
     dev_texts, dev_labels = bow.texts_and_labels(task, split_file(task, data, "validation"), eval_limit)
-    train_texts, train_labels = bow.sample_examples(train_texts, train_labels, train_examples,
-                                                    seed=None if first else 0)
+    train_texts, train_labels = bow.sample_examples(
+        train_texts, train_labels, train_examples, seed=None if first else 0
+    )
     x_train = pair_features([encode(model, tokenizer, column) for column in train_texts])
     x_dev = pair_features([encode(model, tokenizer, column) for column in dev_texts])
     head = Ridge(alpha=1.0) if task.problem_type == "regression" else LogisticRegression(C=1.0, max_iter=3000)
     predictor = make_pipeline(StandardScaler(), head).fit(x_train, train_labels)
-    metrics = load_metric(task.metric, task.metric_config).compute(predictions=predictor.predict(x_dev),
-                                                                   references=dev_labels)
-    return {"task": name, "score": task_score(task, metrics), "train_examples": len(train_labels),
-            "dev_examples": len(dev_labels),
-            "pieces_per_word": pieces_per_word(tokenizer, [s for column in dev_texts for s in column])}
+    metrics = load_metric(task.metric, task.metric_config).compute(
+        predictions=predictor.predict(x_dev), references=dev_labels
+    )
+    return {
+        "task": name,
+        "score": task_score(task, metrics),
+        "train_examples": len(train_labels),
+        "dev_examples": len(dev_labels),
+        "pieces_per_word": pieces_per_word(tokenizer, [s for column in dev_texts for s in column]),
+    }
 
 
 def checkpoints(specs, seeds):
@@ -118,10 +135,12 @@ def main(argv=None) -> int:
     arguments.add_argument("--glue", type=Path, default=bow.GLUE)
     arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="draws of an untrained model")
     arguments.add_argument("--train-examples", type=int, default=6000)
-    arguments.add_argument("--first", action="store_true",
-                           help="the first --train-examples training examples rather than a seeded sample")
-    arguments.add_argument("--eval-limit", type=int, default=1000,
-                           help="the first dev examples scored (1000, as in the transfer runs)")
+    arguments.add_argument(
+        "--first", action="store_true", help="the first --train-examples training examples rather than a seeded sample"
+    )
+    arguments.add_argument(
+        "--eval-limit", type=int, default=1000, help="the first dev examples scored (1000, as in the transfer runs)"
+    )
     arguments.add_argument("--out", type=Path, required=True, help="CSV; rows already in it are not recomputed")
     args = arguments.parse_args(argv)
     finished = {(row["model"], row["seed"], row["task"]) for row in read_results(args.out)}
@@ -132,9 +151,11 @@ def main(argv=None) -> int:
             continue
         tokenizer, model = load(path, seed)
         for task in todo:
-            row = {"model": name, "seed": "" if seed is None else seed,
-                   **probe_task(model, tokenizer, task, args.glue, args.train_examples, args.eval_limit,
-                                 args.first)}
+            row = {
+                "model": name,
+                "seed": "" if seed is None else seed,
+                **probe_task(model, tokenizer, task, args.glue, args.train_examples, args.eval_limit, args.first),
+            }
             print(f"{name} seed={row['seed']} {task}: {row['score']:.2f}", flush=True)
             append_rows(args.out, [row], COLUMNS)  # after every row: an interrupted run resumes
     return 0

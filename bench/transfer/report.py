@@ -29,11 +29,22 @@ sys.path.insert(0, str(Path(__file__).parent))  # the sibling script that wrote 
 from hf_bert import ROW_TOKENS as HF_BERT_ROW_TOKENS  # noqa: E402  (its results.json counts steps and tokens, not rows)
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
-ARMS = {"dta": "DTA-BERT (dual triangle, no positions)", "bidir": "bidirectional + RoPE",
-        "bidirwd": "bidirectional + RoPE, weight decay 0.1", "hfbert": "HF BertForMaskedLM (plain Trainer)",
-        "dta4x": "DTA-BERT, 4x body (4 x 256)", "bidir4x": "bidirectional + RoPE, 4x body (4 x 256)"}
-COLORS = {"dta": "tab:blue", "bidir": "tab:orange", "bidirwd": "tab:red", "hfbert": "tab:green", "dta4x": "tab:purple",
-          "bidir4x": "tab:brown"}
+ARMS = {
+    "dta": "DTA-BERT (dual triangle, no positions)",
+    "bidir": "bidirectional + RoPE",
+    "bidirwd": "bidirectional + RoPE, weight decay 0.1",
+    "hfbert": "HF BertForMaskedLM (plain Trainer)",
+    "dta4x": "DTA-BERT, 4x body (4 x 256)",
+    "bidir4x": "bidirectional + RoPE, 4x body (4 x 256)",
+}
+COLORS = {
+    "dta": "tab:blue",
+    "bidir": "tab:orange",
+    "bidirwd": "tab:red",
+    "hfbert": "tab:green",
+    "dta4x": "tab:purple",
+    "bidir4x": "tab:brown",
+}
 HF_BERT_MODEL = "transformers BertForMaskedLM"  # results.json of bench/transfer/hf_bert.py
 CPU_ROWS_PER_STEP = 16  # the CPU arms' batches (the demo config's); the GPU runs used 64
 
@@ -57,25 +68,40 @@ def pretraining_rows(runs: Path) -> list:
         if results.get("model") == HF_BERT_MODEL:
             rows.append(hf_bert_row(arm, budget, results))
             continue
-        rows.append({"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"],
-                     "steps": results["steps"], "rows_per_step": results["plan"]["examples_per_step"],
-                     "epochs": round(results["plan"]["epochs"], 2),
-                     "test_accuracy_128": results["test"]["short"]["accuracy"],
-                     "test_accuracy_512": results["test"]["long"]["accuracy"],
-                     "floor_128": results["copy_or_unigram_floor"]["short"],
-                     "floor_512": results["copy_or_unigram_floor"]["long"],
-                     "test_mlm_loss_128": results["test"]["short"]["mlm_loss"]})
+        rows.append(
+            {
+                "arm": arm,
+                "token_budget": budget,
+                "tokens_seen": results["tokens_seen"],
+                "steps": results["steps"],
+                "rows_per_step": results["plan"]["examples_per_step"],
+                "epochs": round(results["plan"]["epochs"], 2),
+                "test_accuracy_128": results["test"]["short"]["accuracy"],
+                "test_accuracy_512": results["test"]["long"]["accuracy"],
+                "floor_128": results["copy_or_unigram_floor"]["short"],
+                "floor_512": results["copy_or_unigram_floor"]["long"],
+                "test_mlm_loss_128": results["test"]["short"]["mlm_loss"],
+            }
+        )
     return sorted(rows, key=lambda r: (r["arm"], r["token_budget"]))
 
 
 def hf_bert_row(arm: str, budget: int, results: dict) -> dict:
     """bench/transfer/hf_bert.py's results: its own held-out documents and masks, at 128 tokens only."""
     held_out, missing = results["held_out"], float("nan")
-    return {"arm": arm, "token_budget": budget, "tokens_seen": results["tokens_seen"], "steps": results["steps"],
-            "rows_per_step": round(results["tokens_seen"] / results["steps"] / HF_BERT_ROW_TOKENS),
-            "epochs": round(results["epochs"], 2), "test_accuracy_128": held_out["accuracy"],
-            "test_accuracy_512": missing, "floor_128": held_out["floor"], "floor_512": missing,
-            "test_mlm_loss_128": missing}
+    return {
+        "arm": arm,
+        "token_budget": budget,
+        "tokens_seen": results["tokens_seen"],
+        "steps": results["steps"],
+        "rows_per_step": round(results["tokens_seen"] / results["steps"] / HF_BERT_ROW_TOKENS),
+        "epochs": round(results["epochs"], 2),
+        "test_accuracy_128": held_out["accuracy"],
+        "test_accuracy_512": missing,
+        "floor_128": held_out["floor"],
+        "floor_512": missing,
+        "test_mlm_loss_128": missing,
+    }
 
 
 def per_seed_average(rows: list, score_key="score") -> dict:
@@ -124,38 +150,57 @@ def ring_large_batches(axis, points: list, large_batch_runs: dict) -> None:
     if ringed:
         labelled = any(line.get_label().startswith("ringed") for line in axis.get_lines())
         sizes = " / ".join(str(size) for size in sorted(set(large_batch_runs.values())))
-        axis.plot(*zip(*ringed), "o", ms=12, mfc="none", mec="black",
-                  label="_" if labelled else f"ringed: batches of {sizes} rows, not {CPU_ROWS_PER_STEP}")
+        axis.plot(
+            *zip(*ringed, strict=True),
+            "o",
+            ms=12,
+            mfc="none",
+            mec="black",
+            label="_" if labelled else f"ringed: batches of {sizes} rows, not {CPU_ROWS_PER_STEP}",
+        )
 
 
 def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     masked, probe_axis, finetune_axis = axes
-    large_batch_runs = {r["tokens_seen"]: r["rows_per_step"] for r in pretraining
-                        if r["rows_per_step"] != CPU_ROWS_PER_STEP}
+    large_batch_runs = {
+        r["tokens_seen"]: r["rows_per_step"] for r in pretraining if r["rows_per_step"] != CPU_ROWS_PER_STEP
+    }
     for arm in ARMS:
         points = [(r["tokens_seen"], r["test_accuracy_128"]) for r in pretraining if r["arm"] == arm]
         if points:
-            masked.plot(*zip(*points), "o-", color=COLORS[arm], label=ARMS[arm])
+            masked.plot(*zip(*points, strict=True), "o-", color=COLORS[arm], label=ARMS[arm])
             ring_large_batches(masked, points, large_batch_runs)
     floors = [r["floor_128"] for r in pretraining]
     if floors:
         masked.axhline(np.mean(floors), color="gray", ls="--", label="copy-or-unigram floor")
-    masked.set(xscale="log", xlabel="pretraining tokens seen", ylabel="masked-token test accuracy (128)",
-               title="pretraining")
+    masked.set(
+        xscale="log", xlabel="pretraining tokens seen", ylabel="masked-token test accuracy (128)", title="pretraining"
+    )
     masked.legend(fontsize=8)
-    for axis, rows, title in ((probe_axis, probe_rows, "frozen-feature probe"),
-                              (finetune_axis, finetune_rows, "fine-tuned (300 steps, lr 1e-3)")):
+    for axis, rows, title in (
+        (probe_axis, probe_rows, "frozen-feature probe"),
+        (finetune_axis, finetune_rows, "fine-tuned (300 steps, lr 1e-3)"),
+    ):
         averages = per_seed_average(rows)
         tokens = {(r["arm"], r["token_budget"]): r["tokens_seen"] for r in pretraining}
         for arm in ARMS:
-            trained = sorted((tokens[split_name(m)], v) for m, v in averages.items()
-                             if split_name(m)[0] == arm and split_name(m)[1] and split_name(m) in tokens)
+            trained = sorted(
+                (tokens[split_name(m)], v)
+                for m, v in averages.items()
+                if split_name(m)[0] == arm and split_name(m)[1] and split_name(m) in tokens
+            )
             if trained:
-                axis.errorbar([t for t, _ in trained], [mean_sd(v)[0] for _, v in trained],
-                              yerr=[mean_sd(v)[1] for _, v in trained], fmt="o-",
-                              color=COLORS[arm], capsize=3, label=f"{ARMS[arm]}, pretrained")
+                axis.errorbar(
+                    [t for t, _ in trained],
+                    [mean_sd(v)[0] for _, v in trained],
+                    yerr=[mean_sd(v)[1] for _, v in trained],
+                    fmt="o-",
+                    color=COLORS[arm],
+                    capsize=3,
+                    label=f"{ARMS[arm]}, pretrained",
+                )
                 ring_large_batches(axis, [(t, mean_sd(v)[0]) for t, v in trained], large_batch_runs)
             untrained = averages.get(f"{arm}_untrained")
             if untrained:
@@ -164,8 +209,12 @@ def plot(pretraining, probe_rows, finetune_rows, bow_rows, path: Path) -> None:
                 axis.axhline(mean, color=COLORS[arm], ls="--", label=f"{arm} untrained ({draws})")
                 axis.axhspan(mean - sd, mean + sd, color=COLORS[arm], alpha=0.12)
         if bow_rows and axis is finetune_axis:
-            axis.axhline(np.mean(list(per_seed_average(bow_rows).values())[0]), color="black", ls=":",
-                         label="bag of words, same examples")
+            axis.axhline(
+                np.mean(list(per_seed_average(bow_rows).values())[0]),
+                color="black",
+                ls=":",
+                label="bag of words, same examples",
+            )
         axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="GLUE average (5 tasks, dev)", title=title)
         axis.legend(fontsize=7, framealpha=0.5)  # see-through: a marker may sit under it
     seen = [r["tokens_seen"] for r in pretraining]
@@ -196,8 +245,11 @@ def main(argv=None) -> int:
     probe_rows, finetune_rows = read_results(args.probe), read_results(args.finetune)
     bow_rows = [{**r, "model": "bag of words"} for r in read_results(args.bow)]
     sections = ["## Pretraining\n", markdown(pretraining, list(pretraining[0])) if pretraining else "(none)"]
-    for title, rows in (("Frozen-feature probe", probe_rows), ("Fine-tuned", finetune_rows),
-                        ("Bag of words on the fine-tuning runs' examples", bow_rows)):
+    for title, rows in (
+        ("Frozen-feature probe", probe_rows),
+        ("Fine-tuned", finetune_rows),
+        ("Bag of words on the fine-tuning runs' examples", bow_rows),
+    ):
         if rows:
             table = task_table(rows)
             sections += [f"\n## {title}\n", markdown(table, ["model", *TASKS, "average"])]

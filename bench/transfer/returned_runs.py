@@ -37,8 +37,10 @@ def cast_weights(folder: Path, dtype) -> None:
     for weights in sorted(folder.glob("*.safetensors")):
         with safe_open(weights, "pt") as handle:
             metadata = handle.metadata()
-        tensors = {name: tensor.to(dtype) if tensor.is_floating_point() else tensor
-                   for name, tensor in load_file(weights).items()}
+        tensors = {
+            name: tensor.to(dtype) if tensor.is_floating_point() else tensor
+            for name, tensor in load_file(weights).items()
+        }
         save_file(tensors, weights, metadata=metadata)
 
 
@@ -57,11 +59,18 @@ def folder_bytes(folder: Path) -> int:
 
 def add_arguments(arguments: argparse.ArgumentParser) -> None:
     """gpu_pretrain.py's options for what it writes to copy back."""
-    arguments.add_argument("--max-return-mib", type=float, default=MAX_RETURN_MIB,
-                           help="the most the packed run folders may take together (checked after the calibration, "
-                                "before the real runs)")
-    arguments.add_argument("--part-mib", type=float, default=PART_MIB,
-                           help=f"the packed runs are cut into files of at most this size (default {PART_MIB:g})")
+    arguments.add_argument(
+        "--max-return-mib",
+        type=float,
+        default=MAX_RETURN_MIB,
+        help="the most the packed run folders may take together (checked after the calibration, before the real runs)",
+    )
+    arguments.add_argument(
+        "--part-mib",
+        type=float,
+        default=PART_MIB,
+        help=f"the packed runs are cut into files of at most this size (default {PART_MIB:g})",
+    )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -76,9 +85,11 @@ def check_returnable(copies: dict, limit_mib: float) -> dict:
     mib = {size: sum(folder_bytes(folder) for folder in folders) / 2**20 for size, folders in copies.items()}
     if sum(mib.values()) > limit_mib:
         shares = ", ".join(f"{size} {value:.1f} MiB" for size, value in mib.items())
-        raise SystemExit(f"--sizes {' '.join(copies)}: the run folders would come back as {sum(mib.values()):.1f} "
-                         f"MiB ({shares}, weights in bf16), over --max-return-mib={limit_mib:g}: pretrain fewer or "
-                         "smaller sizes, or allow more")
+        raise SystemExit(
+            f"--sizes {' '.join(copies)}: the run folders would come back as {sum(mib.values()):.1f} "
+            f"MiB ({shares}, weights in bf16), over --max-return-mib={limit_mib:g}: pretrain fewer or "
+            "smaller sizes, or allow more"
+        )
     return {size: round(value, 1) for size, value in mib.items()}
 
 
@@ -95,7 +106,7 @@ def pack(runs: Path, names: list, out: Path, limit_mib: float, part_mib: float) 
         print(f"WARNING: {ARCHIVE} is {len(data) / 2**20:.1f} MiB, over --max-return-mib={limit_mib:g}", flush=True)
     for index in range(math.ceil(len(data) / part_bytes)):
         part = out / f"{ARCHIVE}.part{index}"
-        part.write_bytes(data[index * part_bytes:(index + 1) * part_bytes])
+        part.write_bytes(data[index * part_bytes : (index + 1) * part_bytes])
         parts.append(part.name)
     return parts
 

@@ -43,9 +43,16 @@ def rows(table: dict, seeds: list[int]) -> list[dict]:
     for setting, by_model in table.items():
         for model, by_seed in by_model.items():
             mean, sd = mean_sd(list(by_seed.values()))
-            out.append({"setting": setting, "model": model, "seeds": len(by_seed), "mean": round(mean, 3),
-                        "sd": round(sd, 3), **{f"seed_{seed}": round(by_seed[seed], 3) if seed in by_seed else ""
-                                                for seed in seeds}})
+            out.append(
+                {
+                    "setting": setting,
+                    "model": model,
+                    "seeds": len(by_seed),
+                    "mean": round(mean, 3),
+                    "sd": round(sd, 3),
+                    **{f"seed_{seed}": round(by_seed[seed], 3) if seed in by_seed else "" for seed in seeds},
+                }
+            )
     return out
 
 
@@ -55,12 +62,17 @@ def yardstick_scores(spec: str, settings: list[str], task: str) -> tuple[str, st
     label, _, model = name.partition(":")
     files = paths.split(",")
     if not paths or len(files) != len(settings):
-        raise ValueError(f"--yardstick {spec!r}: expected LABEL[:MODEL]=CSV,... with one CSV per setting "
-                         f"({len(settings)}: {', '.join(settings)})")
+        raise ValueError(
+            f"--yardstick {spec!r}: expected LABEL[:MODEL]=CSV,... with one CSV per setting "
+            f"({len(settings)}: {', '.join(settings)})"
+        )
     scores_by_setting = {}
-    for setting, file in zip(settings, files):
-        kept = [float(row["score"]) for row in read_results(Path(file))
-                if row["task"] == task and (not model or row.get("model") == model)]
+    for setting, file in zip(settings, files, strict=True):
+        kept = [
+            float(row["score"])
+            for row in read_results(Path(file))
+            if row["task"] == task and (not model or row.get("model") == model)
+        ]
         if not kept:
             raise ValueError(f"--yardstick {spec!r}: {file} has no {task} row" + (f" of {model}" if model else ""))
         scores_by_setting[setting] = kept
@@ -73,8 +85,9 @@ def yardstick_rows(yardsticks: list) -> list[dict]:
     for label, _, by_setting in yardsticks:
         for setting, values in by_setting.items():
             mean, sd = mean_sd(values)
-            out.append({"setting": setting, "model": label, "seeds": len(values), "mean": round(mean, 3),
-                        "sd": round(sd, 3)})
+            out.append(
+                {"setting": setting, "model": label, "seeds": len(values), "mean": round(mean, 3), "sd": round(sd, 3)}
+            )
     return out
 
 
@@ -85,13 +98,24 @@ def plot(table: dict, yardsticks: list, task: str, xlabel: str, path: Path) -> N
     models = sorted({model for by_model in table.values() for model in by_model})
     for index, model in enumerate(models):
         points = [mean_sd(list(table[setting][model].values())) for setting in settings]
-        axis.errorbar(range(len(settings)), [mean for mean, _ in points], yerr=[sd for _, sd in points],
-                      fmt="o--" if "untrained" in model else "o-", capsize=3, color=plt.cm.tab10(index % 10),
-                      label=model)
+        axis.errorbar(
+            range(len(settings)),
+            [mean for mean, _ in points],
+            yerr=[sd for _, sd in points],
+            fmt="o--" if "untrained" in model else "o-",
+            capsize=3,
+            color=plt.cm.tab10(index % 10),
+            label=model,
+        )
     for label, model, by_setting in yardsticks:
         color = plt.cm.tab10(models.index(model) % 10) if model in models else "0.4"
-        axis.plot(range(len(settings)), [mean_sd(by_setting[setting])[0] for setting in settings], "x:",
-                  color=color, label=label)
+        axis.plot(
+            range(len(settings)),
+            [mean_sd(by_setting[setting])[0] for setting in settings],
+            "x:",
+            color=color,
+            label=label,
+        )
     axis.set_xticks(range(len(settings)), settings)
     axis.set(xlabel=xlabel, ylabel=f"{task} dev score (mean ± sd over seeds)", title=f"{task}: fine-tuning settings")
     axis.legend(fontsize=7)
@@ -102,13 +126,23 @@ def plot(table: dict, yardsticks: list, task: str, xlabel: str, path: Path) -> N
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", action="append", required=True, metavar="NAME=CSV",
-                        help="a setting's name and its sweep's finetune_runs.csv; repeatable, in axis order")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        required=True,
+        metavar="NAME=CSV",
+        help="a setting's name and its sweep's finetune_runs.csv; repeatable, in axis order",
+    )
     parser.add_argument("--task", required=True, help="the task to tabulate (e.g. sst2)")
     parser.add_argument("--seeds", nargs="+", type=int, required=True, help="the seeds every setting ran")
     parser.add_argument("--xlabel", default="fine-tuning learning rate (300 steps)")
-    parser.add_argument("--yardstick", action="append", default=[], metavar="LABEL[:MODEL]=CSV,...",
-                        help="a score that is not fine-tuned, one CSV per setting in axis order; repeatable")
+    parser.add_argument(
+        "--yardstick",
+        action="append",
+        default=[],
+        metavar="LABEL[:MODEL]=CSV,...",
+        help="a score that is not fine-tuned, one CSV per setting in axis order; repeatable",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the output path without suffix (.csv, .png)")
     args = parser.parse_args(argv)
     settings = dict(spec.split("=", 1) for spec in args.setting if "=" in spec)

@@ -33,10 +33,12 @@ from encoderlab.results.rows import write_rows  # noqa: E402
 from encoderlab.training.finetune.data import split_file  # noqa: E402
 from encoderlab.training.finetune.tasks import get_task  # noqa: E402
 
+
 def dev_pairs(glue: Path, eval_limit: int):
     task = get_task("stsb")
-    (first, second), gold = probe.bow.texts_and_labels(task, split_file(task, probe.bow.GlueData(glue),
-                                                                        "validation"), eval_limit)
+    (first, second), gold = probe.bow.texts_and_labels(
+        task, split_file(task, probe.bow.GlueData(glue), "validation"), eval_limit
+    )
     return first, second, np.asarray(gold, dtype=float)
 
 
@@ -44,10 +46,13 @@ def encode_without_first_token(model, tokenizer, sentences, batch_size=128) -> n
     """(N, hidden) mean of the last layer over each sentence's tokens after its first ([CLS]), padded on the right."""
     pooled = []
     for start in range(0, len(sentences), batch_size):
-        ids = [row[1:] for row in tokenizer(sentences[start:start + batch_size], truncation=True,
-                                            max_length=128)["input_ids"]]
-        pooled.append(probe.mean_of_last_layer(model, tokenizer.pad({"input_ids": ids}, padding=True,
-                                                                    return_tensors="pt")))
+        ids = [
+            row[1:]
+            for row in tokenizer(sentences[start : start + batch_size], truncation=True, max_length=128)["input_ids"]
+        ]
+        pooled.append(
+            probe.mean_of_last_layer(model, tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt"))
+        )
     return np.concatenate(pooled)
 
 
@@ -59,16 +64,25 @@ def scores(a, b, gold) -> dict:
     """Pearson / Spearman x 100 of the pairs' cosines, raw and with the mean of all the vectors subtracted."""
     centre = np.concatenate([a, b]).mean(axis=0)
     raw, centred = cosine(a, b), cosine(a - centre, b - centre)
-    return {"pearson": 100 * pearsonr(raw, gold)[0], "spearman": 100 * spearmanr(raw, gold)[0],
-            "centred_pearson": 100 * pearsonr(centred, gold)[0],
-            "centred_spearman": 100 * spearmanr(centred, gold)[0], "dev_pairs": len(gold)}
+    return {
+        "pearson": 100 * pearsonr(raw, gold)[0],
+        "spearman": 100 * spearmanr(raw, gold)[0],
+        "centred_pearson": 100 * pearsonr(centred, gold)[0],
+        "centred_spearman": 100 * spearmanr(centred, gold)[0],
+        "dev_pairs": len(gold),
+    }
 
 
 def word_count_row(first, second, gold) -> dict:
     counts = CountVectorizer().fit(first + second)
     a, b = (counts.transform(texts).toarray().astype(float) for texts in (first, second))
-    return {"model": "word counts", "seed": "", "features": "bag of words", **scores(a, b, gold),
-            "second_without_cls_pearson": ""}
+    return {
+        "model": "word counts",
+        "seed": "",
+        "features": "bag of words",
+        **scores(a, b, gold),
+        "second_without_cls_pearson": "",
+    }
 
 
 def plot(rows, pretraining, path: Path) -> None:
@@ -77,23 +91,32 @@ def plot(rows, pretraining, path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(10, 4.6))
     tokens = {(r["arm"], r["token_budget"]): r["tokens_seen"] for r in pretraining}
-    large_batch_runs = {r["tokens_seen"]: r["rows_per_step"] for r in pretraining
-                        if r["rows_per_step"] != report.CPU_ROWS_PER_STEP}
+    large_batch_runs = {
+        r["tokens_seen"]: r["rows_per_step"] for r in pretraining if r["rows_per_step"] != report.CPU_ROWS_PER_STEP
+    }
     for arm, label in report.ARMS.items():
-        points = sorted((tokens[report.split_name(r["model"])], r["pearson"]) for r in rows
-                        if report.split_name(r["model"])[0] == arm and report.split_name(r["model"]) in tokens)
+        points = sorted(
+            (tokens[report.split_name(r["model"])], r["pearson"])
+            for r in rows
+            if report.split_name(r["model"])[0] == arm and report.split_name(r["model"]) in tokens
+        )
         if points:
-            axis.plot(*zip(*points), "o-", color=report.COLORS[arm], label=f"{label}, pretrained")
+            axis.plot(*zip(*points, strict=True), "o-", color=report.COLORS[arm], label=f"{label}, pretrained")
             report.ring_large_batches(axis, points, large_batch_runs)
         untrained = [r["pearson"] for r in rows if r["model"] == f"{arm}_untrained"]
         if untrained:
-            axis.axhline(np.mean(untrained), color=report.COLORS[arm], ls="--",
-                         label=f"{arm} untrained ({len(untrained)} draws)")
+            axis.axhline(
+                np.mean(untrained), color=report.COLORS[arm], ls="--", label=f"{arm} untrained ({len(untrained)} draws)"
+            )
             axis.axhspan(min(untrained), max(untrained), color=report.COLORS[arm], alpha=0.12)
     words = [r["pearson"] for r in rows if r["model"] == "word counts"]
     axis.axhline(words[0], color="black", ls=":", label="cosine of word counts")
-    axis.set(xscale="log", xlabel="pretraining tokens seen", ylabel="STS-B dev Pearson x 100 (cosine, no training)",
-             title="zero-shot STS-B: cosine of mean-pooled sentences")
+    axis.set(
+        xscale="log",
+        xlabel="pretraining tokens seen",
+        ylabel="STS-B dev Pearson x 100 (cosine, no training)",
+        title="zero-shot STS-B: cosine of mean-pooled sentences",
+    )
     axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no point hides under it
     figure.tight_layout()
     figure.savefig(path, dpi=150)
@@ -118,11 +141,20 @@ def main(argv=None) -> int:
         tokenizer, model = probe.load(path, seed)
         a, b = probe.encode(model, tokenizer, first), probe.encode(model, tokenizer, second)
         without_cls = encode_without_first_token(model, tokenizer, second)
-        rows.append({"model": name, "seed": "" if seed is None else seed, "features": "mean of the last layer",
-                     **scores(a, b, gold),
-                     "second_without_cls_pearson": 100 * pearsonr(cosine(a, without_cls), gold)[0]})
-        print(f"{name} seed={rows[-1]['seed']}: pearson {rows[-1]['pearson']:.1f}, centred "
-              f"{rows[-1]['centred_pearson']:.1f}", flush=True)
+        rows.append(
+            {
+                "model": name,
+                "seed": "" if seed is None else seed,
+                "features": "mean of the last layer",
+                **scores(a, b, gold),
+                "second_without_cls_pearson": 100 * pearsonr(cosine(a, without_cls), gold)[0],
+            }
+        )
+        print(
+            f"{name} seed={rows[-1]['seed']}: pearson {rows[-1]['pearson']:.1f}, centred "
+            f"{rows[-1]['centred_pearson']:.1f}",
+            flush=True,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_rows(args.out, rows)
     if args.plot:

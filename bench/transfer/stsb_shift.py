@@ -41,7 +41,7 @@ SUBSETS = ("head", "rest", "all", "train")
 
 def pair_lengths(texts) -> np.ndarray:
     """Whitespace words in both sentences of each pair."""
-    return np.array([len(a.split()) + len(b.split()) for a, b in zip(*texts)])
+    return np.array([len(a.split()) + len(b.split()) for a, b in zip(*texts, strict=True)])
 
 
 def subset_slices(count: int, head: int) -> dict:
@@ -59,15 +59,25 @@ def length_correlation(values, lengths) -> float:
 
 def gold_rows(task, data, dev_texts, dev_labels, head: int) -> list:
     train_texts, train_labels = bow.texts_and_labels(task, split_file(task, data, "train"))
-    splits = [(train_texts, train_labels, {"train": slice(None)}),
-              (dev_texts, dev_labels, subset_slices(len(dev_labels), head))]
+    splits = [
+        (train_texts, train_labels, {"train": slice(None)}),
+        (dev_texts, dev_labels, subset_slices(len(dev_labels), head)),
+    ]
     rows = []
     for texts, labels, subsets in splits:
         lengths = pair_lengths(texts)
         for subset, part in subsets.items():
-            rows.append({"setting": "", "model": "gold", "seed": "", "subset": subset,
-                         "examples": len(labels[part]), "score": "",
-                         "length_spearman": length_correlation(labels[part], lengths[part])})
+            rows.append(
+                {
+                    "setting": "",
+                    "model": "gold",
+                    "seed": "",
+                    "subset": subset,
+                    "examples": len(labels[part]),
+                    "score": "",
+                    "length_spearman": length_correlation(labels[part], lengths[part]),
+                }
+            )
     return rows
 
 
@@ -77,9 +87,17 @@ def subset_rows(setting: str, model: str, seed, predictions, task, texts, labels
     rows = []
     for subset, part in subsets.items():
         metrics = metric.compute(predictions=predictions[part], references=labels[part])
-        rows.append({"setting": setting, "model": model, "seed": seed, "subset": subset,
-                     "examples": len(labels[part]), "score": task_score(task, metrics),
-                     "length_spearman": length_correlation(predictions[part], lengths[part])})
+        rows.append(
+            {
+                "setting": setting,
+                "model": model,
+                "seed": seed,
+                "subset": subset,
+                "examples": len(labels[part]),
+                "score": task_score(task, metrics),
+                "length_spearman": length_correlation(predictions[part], lengths[part]),
+            }
+        )
     return rows
 
 
@@ -114,12 +132,21 @@ def summary(rows: list) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--finetune", nargs="+", required=True, metavar="SETTING=CSV",
-                        help="finetune_runs.csv files of `encoderlab experiment finetune`, each named by its setting")
+    parser.add_argument(
+        "--finetune",
+        nargs="+",
+        required=True,
+        metavar="SETTING=CSV",
+        help="finetune_runs.csv files of `encoderlab experiment finetune`, each named by its setting",
+    )
     parser.add_argument("--glue", type=Path, default=bow.GLUE)
     parser.add_argument("--head", type=int, default=1000, help="the runs' data.eval_limit")
-    parser.add_argument("--split", choices=("validation", "train"), default="validation",
-                        help="the pairs the runs predict: the dev split (three subsets) or their training split")
+    parser.add_argument(
+        "--split",
+        choices=("validation", "train"),
+        default="validation",
+        help="the pairs the runs predict: the dev split (three subsets) or their training split",
+    )
     parser.add_argument("--seeds", nargs="*", default=[], help="predict with the runs of these seeds only")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -131,15 +158,21 @@ def main(argv=None) -> int:
     runs = []
     for entry in args.finetune:
         setting, _, path = entry.partition("=")
-        runs += [(setting, run) for run in read_results(Path(path))
-                 if run["task"] == "stsb" and (not args.seeds or run["seed"] in args.seeds)]
+        runs += [
+            (setting, run)
+            for run in read_results(Path(path))
+            if run["task"] == "stsb" and (not args.seeds or run["seed"] in args.seeds)
+        ]
     for setting, run in tqdm(runs, desc="STS-B runs"):
         rows += run_rows(setting, run, task, texts, labels, subsets)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_rows(args.out, rows)
-    print(markdown_table(["subset", "examples", "ρ(gold, length)"],
-                         [[r["subset"], r["examples"], f"{r['length_spearman']:.3f}"] for r in rows
-                          if r["model"] == "gold"]))
+    print(
+        markdown_table(
+            ["subset", "examples", "ρ(gold, length)"],
+            [[r["subset"], r["examples"], f"{r['length_spearman']:.3f}"] for r in rows if r["model"] == "gold"],
+        )
+    )
     print(summary(rows))
     return 0
 

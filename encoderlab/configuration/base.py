@@ -301,8 +301,14 @@ class EncoderConfig(PreTrainedConfig):
 
     def validate_fields(self):
         """The checks of this config's own fields; each family extends it (calling ``super()`` first)."""
-        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "max_position_embeddings"):
+        for field in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             check_positive_int(field, getattr(self, field))
         check_positive_int("num_labels", self.num_labels, MAX_NUM_LABELS, " (one id2label entry per label)")
         check_divisible("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)
@@ -331,11 +337,15 @@ class EncoderConfig(PreTrainedConfig):
         if self.classifier_pair_encoding != "separate":
             return
         if self.classifier_pooling != "mean":
-            raise ValueError(f"classifier_pair_encoding='separate' mean-pools each text of a pair, but "
-                             f"classifier_pooling={self.classifier_pooling!r}; allowed with it: 'mean'")
+            raise ValueError(
+                f"classifier_pair_encoding='separate' mean-pools each text of a pair, but "
+                f"classifier_pooling={self.classifier_pooling!r}; allowed with it: 'mean'"
+            )
         if self.sep_token_id is None:
-            raise ValueError("classifier_pair_encoding='separate' splits each pair after its first separator token, "
-                             "but sep_token_id is None; set it to the tokenizer's sep_token_id")
+            raise ValueError(
+                "classifier_pair_encoding='separate' splits each pair after its first separator token, "
+                "but sep_token_id is None; set it to the tokenizer's sep_token_id"
+            )
 
     def validate_token_ids_in_vocabulary(self):
         """Every ``*_token_id`` the config holds (pad, bos, eos, cls, sep, mask, ...) is None or inside the

@@ -24,6 +24,9 @@ def pair_encoding(config, changes=None) -> str:
     that decides it: the heads, the fine-tuning set-up and the model card ask here."""
     if changes and "classifier_pair_encoding" in changes:
         return changes["classifier_pair_encoding"]
-    saved = config.get("classifier_pair_encoding") if isinstance(config, dict) else \
-        getattr(config, "classifier_pair_encoding", None)
+    saved = (
+        config.get("classifier_pair_encoding")
+        if isinstance(config, dict)
+        else getattr(config, "classifier_pair_encoding", None)
+    )
     return saved or "joint"

@@ -15,8 +15,12 @@ FOLDER = Path(__file__).parent
 @cache
 def family_fields() -> dict[str, frozenset[str]]:
     """``model_type`` -> the keyword arguments of that family's configuration class and of its encoderlab bases."""
-    classes = {node.name: node for path in sorted(FOLDER.glob("*.py"))
-               for node in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(node, ast.ClassDef)}
+    classes = {
+        node.name: node
+        for path in sorted(FOLDER.glob("*.py"))
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.ClassDef)
+    }
 
     def fields(name: str) -> set[str]:
         node = classes[name]
@@ -30,8 +34,11 @@ def family_fields() -> dict[str, frozenset[str]]:
                 found |= fields(base.id)
         return found
 
-    return {model_type: frozenset(fields(name)) for name, node in classes.items()
-            if (model_type := _model_type(node)) is not None}
+    return {
+        model_type: frozenset(fields(name))
+        for name, node in classes.items()
+        if (model_type := _model_type(node)) is not None
+    }
 
 
 def _model_type(node: ast.ClassDef) -> str | None:

@@ -41,7 +41,7 @@ def plot_layer(maps, tokens, dual_triangle, title, path):
     figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(cell * columns, cell * rows + 0.4))
     for axis in axes.flat:
         axis.axis("off")
-    for axis, index, panel_title in zip(axes.flat, panel_order(maps.shape[0], dual_triangle), titles):
+    for axis, index, panel_title in zip(axes.flat, panel_order(maps.shape[0], dual_triangle), titles, strict=True):
         axis.axis("on")
         axis.imshow(maps[index].numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
         axis.set_title(panel_title, fontsize=8)

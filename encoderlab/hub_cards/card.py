@@ -27,7 +27,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..configuration.choices import pair_encoding
 from ..run_files import RunRecord, is_local_path, public_name
 
-
 PAPERS = {
     "dta_bert": {
         "title": "Dual Triangle Attention: Effective Bidirectional Attention Without Positional Embeddings",
@@ -57,14 +56,24 @@ ARCHITECTURE_FIELDS = (
 TEMPLATES = Path(__file__).parent / "templates"
 """The Jinja templates of the card bodies (`ModelCard.from_template`), shipped with the package."""
 LENGTHS = ("short", "long")
-PACKING_WORDS = {"pack": "documents packed into rows of exactly", "chunk": "windows of at most",
-                 "truncate": "the first window of each document, at most"}
+PACKING_WORDS = {
+    "pack": "documents packed into rows of exactly",
+    "chunk": "windows of at most",
+    "truncate": "the first window of each document, at most",
+}
 """How the card words each ``data.packing`` (`encoderlab.training.run_config.PACKING_MODES`)."""
 REQUIRED_METADATA = ("pipeline_tag", "library_name", "license")
 PIPELINE_TAGS = ("fill-mask", "text-classification", "token-classification", "question-answering")
 """Pipeline tags of the cards built here (pretraining: fill-mask; fine-tuning: per task kind)."""
-NOT_METRICS = ("loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "model_preparation_time",
-               "num_input_tokens_seen")
+NOT_METRICS = (
+    "loss",
+    "runtime",
+    "samples_per_second",
+    "steps_per_second",
+    "epoch",
+    "model_preparation_time",
+    "num_input_tokens_seen",
+)
 """Trainer evaluation keys that are not task metrics (kept out of the model-index)."""
 HUB_METRIC_NAMES = {"exact": "exact_match", "pearson": "pearsonr"}
 """Our metric key -> the Hub's metric id where they differ (SQuAD v2's ``exact`` is ``exact_match``, GLUE STS-B's
@@ -114,15 +123,27 @@ def _mlm_rows(results: dict) -> list[tuple]:
     seq_len, long_len, _ = _lengths(results)
     tokens = {"short": seq_len, "long": long_len}
     floor = results.get("copy_or_unigram_floor", {})
-    rows = [("split", "length (tokens)", "mlm_loss", "accuracy", "micro-F1", "MCC", "unigram baseline acc.",
-             "copy-or-unigram floor acc.")]
+    rows = [
+        (
+            "split",
+            "length (tokens)",
+            "mlm_loss",
+            "accuracy",
+            "micro-F1",
+            "MCC",
+            "unigram baseline acc.",
+            "copy-or-unigram floor acc.",
+        )
+    ]
     for split in ("validation", "test"):
         for length in LENGTHS:
             scores = [f"{results[split][length][metric]:.4f}" for metric in ("mlm_loss", "accuracy", "micro_f1", "mcc")]
             references = ["", ""]
             if split == "test":
-                references = [f"{results['unigram_baseline'][length]:.4f}",
-                              f"{floor[length]:.4f}" if length in floor else "missing"]
+                references = [
+                    f"{results['unigram_baseline'][length]:.4f}",
+                    f"{floor[length]:.4f}" if length in floor else "missing",
+                ]
             rows.append((split, tokens[length], *scores, *references))
     return rows
 
@@ -186,9 +207,7 @@ def validate_model_card(card: ModelCard | str | Path) -> ModelCard:
     if missing:
         raise ValueError(f"Model card metadata lacks {missing}")
     if metadata["pipeline_tag"] not in PIPELINE_TAGS:
-        raise ValueError(
-            f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected one of {list(PIPELINE_TAGS)}"
-        )
+        raise ValueError(f"Model card pipeline_tag={metadata['pipeline_tag']!r}; expected one of {list(PIPELINE_TAGS)}")
     if metadata.get("model-index"):
         results = reparsed.data.eval_results or []
         if not results or any(not isinstance(r.metric_value, (int, float)) for r in results):
@@ -210,8 +229,11 @@ AUTO_CLASS_OF_TAG = {
 
 
 def _task_metrics(metrics: dict) -> dict:
-    return {key: value for key, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in NOT_METRICS}
+    return {
+        key: value
+        for key, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in NOT_METRICS
+    }
 
 
 def _is_score(metric: str) -> bool:
@@ -250,22 +272,33 @@ def _source_text(source: dict, unit: str) -> str:
     else:
         where = f"`{source['name']}`" + (f" articles [{source['articles']}]" if source["articles"] else "")
     skipped = source.get("skipped_lines") or []
-    left_out = (f"; {len(skipped)} record(s) whose number of fields differs from the header's left out (line(s) "
-                f"{', '.join(map(str, skipped[:10]))}{' ...' if len(skipped) > 10 else ''}; "
-                "`data.skip_malformed_rows`)") if skipped else ""
+    left_out = (
+        (
+            f"; {len(skipped)} record(s) whose number of fields differs from the header's left out (line(s) "
+            f"{', '.join(map(str, skipped[:10]))}{' ...' if len(skipped) > 10 else ''}; "
+            "`data.skip_malformed_rows`)"
+        )
+        if skipped
+        else ""
+    )
     if source["capped"]:
-        return (f"{where}: first {source['examples']} of {source['available'] - len(skipped)} {unit} "
-                f"({source['limit_key']}={source['limit']}){left_out}")
+        return (
+            f"{where}: first {source['examples']} of {source['available'] - len(skipped)} {unit} "
+            f"({source['limit_key']}={source['limit']}){left_out}"
+        )
     return f"{where}: all {source['examples']} {unit}{left_out}"
 
 
 def _residue_text(results: dict) -> str:
     """What the residue check of a protein run let through (`encoderlab.tokenization.residues`), where anything."""
-    notes = [f"`{split}`: {counts['unknown_characters']} character(s) outside the tokenizer's residue alphabet in "
-             f"{counts['unknown_records']} of {counts['records']} sequences, read as the unknown token "
-             f"(`data.unknown_residues=allow`); {counts['lowercase_records']} sequence(s) with lowercase letters, "
-             "read as uppercase" for split, counts in (results.get("residues") or {}).items()
-             if counts["unknown_characters"] or counts["lowercase_records"]]
+    notes = [
+        f"`{split}`: {counts['unknown_characters']} character(s) outside the tokenizer's residue alphabet in "
+        f"{counts['unknown_records']} of {counts['records']} sequences, read as the unknown token "
+        f"(`data.unknown_residues=allow`); {counts['lowercase_records']} sequence(s) with lowercase letters, "
+        "read as uppercase"
+        for split, counts in (results.get("residues") or {}).items()
+        if counts["unknown_characters"] or counts["lowercase_records"]
+    ]
     return "\n\nThe residue check: " + "; ".join(notes) + "." if notes else ""
 
 
@@ -279,20 +312,27 @@ def _data_section(results: dict) -> str:
     ]
     claimed = [split for split in results["metrics"] if data.get(split, {}).get("whole_hub_split")]
     if claimed:
-        claim = (f"The model-index lists the results of {', '.join(f'`{s}`' for s in claimed)}: whole splits of a "
-                 "Hub dataset.")
+        claim = (
+            f"The model-index lists the results of {', '.join(f'`{s}`' for s in claimed)}: whole splits of a "
+            "Hub dataset."
+        )
         if len(claimed) < len(results["metrics"]):
             claim += " The other evaluation splits are local files or capped: their results are below only."
     else:
-        claim = ("No result on a Hub dataset is claimed: no evaluation split is a whole split of a Hub dataset "
-                 "(local files, or capped), so the results below hold for these examples only.")
+        claim = (
+            "No result on a Hub dataset is claimed: no evaluation split is a whole split of a Hub dataset "
+            "(local files, or capped), so the results below hold for these examples only."
+        )
     return f"{_table(rows)}\n\n{claim}{_residue_text(results)}"
 
 
 def _output_text(results: dict) -> str:
     if results["pipeline_tag"] == "question-answering":
-        no_answer = (", or no answer when the no-answer score exceeds the saved threshold `qa_null_threshold`"
-                     if results.get("metric_config") == "v2" else "")
+        no_answer = (
+            ", or no answer when the no-answer score exceeds the saved threshold `qa_null_threshold`"
+            if results.get("metric_config") == "v2"
+            else ""
+        )
         return f"Output: an answer span copied from the context{no_answer}."
     if results["problem_type"] == "regression":
         return "Output: a single score (regression)."
@@ -310,16 +350,20 @@ def _layer_decay_text(train: dict) -> str:
     decay = train.get("layerwise_lr_decay", 1.0)
     if decay == 1.0:
         return "One learning rate for every layer."
-    return (f"Layer-wise learning-rate decay {decay:g}: the head at the grid point's rate, each layer below at "
-            f"{decay:g} x the rate of the one above, the embeddings lowest.")
+    return (
+        f"Layer-wise learning-rate decay {decay:g}: the head at the grid point's rate, each layer below at "
+        f"{decay:g} x the rate of the one above, the embeddings lowest."
+    )
 
 
 def _pair_text(config: dict) -> str:
     if pair_encoding(config) != "separate":
         return ""
-    return ("\n- Pairs encoded separately (`classifier_pair_encoding: separate`, a bi-encoder): each text alone, "
-            "mean-pooled into u and v, the head on [u, v, |u - v|, u * v]; the tokenizer writes a pair as each text "
-            "alone, `[CLS] a [SEP] [CLS] b [SEP]`.")
+    return (
+        "\n- Pairs encoded separately (`classifier_pair_encoding: separate`, a bi-encoder): each text alone, "
+        "mean-pooled into u and v, the head on [u, v, |u - v|, u * v]; the tokenizer writes a pair as each text "
+        "alone, `[CLS] a [SEP] [CLS] b [SEP]`."
+    )
 
 
 def _metric_rows(results: dict) -> list[tuple]:
@@ -340,10 +384,15 @@ def _baseline_text(results: dict) -> str:
     if not baseline:
         return ""
     main = results["main_metric"]
-    margins = ", ".join(f"{split} {metrics[main] - baseline['metrics'][split][main]:+.2f}"
-                        for split, metrics in results["metrics"].items() if split in baseline["metrics"])
-    return (f"The baseline column scores the rule *{baseline['name']}* on the same examples; a model at or below it "
-            f"has learned nothing that rule does not know. The model's `{main}` minus the baseline's: {margins}.\n\n")
+    margins = ", ".join(
+        f"{split} {metrics[main] - baseline['metrics'][split][main]:+.2f}"
+        for split, metrics in results["metrics"].items()
+        if split in baseline["metrics"]
+    )
+    return (
+        f"The baseline column scores the rule *{baseline['name']}* on the same examples; a model at or below it "
+        f"has learned nothing that rule does not know. The model's `{main}` minus the baseline's: {margins}.\n\n"
+    )
 
 
 def _best_checkpoint_text(results: dict) -> str:
@@ -399,8 +448,8 @@ def build_finetune_card(record: RunRecord, repo_id: str | None = None, license: 
         license=license,
         base_model=results.get("base_model") if "base_checkpoint" in results else None,
         tags=tags,
-        datasets=sorted({source["name"] for source in results.get("data", {}).values()
-                         if source["origin"] == "hub"}) or None,
+        datasets=sorted({source["name"] for source in results.get("data", {}).values() if source["origin"] == "hub"})
+        or None,
         eval_results=_finetune_eval_results(results) or None,  # an empty list would write an empty model-index
     )
     values = _finetune_values(record, model_name, repo_id or record.folder)

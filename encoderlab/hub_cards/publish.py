@@ -25,9 +25,15 @@ from pathlib import Path
 
 import yaml
 
-from ..run_files import (LOAD_TIME_KEYS, RESULTS_FILE, RUN_CONFIG_FILE, public_name, read_run_config, read_run_record,
-                         record_publication)
-
+from ..run_files import (
+    LOAD_TIME_KEYS,
+    RESULTS_FILE,
+    RUN_CONFIG_FILE,
+    public_name,
+    read_run_config,
+    read_run_record,
+    record_publication,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +45,16 @@ UPLOAD_PATTERNS = (
 """Files of a run folder that are published (top level only; checkpoint-* folders never are)."""
 UPLOAD_FOLDERS = ("adapter",)
 """Sub-folders published whole: the LoRA adapter of a fine-tuning run."""
-PATH_KEYS = {"output_dir": True, "data.train": True, "data.validation": True, "data.test": True,
-             "model.path": False, "tokenizer.path": False, "data.source": False, "data.path": False}
+PATH_KEYS = {
+    "output_dir": True,
+    "data.train": True,
+    "data.validation": True,
+    "data.test": True,
+    "model.path": False,
+    "tokenizer.path": False,
+    "data.source": False,
+    "data.path": False,
+}
 """Run-config keys that may hold a local path (pretraining and fine-tuning) -> whether the value is always one
 (else it may be a Hub id, kept as it is)."""
 TEXT_SUFFIXES = (".json", ".yaml", ".md", ".csv", ".py", ".txt")
@@ -71,20 +85,28 @@ def _make_public(out_dir: Path, run_dir: Path) -> None:
     if (out_dir / RUN_CONFIG_FILE).is_file():
         run = read_run_config(out_dir)
         public = public_run_config(run, results.get("base_model") if "base_checkpoint" in results else None)
-        (out_dir / RUN_CONFIG_FILE).write_text("# paths of the training machine are cut to their last component\n"
-                                               + yaml.safe_dump(public, sort_keys=False), encoding="utf-8")
+        (out_dir / RUN_CONFIG_FILE).write_text(
+            "# paths of the training machine are cut to their last component\n"
+            + yaml.safe_dump(public, sort_keys=False),
+            encoding="utf-8",
+        )
     tokenizer_config = out_dir / "tokenizer_config.json"
     if tokenizer_config.is_file():
         saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-        tokenizer_config.write_text(json.dumps({k: v for k, v in saved.items() if k not in LOAD_TIME_KEYS},
-                                               indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tokenizer_config.write_text(
+            json.dumps({k: v for k, v in saved.items() if k not in LOAD_TIME_KEYS}, indent=2, ensure_ascii=False)
+            + "\n",
+            encoding="utf-8",
+        )
     locations = [str(run_dir.resolve())] + [str(Path.home())] * (len(Path.home().parts) > 1)
     for path in out_dir.rglob("*"):
         text = path.read_text(encoding="utf-8") if path.is_file() and path.suffix in TEXT_SUFFIXES else ""
         for location in locations:
             if location in text:
-                raise ValueError(f"{path.name} of the upload names the local folder {location!r}; nothing is "
-                                 "uploaded (a run written by an older encoderlab? run it again)")
+                raise ValueError(
+                    f"{path.name} of the upload names the local folder {location!r}; nothing is "
+                    "uploaded (a run written by an older encoderlab? run it again)"
+                )
 
 
 def _results(run_dir: str | Path) -> dict:
@@ -128,8 +150,10 @@ def check_run_dir(run_dir: Path) -> None:
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{str(run_dir)!r} holds no saved model (config.json); is it a finished run?")
     if "task" in _results(run_dir) and "data" not in _results(run_dir):
-        raise ValueError(f"the results.json of {str(run_dir)!r} was written by an older encoderlab: it does not say "
-                         "where each split's data came from (and may hold local paths); fine-tune again to publish")
+        raise ValueError(
+            f"the results.json of {str(run_dir)!r} was written by an older encoderlab: it does not say "
+            "where each split's data came from (and may hold local paths); fine-tune again to publish"
+        )
 
 
 def check_dry_run_folder(out_dir: Path) -> None:
@@ -201,9 +225,11 @@ def unreachable_message(error: BaseException, run_dir: str | Path, repo_id: str,
 
     cause = "HF_HUB_OFFLINE is set (unset it to upload)" if is_offline_mode() else f"{type(error).__name__}: {error}"
     created = f" (the repo {repo_id} was created or found, and left as it was)" if repo_created else ""
-    return (f"the Hugging Face Hub could not be reached ({cause}): nothing was uploaded{created} and "
-            f"{str(run_dir)!r} is unchanged. Check the connection and run the command again, or write the exact "
-            "upload folder without the Hub: --dry-run OUT_DIR")
+    return (
+        f"the Hugging Face Hub could not be reached ({cause}): nothing was uploaded{created} and "
+        f"{str(run_dir)!r} is unchanged. Check the connection and run the command again, or write the exact "
+        "upload folder without the Hub: --dry-run OUT_DIR"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ scikit-learn or scipy.
 
 | module | configs | returns |
 |---|---|---|
-| ``glue`` | cola, sst2, mrpc, qqp, stsb, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli | the task's GLUE metrics |
+| ``glue`` | cola, sst2, mrpc, qqp, stsb, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli | its GLUE metrics |
 | ``classification`` | default, multilabel | accuracy and macro-F1 (multilabel: subset accuracy, micro/macro-F1) |
 | ``regression`` | default | Pearson r, Spearman rho, MSE |
 | ``sequence_labeling`` | default, ss3 | per-token accuracy (ss3: ``q3``) and macro-F1; reference -100 is skipped |

@@ -62,8 +62,10 @@ def check_attention_implementation(config, implementation, field="attn_implement
     blocker = attention_blocker(config, implementation)
     if blocker is not None:
         runnable = [name for name in ATTENTION_IMPLEMENTATIONS if attention_blocker(config, name) is None]
-        raise ValueError(f"{field}={implementation!r} cannot run this model: {blocker}; allowed values for it: "
-                         f"{', '.join(map(repr, runnable))}")
+        raise ValueError(
+            f"{field}={implementation!r} cannot run this model: {blocker}; allowed values for it: "
+            f"{', '.join(map(repr, runnable))}"
+        )
 
 
 def attention_blocker(config, implementation):
@@ -111,13 +113,26 @@ def attention_inputs_type(model, hidden_states, output_attentions=False):
     ``hidden_states`` (B, L, D), the embedding output, tells its device and whether a backward will follow (with
     the model's parameters), which flex_attention cannot run on CPU."""
     needs_backward = torch.is_grad_enabled() and (
-        hidden_states.requires_grad or any(parameter.requires_grad for parameter in model.parameters()))
-    return ATTENTION_INPUTS[forward_implementation(model.config, output_attentions, hidden_states.device,
-                                                   needs_backward)]
+        hidden_states.requires_grad or any(parameter.requires_grad for parameter in model.parameters())
+    )
+    return ATTENTION_INPUTS[
+        forward_implementation(model.config, output_attentions, hidden_states.device, needs_backward)
+    ]
 
 
-def attend(query, key, value, *, implementation, attention_mask=None, document_ids=None,
-           attention_type="bidirectional", bias_module=None, training=False, **kwargs):
+def attend(
+    query,
+    key,
+    value,
+    *,
+    implementation,
+    attention_mask=None,
+    document_ids=None,
+    attention_type="bidirectional",
+    bias_module=None,
+    training=False,
+    **kwargs,
+):
     """One attention call without a model (kernel tests, benchmarks): the inputs ``implementation`` reads, built
     from ``attention_mask`` (B, L) and ``document_ids`` (B, L) as a forward builds them, then its kernel, with the
     keywords of `eager_attention_forward`."""
@@ -125,10 +140,19 @@ def attend(query, key, value, *, implementation, attention_mask=None, document_i
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     implementation = _runnable(implementation, query.device, needs_backward)
     attention_inputs = ATTENTION_INPUTS[implementation].build(  # query as (B, L, H, D): the batch's shape
-        attention_mask, document_ids, query.transpose(1, 2), attention_type=attention_type, num_heads=query.shape[1])
-    return ALL_ATTENTION_FUNCTIONS[implementation](None, query, key, value, attention_inputs,
-                                                   attention_type=attention_type, bias_module=bias_module,
-                                                   training=training, **kwargs)
+        attention_mask, document_ids, query.transpose(1, 2), attention_type=attention_type, num_heads=query.shape[1]
+    )
+    return ALL_ATTENTION_FUNCTIONS[implementation](
+        None,
+        query,
+        key,
+        value,
+        attention_inputs,
+        attention_type=attention_type,
+        bias_module=bias_module,
+        training=training,
+        **kwargs,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -146,8 +170,9 @@ class AttentionChoice:
         return f"attention kernel: {self.implementation} ({self.reason})"
 
 
-def choose_attention(config, device, *, packed, half_precision, training=True, requested=None,
-                     setting="train.attn_implementation"):
+def choose_attention(
+    config, device, *, packed, half_precision, training=True, requested=None, setting="train.attn_implementation"
+):
     """The kernel a model of ``config`` runs with on ``device`` ("cuda", "cpu", "cuda:0", ...), and why: the one
     choice of pretraining, fine-tuning and embedding.
 

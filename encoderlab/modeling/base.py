@@ -10,13 +10,11 @@ from functools import wraps
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.utils import logging
-from transformers.utils import output_capturing
+from transformers.utils import logging, output_capturing
 
 from .documents import is_tracing, packed_document_ids, positions_in_documents
 from .layers import build_norm
 from .positions import sinusoidal_table
-
 
 logger = logging.get_logger(__name__)
 IGNORE_INDEX = -100  # label of positions without a target, as CrossEntropyLoss ignores them by default
@@ -54,8 +52,15 @@ def _check_range(field, tensor, high, meaning, allowed_extra=None):
         raise ValueError(f"{field} holds {value}; allowed: {allowed}{extra} ({meaning})")
 
 
-def check_inputs(config, input_ids=None, inputs_embeds=None, attention_mask=None, position_ids=None,
-                 token_type_ids=None, length_limits=()):
+def check_inputs(
+    config,
+    input_ids=None,
+    inputs_embeds=None,
+    attention_mask=None,
+    position_ids=None,
+    token_type_ids=None,
+    length_limits=(),
+):
     """Validates the tensors a model receives before anything runs and returns (batch_size, seq_len, device).
 
     Every model of every family calls this first; heads check their labels with `check_labels`. Value checks
@@ -106,32 +111,43 @@ def check_packing(cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, batc
     B > 1 every row must begin a document. ``max_length_q``/``max_length_k`` are accepted and not needed.
     """
     del max_length_q, max_length_k  # the kernels derive what they need from the boundaries
-    given = {name: t for name, t in (("cu_seq_lens_q", cu_seq_lens_q), ("cu_seq_lens_k", cu_seq_lens_k))
-             if t is not None}
+    given = {
+        name: t for name, t in (("cu_seq_lens_q", cu_seq_lens_q), ("cu_seq_lens_k", cu_seq_lens_k)) if t is not None
+    }
     if not given:
         return None
     for field, cu_seq_lens in given.items():
         if not isinstance(cu_seq_lens, torch.Tensor) or cu_seq_lens.dim() != 1 or cu_seq_lens.numel() < 2:
             shape = tuple(cu_seq_lens.shape) if isinstance(cu_seq_lens, torch.Tensor) else type(cu_seq_lens).__name__
-            raise ValueError(f"{field} must be a 1-D tensor of cumulative document lengths [0, ..., total] with at "
-                             f"least 2 entries; got {shape}")
+            raise ValueError(
+                f"{field} must be a 1-D tensor of cumulative document lengths [0, ..., total] with at "
+                f"least 2 entries; got {shape}"
+            )
         _check_integer(field, cu_seq_lens)
-    if len(given) == 2 and (cu_seq_lens_q.shape != cu_seq_lens_k.shape or (
-            values_checkable() and not torch.equal(cu_seq_lens_q.cpu(), cu_seq_lens_k.cpu()))):
-        raise ValueError("cu_seq_lens_q and cu_seq_lens_k differ; encoderlab models are self-attention encoders, "
-                         "so queries and keys share their document boundaries")
+    if len(given) == 2 and (
+        cu_seq_lens_q.shape != cu_seq_lens_k.shape
+        or (values_checkable() and not torch.equal(cu_seq_lens_q.cpu(), cu_seq_lens_k.cpu()))
+    ):
+        raise ValueError(
+            "cu_seq_lens_q and cu_seq_lens_k differ; encoderlab models are self-attention encoders, "
+            "so queries and keys share their document boundaries"
+        )
     field, cu_seq_lens = next(iter(given.items()))
     if values_checkable():
         values = cu_seq_lens.cpu().long()
         total = batch_size * seq_len
         if values[0] != 0 or bool((values[1:] < values[:-1]).any()) or values[-1] > total:
-            raise ValueError(f"{field} holds {values.tolist()}; allowed: cumulative lengths from 0, non-decreasing, "
-                             f"ending at most at batch_size * seq_len = {total}")
+            raise ValueError(
+                f"{field} holds {values.tolist()}; allowed: cumulative lengths from 0, non-decreasing, "
+                f"ending at most at batch_size * seq_len = {total}"
+            )
         row_starts = torch.arange(seq_len, int(values[-1]), seq_len)
         missing = row_starts[~torch.isin(row_starts, values)]
         if missing.numel():
-            raise ValueError(f"{field} has no boundary at token {missing[0].item()}, the start of row "
-                             f"{missing[0].item() // seq_len}; with batch_size > 1 every row must begin a document")
+            raise ValueError(
+                f"{field} has no boundary at token {missing[0].item()}, the start of row "
+                f"{missing[0].item() // seq_len}; with batch_size > 1 every row must begin a document"
+            )
     return cu_seq_lens
 
 
@@ -149,9 +165,13 @@ def check_sequence_length(config, seq_len, length_limits=()):
 
 def check_input_values(config, input_ids, inputs_embeds, attention_mask, position_ids):
     """The checks that read values; `check_inputs` runs them outside compile/export."""
-    _check_range("input_ids", input_ids, config.vocab_size,
-                 f"token ids of a vocabulary of vocab_size={config.vocab_size}; is the tokenizer the one this model "
-                 "was trained with?")
+    _check_range(
+        "input_ids",
+        input_ids,
+        config.vocab_size,
+        f"token ids of a vocabulary of vocab_size={config.vocab_size}; is the tokenizer the one this model "
+        "was trained with?",
+    )
     if inputs_embeds is not None and not bool(torch.isfinite(inputs_embeds).all()):
         raise ValueError("inputs_embeds holds NaN or infinite values; allowed: finite values")
     if attention_mask is not None and attention_mask.dtype != torch.bool:
@@ -168,8 +188,9 @@ def check_input_values(config, input_ids, inputs_embeds, attention_mask, positio
         _check_range("position_ids", position_ids, high, meaning)
 
 
-def check_labels(field, labels, shapes, num_classes=None, classes_field="num_labels", ignore_index=IGNORE_INDEX,
-                 positions=False):
+def check_labels(
+    field, labels, shapes, num_classes=None, classes_field="num_labels", ignore_index=IGNORE_INDEX, positions=False
+):
     """Labels a head trains on: one of ``shapes``, and, when ``num_classes`` is given, class ids in
     [0, num_classes) or ``ignore_index``; with ``positions``, token positions >= 0 (past the end means "not in
     this sequence"); finite values otherwise."""
@@ -178,8 +199,13 @@ def check_labels(field, labels, shapes, num_classes=None, classes_field="num_lab
     _check_shape(field, labels, [tuple(shape) for shape in shapes], "one label per prediction")
     if num_classes is not None:
         _check_integer(field, labels)
-        _check_range(field, labels, num_classes, f"class ids of {classes_field}={num_classes}, {ignore_index} "
-                     "where there is no target", allowed_extra=ignore_index)
+        _check_range(
+            field,
+            labels,
+            num_classes,
+            f"class ids of {classes_field}={num_classes}, {ignore_index} where there is no target",
+            allowed_extra=ignore_index,
+        )
     elif positions:
         _check_integer(field, labels)
         _check_range(field, labels, None, "token positions; one past the sequence marks an answer not in it")
@@ -355,9 +381,21 @@ class EncoderModel:
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def read_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, length_limits=(),
-                    cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None, seq_idx=None,
-                    **unused):
+    def read_inputs(
+        self,
+        input_ids,
+        inputs_embeds,
+        attention_mask,
+        position_ids,
+        token_type_ids,
+        length_limits=(),
+        cu_seq_lens_q=None,
+        cu_seq_lens_k=None,
+        max_length_q=None,
+        max_length_k=None,
+        seq_idx=None,
+        **unused,
+    ):
         """Checks a forward's inputs (`check_inputs`, `check_packing`) and returns ``(position_ids, document_ids)``.
 
         Packed (padding-free) rows follow transformers' convention: ``position_ids`` restart at 0 where a document
@@ -369,8 +407,9 @@ class EncoderModel:
         table's.
         """
         del seq_idx  # the same documents as position_ids / cu_seq_lens
-        batch_size, seq_len, device = check_inputs(self.config, input_ids, inputs_embeds, attention_mask, position_ids,
-                                                   token_type_ids, length_limits)
+        batch_size, seq_len, device = check_inputs(
+            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, length_limits
+        )
         cu_seq_lens = check_packing(cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, batch_size, seq_len)
         if token_type_ids is not None and values_checkable() and bool(token_type_ids.any()):
             raise ValueError(

@@ -49,14 +49,18 @@ def routing_permutation(num_heads, head_dim, source, target):
 def check_convertible(config, target):
     """Raises a ValueError naming the field and value when converting `config` to `target` is not an equivalence."""
     if not isinstance(config, DTABertConfig):
-        raise ValueError(f"model_type={getattr(config, 'model_type', None)!r}: the head routing is a DTA-BERT "
-                         "option (dta_bert)")
+        raise ValueError(
+            f"model_type={getattr(config, 'model_type', None)!r}: the head routing is a DTA-BERT option (dta_bert)"
+        )
     if target not in DUAL_TRIANGLE_ROUTINGS:
-        raise ValueError(f"routing={target!r} is not supported; allowed values: "
-                         f"{', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}")
+        raise ValueError(
+            f"routing={target!r} is not supported; allowed values: {', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}"
+        )
     if config.attention_type != "dual_triangle":
-        raise ValueError(f"attention_type={config.attention_type!r}: the head routing only exists for "
-                         "attention_type='dual_triangle', so there is nothing to convert")
+        raise ValueError(
+            f"attention_type={config.attention_type!r}: the head routing only exists for "
+            "attention_type='dual_triangle', so there is nothing to convert"
+        )
     if config.position_embedding_type == "rope" and config.num_attention_heads > 1:
         raise ValueError(
             f"position_embedding_type='rope' with num_attention_heads={config.num_attention_heads}: RoPE turns each "

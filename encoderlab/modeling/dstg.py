@@ -125,7 +125,8 @@ class SpecialTokenRelativeBias:
         query_special = self.special_tokens[:, None, :, None]  # (B, 1, L, 1)
         key_special = self.special_tokens[:, None, None, :]  # (B, 1, 1, L)
         return torch.where(
-            query_special & key_special, both,
+            query_special & key_special,
+            both,
             torch.where(key_special, key, torch.where(query_special, query, bucket_bias)),
         )
 
@@ -148,9 +149,15 @@ class SpecialTokenRelativeBias:
             q_token, kv_token = torch.clamp(q_idx, max=last), torch.clamp(kv_idx, max=last)
             query_special, key_special = special_tokens[batch, q_token], special_tokens[batch, kv_token]
             row = torch.where(
-                query_special & key_special, both_row,
-                torch.where(key_special, key_row, torch.where(
-                    query_special, query_row, t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance))),
+                query_special & key_special,
+                both_row,
+                torch.where(
+                    key_special,
+                    key_row,
+                    torch.where(
+                        query_special, query_row, t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance)
+                    ),
+                ),
             )
             return score + table[row, head]
 
@@ -174,8 +181,9 @@ class DSTGRelativeBias(nn.Module):
 
     def for_batch(self, positions):
         """The bias module for the batch described by its [`RelativePositions`]."""
-        return SpecialTokenRelativeBias(self.buckets, self.special_scalars, positions.special_tokens,
-                                        positions.bucket_ids)
+        return SpecialTokenRelativeBias(
+            self.buckets, self.special_scalars, positions.special_tokens, positions.bucket_ids
+        )
 
 
 @dataclass(frozen=True)
@@ -215,7 +223,8 @@ class NeoBERTAttention(nn.Module):
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
         if config.uses_relative_bias:
             self.relative_bias = T5RelativeBias(
-                config.num_attention_heads, config.relative_attention_num_buckets,
+                config.num_attention_heads,
+                config.relative_attention_num_buckets,
                 config.relative_attention_max_distance,
             )
 
@@ -231,7 +240,11 @@ class NeoBERTAttention(nn.Module):
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         use_bias = self.config.uses_relative_bias and self.config.use_positions
         output, probs = attention_function(attention_inputs)(
-            self, query, key, value, attention_inputs,
+            self,
+            query,
+            key,
+            value,
+            attention_inputs,
             attention_type="bidirectional",
             bias_module=self.relative_bias if use_bias else None,
             dropout=self.config.attention_dropout,
@@ -271,8 +284,10 @@ class DSTGAttention(nn.Module):
         semantic_query, semantic_key, semantic_value = self.project(self.semantic_qkv, semantic, self.semantic_size)
         ap_query, ap_key, ap_value = self.project(self.ap_qkv, ap, self.ap_size)
         keep_ap = (~special_tokens)[:, None, :, None].to(ap_query.dtype)  # (B, 1, L, 1)
-        return {"semantic": (semantic_query, semantic_key, semantic_value),
-                "ap": (ap_query * keep_ap, ap_key * keep_ap, ap_value)}
+        return {
+            "semantic": (semantic_query, semantic_key, semantic_value),
+            "ap": (ap_query * keep_ap, ap_key * keep_ap, ap_value),
+        }
 
     def component_logits(self, ap, semantic, positions):
         """The three additive terms of the attention logits, for analysis (head taxonomy, component maps):
@@ -299,14 +314,19 @@ class DSTGAttention(nn.Module):
         outputs (same shapes), probs."""
         projections = self.stream_projections(ap, semantic, positions.special_tokens)
         (semantic_query, semantic_key, semantic_value), (ap_query, ap_key, ap_value) = (
-            projections["semantic"], projections["ap"]
+            projections["semantic"],
+            projections["ap"],
         )
         query = torch.cat([semantic_query, ap_query], dim=-1)  # (B, H, L, 2 * head_dim)
         key = torch.cat([semantic_key, ap_key], dim=-1)
         value = torch.cat([semantic_value, ap_value], dim=-1)  # (B, H, L, (semantic_size + ap_size) / H)
         bias = self.relative_bias.for_batch(positions) if self.config.use_positions else None
         output, probs = attention_function(attention_inputs)(
-            self, query, key, value, attention_inputs,
+            self,
+            query,
+            key,
+            value,
+            attention_inputs,
             attention_type="bidirectional",
             bias_module=bias,
             scale=self.head_dim**-0.5,  # each stream's logit is scaled by its own head_dim, not by 2 * head_dim
@@ -354,8 +374,9 @@ class NeoBERTLayer(GradientCheckpointingLayer):
 
     def forward(self, hidden_states, attention_inputs, position_embeddings=None, output_attentions=False):
         """position_embeddings: RoPE's (cos, sin) (``rope``) or None."""
-        attention_output, probs = self.attention(self.attention_norm(hidden_states), attention_inputs,
-                                                 position_embeddings, output_attentions)
+        attention_output, probs = self.attention(
+            self.attention_norm(hidden_states), attention_inputs, position_embeddings, output_attentions
+        )
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -380,7 +401,10 @@ class DSTGLayer(GradientCheckpointingLayer):
         [`RelativePositions`] -> (updated ap, semantic), attention probs."""
         ap, semantic = streams
         ap_update, semantic_update, probs = self.attention(
-            self.ap_attention_norm(ap), self.semantic_attention_norm(semantic), attention_inputs, position_embeddings,
+            self.ap_attention_norm(ap),
+            self.semantic_attention_norm(semantic),
+            attention_inputs,
+            position_embeddings,
             output_attentions,
         )
         ap, semantic = ap + self.dropout(ap_update), semantic + self.dropout(semantic_update)
@@ -522,12 +546,14 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
         return RelativePositions(self.special_tokens(input_ids), bucket_ids)
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, **kwargs):
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, token_type_ids=None, **kwargs
+    ):
         """`encode`; for ``dstg`` the recorded (ap, semantic) pairs become the joined ``hidden_states`` and the
         per-stream ``ap_hidden_states`` and ``semantic_hidden_states``."""
-        outputs = self.encode(input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids,
-                              return_dict=True, **kwargs)
+        outputs = self.encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, return_dict=True, **kwargs
+        )
         if self.config.is_disentangled and outputs.hidden_states is not None:
             pairs = outputs.hidden_states  # None where an index selection of output_hidden_states left one out
             outputs["hidden_states"] = tuple(None if pair is None else join_streams(pair) for pair in pairs)
@@ -537,14 +563,24 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
 
     @unset_flags_read_from_config
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
-    def encode(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, token_type_ids=None,
-               *, output_attentions=None, **kwargs):
+    def encode(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        token_type_ids=None,
+        *,
+        output_attentions=None,
+        **kwargs,
+    ):
         """Embeddings, layers and final norm, the recorded hidden states being the layers' residual states (for
         ``dstg``, (ap, semantic) pairs). Packed rows and the other keywords: `EncoderModel.read_inputs`."""
         config = self.config
         shift = position_ids is None and self.training and config.position_shift and config.use_positions
-        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
-                                                      token_type_ids, **kwargs)
+        position_ids, document_ids = self.read_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, **kwargs
+        )
         if config.is_disentangled and inputs_embeds is not None:
             raise ValueError(
                 "preset='dstg' needs input_ids, not inputs_embeds: special tokens are identified by token id and "
@@ -558,7 +594,8 @@ class DSTGNeoBERT(EncoderModel, DSTGNeoBERTPreTrainedModel):
         state = self.embeddings(input_ids, inputs_embeds, position_ids)
         joined = join_streams(state)
         attention_inputs = attention_inputs_type(self, joined, output_attentions).build(
-            attention_mask, document_ids, joined, num_heads=config.num_attention_heads)
+            attention_mask, document_ids, joined, num_heads=config.num_attention_heads
+        )
         if config.is_disentangled:
             position_embeddings = self.relative_positions(input_ids, attention_inputs)
         else:
@@ -597,13 +634,14 @@ class DSTGNeoBERTForMaskedLM(EncoderForMaskedLM, DSTGNeoBERTPreTrainedModel):
     state, so the AP stream is never pushed to predict tokens, unless ``config.mlm_on_full_hidden`` (the paper's
     ablation) gives it the whole ``[AP | semantic]`` state. Labels are token ids at masked positions, -100
     elsewhere."""
+
     lm_head_class = DSTGNeoBERTLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
     def sequence_features(self, outputs):
         if self.config.mlm_on_full_hidden:
             return outputs.last_hidden_state
-        return outputs.last_hidden_state[..., self.config.hidden_size - self.config.semantic_size:]
+        return outputs.last_hidden_state[..., self.config.hidden_size - self.config.semantic_size :]
 
 
 class DSTGNeoBERTForSequenceClassification(EncoderForSequenceClassification, DSTGNeoBERTPreTrainedModel):
@@ -620,8 +658,13 @@ class DSTGNeoBERTForQuestionAnswering(EncoderForQuestionAnswering, DSTGNeoBERTPr
 
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-DSTG_AUTO_CLASSES = auto_classes(DSTGNeoBERT, DSTGNeoBERTForMaskedLM, DSTGNeoBERTForSequenceClassification,
-                                 DSTGNeoBERTForTokenClassification, DSTGNeoBERTForQuestionAnswering)
+DSTG_AUTO_CLASSES = auto_classes(
+    DSTGNeoBERT,
+    DSTGNeoBERTForMaskedLM,
+    DSTGNeoBERTForSequenceClassification,
+    DSTGNeoBERTForTokenClassification,
+    DSTGNeoBERTForQuestionAnswering,
+)
 
 
 __all__ = [

@@ -59,8 +59,9 @@ class DTABertAttention(nn.Module):
         if self.config.value_embeddings:
             reset_mix(self.value_scale, self.value_embed_scale)
 
-    def forward(self, hidden_states, attention_inputs, position_embeddings=None, value_embeds=None,
-                output_attentions=False):
+    def forward(
+        self, hidden_states, attention_inputs, position_embeddings=None, value_embeds=None, output_attentions=False
+    ):
         """hidden_states (B, L, hidden); position_embeddings: RoPE's (cos, sin) or None; value_embeds (B, L, hidden)
         or None. Returns the output (B, L, hidden) and the probabilities (eager with ``output_attentions``) or None."""
         batch_size, seq_len, _ = hidden_states.shape
@@ -76,10 +77,15 @@ class DTABertAttention(nn.Module):
             # RoPE rotates the full head before dual triangle attention splits it.
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
-                                                                  eager_attention_forward)
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_inputs.implementation, eager_attention_forward
+        )
         output, probs = attention_forward(
-            self, query, key, value, attention_inputs,
+            self,
+            query,
+            key,
+            value,
+            attention_inputs,
             attention_type=self.config.attention_type,
             routing=self.config.dual_triangle_routing,
             bias_module=self.position_bias if self.config.use_positions else None,
@@ -108,13 +114,21 @@ class DTABertLayer(GradientCheckpointingLayer):
         if self.config.unet:
             reset_mix(self.residual_scale, self.x0_scale)
 
-    def forward(self, hidden_states, attention_inputs, position_embeddings=None, x0=None, value_embeds=None,
-                output_attentions=False):
+    def forward(
+        self,
+        hidden_states,
+        attention_inputs,
+        position_embeddings=None,
+        x0=None,
+        value_embeds=None,
+        output_attentions=False,
+    ):
         """x0: the embedding output (U-Net body), value_embeds: this block's value embeddings, or None each."""
         if x0 is not None:
             hidden_states = self.residual_scale * hidden_states + self.x0_scale * x0
-        attention_output, probs = self.attention(self.attention_norm(hidden_states), attention_inputs,
-                                                 position_embeddings, value_embeds, output_attentions)
+        attention_output, probs = self.attention(
+            self.attention_norm(hidden_states), attention_inputs, position_embeddings, value_embeds, output_attentions
+        )
         hidden_states = hidden_states + self.dropout(attention_output)
         hidden_states = hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
         return hidden_states, probs
@@ -180,15 +194,25 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
 
     @unset_flags_read_from_config
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, *, output_attentions=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        token_type_ids=None,
+        *,
+        output_attentions=None,
+        **kwargs,
+    ):
         """Packed rows and the other keywords: `EncoderModel.read_inputs`. The U-Net body (``config.unet``) mixes
         the embedding output x0 into every block; the first half (encoder) keeps its outputs, which the second half
         (decoder) adds back in mirrored order, weighted; with value embeddings each block (U-Net: each mirrored
         pair) reads its own value table."""
         config = self.config
-        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
-                                                      token_type_ids, **kwargs)
+        position_ids, document_ids = self.read_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, **kwargs
+        )
         if config.value_embeddings and input_ids is None:
             raise ValueError("value_embeddings=True needs input_ids (the tables are looked up by token id)")
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
@@ -196,8 +220,12 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
         # The inputs of the kernel this forward runs (attention.py says which; kernels/<backend>.py builds them).
         attention_inputs = attention_inputs_type(self, hidden_states, output_attentions).build(
-            attention_mask, document_ids, hidden_states, attention_type=config.attention_type,
-            num_heads=config.num_attention_heads)
+            attention_mask,
+            document_ids,
+            hidden_states,
+            attention_type=config.attention_type,
+            num_heads=config.num_attention_heads,
+        )
         position_embeddings = self.rotary_tables(position_ids, hidden_states.dtype)
         x0 = hidden_states if config.unet else None
         half = config.num_hidden_layers // 2
@@ -206,8 +234,14 @@ class DTABertModel(EncoderModel, DTABertPreTrainedModel):
             if config.unet and index >= half:
                 hidden_states = hidden_states + self.skip_weights[index - half] * skips.pop()
             value_embeds = self.value_embedding_table(index)(input_ids) if config.value_embeddings else None
-            hidden_states, _ = layer(hidden_states, attention_inputs, position_embeddings, x0=x0,
-                                     value_embeds=value_embeds, output_attentions=output_attentions)
+            hidden_states, _ = layer(
+                hidden_states,
+                attention_inputs,
+                position_embeddings,
+                x0=x0,
+                value_embeds=value_embeds,
+                output_attentions=output_attentions,
+            )
             if config.unet and index < half:
                 skips.append(hidden_states)
         return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
@@ -235,6 +269,7 @@ class DTABertLMHead(nn.Module):
 class DTABertForMaskedLM(EncoderForMaskedLM, DTABertPreTrainedModel):
     """DTA-BERT with the masked-language-modelling head. Labels are token ids at masked positions, -100 elsewhere.
     The decoder is tied to the input embeddings when ``config.tie_word_embeddings`` is True."""
+
     lm_head_class = DTABertLMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
@@ -249,8 +284,13 @@ class DTABertForQuestionAnswering(EncoderForQuestionAnswering, DTABertPreTrained
 
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-DTA_AUTO_CLASSES = auto_classes(DTABertModel, DTABertForMaskedLM, DTABertForSequenceClassification,
-                                DTABertForTokenClassification, DTABertForQuestionAnswering)
+DTA_AUTO_CLASSES = auto_classes(
+    DTABertModel,
+    DTABertForMaskedLM,
+    DTABertForSequenceClassification,
+    DTABertForTokenClassification,
+    DTABertForQuestionAnswering,
+)
 
 
 __all__ = [

@@ -112,8 +112,14 @@ class EncoderTaskModel:
     def run_base_model(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
         """The base model's output as a ModelOutput whatever ``config.return_dict`` says (the head reads its
         fields by name); the output flags and packed-input boundaries in ``kwargs`` go through unchanged."""
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
 
     def sequence_features(self, outputs):
         """(B, L, hidden_size) features the head reads; families with several streams override this."""
@@ -141,8 +147,15 @@ class EncoderForMaskedLM(EncoderTaskModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                **kwargs: Unpack[TransformersKwargs]):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         features = self.sequence_features(outputs)  # (B, L, hidden_size)
         check_labels("labels", labels, [features.shape[:-1]], self.config.vocab_size, "vocab_size")
@@ -153,8 +166,9 @@ class EncoderForMaskedLM(EncoderTaskModel):
         loss = None
         if labels is not None:
             loss = cross_entropy(logits.float(), labels)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                              attentions=outputs.attentions)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 class EncoderForSequenceClassification(EncoderTaskModel):
@@ -185,22 +199,37 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) with output_loading_info
         conversions = getattr(model, "_weight_conversions", None)  # those used at load, reversed at save
         if conversions:
-            model._weight_conversions = [conversion for conversion in conversions if not (
-                isinstance(conversion, WeightRenaming) and conversion.source_patterns[0] in EARLIER_SEQUENCE_HEAD_KEYS)]
+            model._weight_conversions = [
+                conversion
+                for conversion in conversions
+                if not (
+                    isinstance(conversion, WeightRenaming)
+                    and conversion.source_patterns[0] in EARLIER_SEQUENCE_HEAD_KEYS
+                )
+            ]
         return loaded
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                **kwargs: Unpack[TransformersKwargs]):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
         if pair_encoding(self.config) == "separate":
-            outputs, pooled = self.encode_pairs_separately(input_ids, attention_mask, position_ids, inputs_embeds,
-                                                           kwargs)
+            outputs, pooled = self.encode_pairs_separately(
+                input_ids, attention_mask, position_ids, inputs_embeds, kwargs
+            )
         else:
             outputs, pooled = self.encode(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         logits = self.classifier(pooled)
         loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
     def encode(self, input_ids, attention_mask, position_ids, inputs_embeds, kwargs):
         """The base model's outputs and one pooled vector per sequence (per document of packed rows): (N, D)."""
@@ -220,11 +249,15 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         """``classifier_pair_encoding="separate"`` (`encoderlab.modeling.pairs`): each pair's texts encoded as two
         documents and mean-pooled -> the base model's outputs and (num_pairs, 4D) ``[u, v, |u - v|, u * v]``."""
         if input_ids is None:
-            raise ValueError("classifier_pair_encoding='separate' finds where a pair's second text starts in "
-                             "input_ids; inputs_embeds alone cannot be split")
+            raise ValueError(
+                "classifier_pair_encoding='separate' finds where a pair's second text starts in "
+                "input_ids; inputs_embeds alone cannot be split"
+            )
         if is_tracing():
-            raise NotImplementedError("classifier_pair_encoding='separate' counts the texts of a batch, which "
-                                      "torch.compile and torch.export cannot trace; use 'joint' for export")
+            raise NotImplementedError(
+                "classifier_pair_encoding='separate' counts the texts of a batch, which "
+                "torch.compile and torch.export cannot trace; use 'joint' for export"
+            )
         batch_size, seq_len = input_ids.shape
         cu_seq_lens = kwargs.pop("cu_seq_lens_q", None)
         cu_seq_lens = kwargs.pop("cu_seq_lens_k", cu_seq_lens)
@@ -236,10 +269,12 @@ class EncoderForSequenceClassification(EncoderTaskModel):
         texts = pool_documents(self.sequence_features(outputs), segment_ids, attention_mask, "mean")  # (2N, D)
         pairs = count_real_runs(torch.zeros_like(input_ids) if pair_ids is None else pair_ids, attention_mask)
         if texts.shape[0] != 2 * pairs:
-            raise ValueError(f"classifier_pair_encoding='separate' needs two texts per example, cut after the first "
-                             f"sep_token_id={self.config.sep_token_id}; this batch has {pairs} examples but "
-                             f"{texts.shape[0]} texts (an example without a second text, or a tokenizer whose "
-                             "separator is another id)")
+            raise ValueError(
+                f"classifier_pair_encoding='separate' needs two texts per example, cut after the first "
+                f"sep_token_id={self.config.sep_token_id}; this batch has {pairs} examples but "
+                f"{texts.shape[0]} texts (an example without a second text, or a tokenizer whose "
+                "separator is another id)"
+            )
         return outputs, pair_features(texts)
 
 
@@ -255,16 +290,24 @@ class EncoderForTokenClassification(EncoderTaskModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                **kwargs: Unpack[TransformersKwargs]):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         logits = self.classifier(self.dropout(self.sequence_features(outputs)))
         check_labels("labels", labels, [logits.shape[:-1]], self.num_labels)
         loss = None
         if labels is not None:
             loss = cross_entropy(logits, labels)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                     attentions=outputs.attentions)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 class EncoderForQuestionAnswering(EncoderTaskModel):
@@ -277,8 +320,16 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, **kwargs: Unpack[TransformersKwargs]):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
         outputs = self.run_base_model(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         logits = self.qa_outputs(self.sequence_features(outputs))
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
@@ -293,8 +344,13 @@ class EncoderForQuestionAnswering(EncoderTaskModel):
             start = start_positions.view(-1).clamp(0, ignored)
             end = end_positions.view(-1).clamp(0, ignored)
             loss = (cross_entropy(start_logits, start, ignored) + cross_entropy(end_logits, end, ignored)) / 2
-        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
 
 
 # The transformers Auto class of each task head.

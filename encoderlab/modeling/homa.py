@@ -166,17 +166,25 @@ class HOMAAttentionBase(nn.Module):
         """(B, L, d) -> query, key, value (B, L, d), RoPE's (cos, sin) applied to query and key when given."""
         query, key, value = self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
         if position_embeddings is not None:
-            query, key = (self.merge_heads(apply_rotary(self.split_heads(t), *position_embeddings))
-                          for t in (query, key))
+            query, key = (
+                self.merge_heads(apply_rotary(self.split_heads(t), *position_embeddings)) for t in (query, key)
+            )
         return query, key, value
 
     def attend(self, query, key, value, attention_inputs):
         """Bidirectional attention of (..., H, L, Dh) queries over (..., H, K, Dh) keys and values through the
         kernel of ``attention_inputs`` (the eager or sdpa inputs of a given mask, for blocks and Linformer)."""
-        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
-                                                                  eager_attention_forward)
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_inputs.implementation, eager_attention_forward
+        )
         output, _ = attention_forward(
-            self, query, key, value, attention_inputs, attention_type="bidirectional", scale=self.scale,
+            self,
+            query,
+            key,
+            value,
+            attention_inputs,
+            attention_type="bidirectional",
+            scale=self.scale,
             dropout=self.config.attention_dropout,
         )
         return output
@@ -188,10 +196,16 @@ class PairwiseSelfAttention(HOMAAttentionBase):
     def forward(self, hidden_states, attention_inputs, position_embeddings=None):
         """attention_inputs: the forward's inputs of its kernel (`attention.ATTENTION_INPUTS`)."""
         query, key, value = (self.split_heads(t) for t in self.project_qkv(hidden_states, position_embeddings))
-        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(attention_inputs.implementation,
-                                                                  eager_attention_forward)
+        attention_forward = ALL_ATTENTION_FUNCTIONS.get_interface(
+            attention_inputs.implementation, eager_attention_forward
+        )
         out, _ = attention_forward(
-            self, query, key, value, attention_inputs, attention_type="bidirectional",
+            self,
+            query,
+            key,
+            value,
+            attention_inputs,
+            attention_type="bidirectional",
             dropout=self.config.attention_dropout,
         )
         return self.output(self.merge_heads(out))
@@ -291,12 +305,19 @@ class BlockSelfAttention(HOMAAttentionBase):
         query, key, value = (self.to_blocks(layout, t) for t in self.project_qkv(hidden_states, position_embeddings))
 
         if self.use_pairwise:  # the kernels take 4-D inputs: blocks of all heads side by side, (B, H * T, l, Dh)
-            pairwise = self.attend(query.flatten(1, 2), key.flatten(1, 2), value.flatten(1, 2),
-                                   attention_inputs.pairwise).view_as(query)
+            pairwise = self.attend(
+                query.flatten(1, 2), key.flatten(1, 2), value.flatten(1, 2), attention_inputs.pairwise
+            ).view_as(query)
         if self.use_triadic:
             u = self.triadic_u(layout, hidden_states)
-            triadic = self.triadic_kernel(query, key, u, value, layout.key_mask.unsqueeze(1),  # (B, 1, T, l)
-                                          self.config.triadic_window)
+            triadic = self.triadic_kernel(
+                query,
+                key,
+                u,
+                value,
+                layout.key_mask.unsqueeze(1),  # (B, 1, T, l)
+                self.config.triadic_window,
+            )
         if not (self.use_pairwise and self.use_triadic):
             out = layout.merge(pairwise if self.use_pairwise else triadic, seq_len)
         else:
@@ -365,14 +386,18 @@ def prepare_homa_inputs(model, attention_mask, document_ids, hidden_states):
         return inputs_type.build(attention_mask, document_ids, hidden_states, num_heads=config.num_attention_heads)
     key_valid = real_keys(attention_mask, hidden_states.device)
     batch_size, seq_len = hidden_states.shape[:2]
-    real = key_valid if key_valid is not None else torch.ones(batch_size, seq_len, dtype=torch.bool,
-                                                              device=hidden_states.device)
+    real = (
+        key_valid
+        if key_valid is not None
+        else torch.ones(batch_size, seq_len, dtype=torch.bool, device=hidden_states.device)
+    )
     if config.uses_blocks:
         if document_ids is None:
             layout = BlockLayout.from_mask(real, config.block_size, config.block_stride)
         else:
-            layout = BlockLayout.from_documents(real, document_ids.to(real.device), config.block_size,
-                                                config.block_stride)
+            layout = BlockLayout.from_documents(
+                real, document_ids.to(real.device), config.block_size, config.block_stride
+            )
         pairwise = None
         if config.attention_type != "triadic":
             pairwise = inputs_type.dense(block_keys(layout.key_mask, config.num_attention_heads))
@@ -481,7 +506,8 @@ class HOMAPreTrainedModel(EncoderPreTrainedModel):
         target = cls(HOMAConfig.from_dict(options))
         target_state = target.state_dict()
         transferred = {
-            name: tensor for name, tensor in source.state_dict().items()
+            name: tensor
+            for name, tensor in source.state_dict().items()
             if name in target_state and target_state[name].shape == tensor.shape
         }
         target.load_state_dict(transferred, strict=False)
@@ -523,11 +549,21 @@ class HOMAModel(EncoderModel, HOMAPreTrainedModel):
 
     @unset_flags_read_from_config
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the last layer's output, before the norm
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                token_type_ids=None, *, output_attentions=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        token_type_ids=None,
+        *,
+        output_attentions=None,
+        **kwargs,
+    ):
         """Packed rows and the other keywords: `EncoderModel.read_inputs`."""
-        position_ids, document_ids = self.read_inputs(input_ids, inputs_embeds, attention_mask, position_ids,
-                                                      token_type_ids, self.length_limits(), **kwargs)
+        position_ids, document_ids = self.read_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, self.length_limits(), **kwargs
+        )
         if self.config.output_attentions if output_attentions is None else output_attentions:
             raise ValueError("output_attentions=True is not supported by HOMA: triadic attention has no (L, L) map")
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids)
@@ -558,6 +594,7 @@ class HOMALMHead(nn.Module):
 class HOMAForMaskedLM(EncoderForMaskedLM, HOMAPreTrainedModel):
     """HOMA with a masked-language-modelling head, for pretraining on protein sequences. Labels are token ids at
     masked positions, -100 elsewhere."""
+
     lm_head_class = HOMALMHead
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
 
@@ -572,8 +609,7 @@ class HOMAForTokenClassification(EncoderForTokenClassification, HOMAPreTrainedMo
 
 
 # The family's model for each transformers Auto class; `encoderlab/__init__.py` registers it.
-HOMA_AUTO_CLASSES = auto_classes(HOMAModel, HOMAForMaskedLM, HOMAForSequenceClassification,
-                                 HOMAForTokenClassification)
+HOMA_AUTO_CLASSES = auto_classes(HOMAModel, HOMAForMaskedLM, HOMAForSequenceClassification, HOMAForTokenClassification)
 
 
 __all__ = [

@@ -26,8 +26,10 @@ def append_rows(path, rows, fieldnames=None):
     fieldnames = fieldnames or list(rows[0])
     new_file = not path.exists()
     if not new_file and set(read_header(path)) != set(fieldnames):
-        raise ValueError(f"rows with columns {sorted(fieldnames)} do not fit the columns {sorted(read_header(path))} "
-                         f"of {path}; write them to another file")
+        raise ValueError(
+            f"rows with columns {sorted(fieldnames)} do not fit the columns {sorted(read_header(path))} "
+            f"of {path}; write them to another file"
+        )
     if not new_file:
         fieldnames = read_header(path)
     with open(path, "a", newline="") as handle:

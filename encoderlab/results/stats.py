@@ -59,5 +59,11 @@ def welch_entry(values_a, values_b, **fields):
     """One comparison row: `fields`, both means, their difference (a - b), Welch's p and its mark."""
     p = welch_p(values_a, values_b)
     mean_a, mean_b = statistics.mean(values_a), statistics.mean(values_b)
-    return {**fields, "mean_a": mean_a, "mean_b": mean_b, "difference": mean_a - mean_b, "p_value": p,
-            "mark": significance_mark(p)}
+    return {
+        **fields,
+        "mean_a": mean_a,
+        "mean_b": mean_b,
+        "difference": mean_a - mean_b,
+        "p_value": p,
+        "mark": significance_mark(p),
+    }

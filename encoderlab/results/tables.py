@@ -3,8 +3,11 @@
 
 def markdown_lines(header, rows) -> list[str]:
     """The lines of a Markdown table: `header`, its rule, one line per row of cells (each shown with ``str``)."""
-    return ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(map(str, header)) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(map(str, row)) + " |" for row in rows),
+    ]
 
 
 def markdown_table(header, rows) -> str:

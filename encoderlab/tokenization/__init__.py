@@ -13,7 +13,6 @@ from transformers import PreTrainedTokenizerFast
 from .protein import ESM2_VOCAB, TAPE_IUPAC_VOCAB, esm2_tokenizer, tape_iupac_tokenizer
 from .text import TEXT_SPECIAL_TOKENS, train_bpe_tokenizer, train_wordpiece_tokenizer
 
-
 TOKENIZER_BUILDERS: dict[str, Callable[..., PreTrainedTokenizerFast]] = {
     "bpe": train_bpe_tokenizer,
     "wordpiece": train_wordpiece_tokenizer,

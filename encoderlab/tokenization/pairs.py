@@ -37,9 +37,11 @@ def with_separate_pair_template(tokenizer):
     template = single_text_template(state.get("post_processor"))
     if template is None:
         kind = (state.get("post_processor") or {}).get("type")
-        raise ValueError(f"classifier_pair_encoding='separate' writes each text of a pair with the tokenizer's "
-                         f"single-text template, but its post-processor is {kind!r}; allowed: a TemplateProcessing "
-                         "(encoderlab's tokenizers have one)")
+        raise ValueError(
+            f"classifier_pair_encoding='separate' writes each text of a pair with the tokenizer's "
+            f"single-text template, but its post-processor is {kind!r}; allowed: a TemplateProcessing "
+            "(encoderlab's tokenizers have one)"
+        )
     template["pair"] = [*template["single"], *(as_second_text(piece) for piece in template["single"])]
     tokenizer.backend_tokenizer.post_processor = Tokenizer.from_str(json.dumps(state)).post_processor
     return tokenizer

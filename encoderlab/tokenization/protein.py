@@ -14,7 +14,6 @@ from transformers import PreTrainedTokenizerFast
 
 from .text import MODEL_INPUT_NAMES
 
-
 ESM2_VOCAB = (
     "<cls>", "<pad>", "<eos>", "<unk>",
     "L", "A", "G", "V", "S", "E", "R", "T", "I", "D", "P", "K", "Q", "N", "F", "Y", "M", "H", "W", "C",

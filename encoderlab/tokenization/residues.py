@@ -23,7 +23,9 @@ def residue_alphabet(tokenizer) -> frozenset[str] | None:
     return frozenset(pieces)
 
 
-def unknown_characters(sequence: str, alphabet: frozenset[str], special_tokens: Iterable[str] = ()) -> list[tuple[int, str]]:
+def unknown_characters(
+    sequence: str, alphabet: frozenset[str], special_tokens: Iterable[str] = ()
+) -> list[tuple[int, str]]:
     """(offset, character) of every character of `sequence` that is not in `alphabet` once upper-cased.
     Special-token strings written in the sequence (``<mask>``) are tokens, not unknown characters."""
     for token in special_tokens:

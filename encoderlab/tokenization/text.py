@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-
 TEXT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Special tokens in id order; trainers place them first, so ``[PAD]`` gets id 0."""
 

@@ -23,8 +23,9 @@ def check_overflowing_windows(tokenizer) -> None:
     # verbose=False: the probe text is longer than a short model_max_length on purpose, and transformers' warning
     # that such a sequence would fail in the model would be shown to the user as if their input were too long.
     whole = len(tokenizer(_PROBE_TEXT, add_special_tokens=False, verbose=False)["input_ids"])
-    windows = tokenizer(_PROBE_TEXT, truncation=True, max_length=special + _PROBE_WINDOW, stride=0,
-                        return_overflowing_tokens=True)["input_ids"]
+    windows = tokenizer(
+        _PROBE_TEXT, truncation=True, max_length=special + _PROBE_WINDOW, stride=0, return_overflowing_tokens=True
+    )["input_ids"]
     kept = sum(len(window) - special for window in windows)
     if kept != whole:
         raise RuntimeError(

@@ -5,7 +5,6 @@ import math
 
 from transformers import TrainerCallback
 
-
 logger = logging.getLogger(__name__)
 
 

@@ -19,7 +19,6 @@ import datasets
 from .lengths import PretrainLengths
 from .sources import load_documents
 
-
 if TYPE_CHECKING:  # only for annotations: loading documents should not need to import transformers
     from transformers import PreTrainedTokenizerBase
 
@@ -92,8 +91,9 @@ class Corpus:
 
     def documents(self) -> Iterator[str]:
         """Every document of the source, in its order (streamed when `streaming`)."""
-        return load_documents(self.source, text_field=self.text_field, split=self.split, streaming=self.streaming,
-                              limit=self.limit)
+        return load_documents(
+            self.source, text_field=self.text_field, split=self.split, streaming=self.streaming, limit=self.limit
+        )
 
     def split_of(self, text: str) -> str:
         """The split of one document (`assign_split`)."""
@@ -142,8 +142,7 @@ def _split_by_counts(docs: list[str], validation_size: int, test_size: int, seed
     ranked = sorted(set(docs), key=lambda text: (_document_hash(text, seed), text))
     if validation_size + test_size > len(ranked):
         raise ValueError(
-            f"validation_size + test_size = {validation_size + test_size} exceeds the "
-            f"{len(ranked)} distinct documents."
+            f"validation_size + test_size = {validation_size + test_size} exceeds the {len(ranked)} distinct documents."
         )
     held_out = {text: "validation" for text in ranked[:validation_size]}
     held_out.update({text: "test" for text in ranked[validation_size : validation_size + test_size]})
@@ -196,7 +195,7 @@ def _long_documents(
             return_length=True,
             verbose=False,
         )["length"]
-        yield from (doc for doc, length in zip(batch, lengths) if length >= min_tokens)
+        yield from (doc for doc, length in zip(batch, lengths, strict=True) if length >= min_tokens)
 
 
 @dataclass(frozen=True)
@@ -276,7 +275,10 @@ def tokenize_to_examples(
 
 
 def document_windows(
-    docs: list[str], tokenizer: "PreTrainedTokenizerBase", seq_len: int, mode: str = "chunk",
+    docs: list[str],
+    tokenizer: "PreTrainedTokenizerBase",
+    seq_len: int,
+    mode: str = "chunk",
     counts: dict[str, int] | None = None,
 ) -> list[list[int]]:
     """The examples `tokenize_to_examples` makes of `docs`, as lists (for a `datasets` map over a batch); `counts`,
@@ -284,8 +286,9 @@ def document_windows(
     num_special = tokenizer.num_special_tokens_to_add(pair=False)
     if counts is None:
         counts = {}
-    counts.update(dict.fromkeys(("documents", "examples", "truncated_documents", "dropped_tokens",
-                                 "empty_documents"), 0))
+    counts.update(
+        dict.fromkeys(("documents", "examples", "truncated_documents", "dropped_tokens", "empty_documents"), 0)
+    )
     return _tokenize_batch(docs, tokenizer, seq_len, mode, num_special, counts)
 
 
@@ -314,7 +317,7 @@ def _tokenize_batch(
     # Windows arrive grouped by document: overflow_to_sample_mapping[i] is window i's document.
     examples: list[list[int]] = []
     previous_document, window_index = -1, 0
-    for document, window in zip(encoded["overflow_to_sample_mapping"], encoded["input_ids"]):
+    for document, window in zip(encoded["overflow_to_sample_mapping"], encoded["input_ids"], strict=True):
         window_index = window_index + 1 if document == previous_document else 0
         previous_document = document
         content_tokens = len(window) - num_special
@@ -330,8 +333,9 @@ def _tokenize_batch(
     return examples
 
 
-def evaluation_sets(documents: Iterable[str], tokenizer, lengths: PretrainLengths, max_examples: int,
-                    split: str) -> dict:
+def evaluation_sets(
+    documents: Iterable[str], tokenizer, lengths: PretrainLengths, max_examples: int, split: str
+) -> dict:
     """Windows of the `lengths.evaluation` lengths (1x and `long_factor` x the training length) from the documents
     long enough for the long ones.
 
@@ -352,5 +356,7 @@ def evaluation_sets(documents: Iterable[str], tokenizer, lengths: PretrainLength
             f"train.seq_len={lengths.seq_len}); raise data.validation_size/test_size or use a larger corpus"
         )
     features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
-    return {name: datasets.Dataset.from_dict({"input_ids": windows[:max_examples]}, features=features)
-            for name, windows in (("short", short), ("long", long))}
+    return {
+        name: datasets.Dataset.from_dict({"input_ids": windows[:max_examples]}, features=features)
+        for name, windows in (("short", short), ("long", long))
+    }

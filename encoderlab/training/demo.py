@@ -33,8 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-dir", default="runs/demo", help="run folder: new, empty, or an earlier demo run (which is replaced)"
     )
-    parser.add_argument("--overwrite", action="store_true",
-                        help="also replace an encoderlab run other than an earlier demo in --output-dir")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="also replace an encoderlab run other than an earlier demo in --output-dir",
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a key of the demo config, e.g. --set train.token_budget=2e6",
@@ -78,9 +81,12 @@ def stage_report_callback():
             best = fill_mask(model.eval(), processing_class)[0]
             model.train(was_training)
             minutes = (time.perf_counter() - self.start) / 60
-            print(f"\n[{100 * state.global_step / state.max_steps:.0f}% after {minutes:.1f} min] step "
-                  f"{state.global_step} of {state.max_steps}: masked accuracy {self.accuracy:.3f} on the validation "
-                  f"windows; fill-mask: {best['sequence']!r} (p={best['score']:.2f})", flush=True)
+            print(
+                f"\n[{100 * state.global_step / state.max_steps:.0f}% after {minutes:.1f} min] step "
+                f"{state.global_step} of {state.max_steps}: masked accuracy {self.accuracy:.3f} on the validation "
+                f"windows; fill-mask: {best['sequence']!r} (p={best['score']:.2f})",
+                flush=True,
+            )
             if self.first:
                 print("The demo trains on to the end; Ctrl-C stops it and keeps this step's checkpoint.", flush=True)
                 self.first = False
@@ -112,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         # An earlier demo run is replaced, but only once the new run has passed its checks and read its data.
-        result = pretrain(config, command="demo", overwrite=replaces_run(args, run_dir),
-                          callbacks=[stage_report_callback()])
+        result = pretrain(
+            config, command="demo", overwrite=replaces_run(args, run_dir), callbacks=[stage_report_callback()]
+        )
     except KeyboardInterrupt:
         print(f"\n{interrupted_demo(run_dir)}", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
@@ -126,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {prediction['token_str']!r:>16}  p={prediction['score']:.3f}")
     print("\n" + format_results(results))
     margin = results["test"]["short"]["accuracy"] - results["copy_or_unigram_floor"]["short"]
-    print(f"\nModel accuracy minus the copy-or-unigram floor (copy unmasked inputs, else the most frequent token) "
-          f"at {results['seq_len']} tokens: {margin:+.3f}")
+    print(
+        f"\nModel accuracy minus the copy-or-unigram floor (copy unmasked inputs, else the most frequent token) "
+        f"at {results['seq_len']} tokens: {margin:+.3f}"
+    )
     return 0
 
 
@@ -136,5 +145,7 @@ def interrupted_demo(run_dir: Path) -> str:
     checkpoint = last_checkpoint(run_dir) if run_owner(run_dir) == "demo" else None
     if checkpoint is None:
         return "Interrupted before the first checkpoint; the demo starts from scratch when run again"
-    return (f"Interrupted: {checkpoint} keeps the model as it was there; load it with "
-            f"AutoModelForMaskedLM.from_pretrained({str(checkpoint)!r}). The demo starts from scratch when run again")
+    return (
+        f"Interrupted: {checkpoint} keeps the model as it was there; load it with "
+        f"AutoModelForMaskedLM.from_pretrained({str(checkpoint)!r}). The demo starts from scratch when run again"
+    )

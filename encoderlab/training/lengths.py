@@ -68,5 +68,7 @@ def check_lengths_fit(config, lengths: dict[str, int], *, limit_prefix: str, rem
         for longest, reason in position_limits(config):
             if length > longest:
                 equals = " = " if " " in source else "="
-                raise ValueError(f"{source}{equals}{length} exceeds {limit_prefix}max_position_embeddings={longest} "
-                                 f"({reason}); allowed: <= {longest}; {remedy}")
+                raise ValueError(
+                    f"{source}{equals}{length} exceeds {limit_prefix}max_position_embeddings={longest} "
+                    f"({reason}); allowed: <= {longest}; {remedy}"
+                )

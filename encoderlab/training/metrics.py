@@ -17,7 +17,6 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from ..results.plots import pyplot
 from .collator import IGNORE_INDEX
 
-
 METRIC_NAMES = ("mlm_loss", "accuracy", "micro_f1", "mcc")
 
 

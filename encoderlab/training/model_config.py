@@ -84,8 +84,9 @@ def _checked_family(family: str, fields: dict) -> tuple[type, list[str]]:
     return config_class, id_fields
 
 
-def _family_config(config_class: type, family: str, fields: dict, max_position_embeddings: int, vocab_size: int,
-                   ids: dict):
+def _family_config(
+    config_class: type, family: str, fields: dict, max_position_embeddings: int, vocab_size: int, ids: dict
+):
     # sparse_prediction unless the run config says otherwise: the LM head and the loss run on the ~15% masked
     # positions only, the same loss without vocabulary-wide logits for every token (at a 32k vocabulary and 768
     # wide, a fifth of a step's matrix work).

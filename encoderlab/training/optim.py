@@ -103,7 +103,7 @@ class CombinedOptimizer(torch.optim.Optimizer):
         if len(states) != len(self.optimizers):
             raise ValueError(f"state_dict holds {len(states)} optimizers' states; this optimizer has "
                              f"{len(self.optimizers)}")  # fmt: skip
-        for optimizer, state in zip(self.optimizers, states):
+        for optimizer, state in zip(self.optimizers, states, strict=True):
             optimizer.load_state_dict(state)
         self._link_groups()
 
@@ -114,7 +114,7 @@ class CombinedOptimizer(torch.optim.Optimizer):
             raise ValueError("state_dict must hold 'state' and 'param_groups' (torch's optimizer layout)")
         groups, split = list(state_dict["param_groups"]), []
         for optimizer in self.optimizers:
-            own, groups = groups[: len(optimizer.param_groups)], groups[len(optimizer.param_groups):]
+            own, groups = groups[: len(optimizer.param_groups)], groups[len(optimizer.param_groups) :]
             keys = [key for group in own for key in group["params"]]
             split.append({"state": {key: state_dict["state"][key] for key in keys if key in state_dict["state"]},
                           "param_groups": own})  # fmt: skip
@@ -128,8 +128,10 @@ def adamw_groups(params: list[nn.Parameter], weight_decay: float) -> list[dict]:
     groups would be alike, so there is one, as before the split, and older checkpoints' optimizer states load."""
     if weight_decay == 0:
         return [{"params": params, "name": "adamw", "weight_decay": 0.0}]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "name": "adamw", "weight_decay": weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "name": "adamw_no_decay", "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "name": "adamw", "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "name": "adamw_no_decay", "weight_decay": 0.0},
+    ]
     return [group for group in groups if group["params"]]
 
 
@@ -155,9 +157,7 @@ def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.opti
     return CombinedOptimizer([muon, adamw])
 
 
-def scheduler_arguments(
-    schedule: str, max_steps: int, warmup_fraction: float, cooldown_fraction: float
-) -> dict:
+def scheduler_arguments(schedule: str, max_steps: int, warmup_fraction: float, cooldown_fraction: float) -> dict:
     """`transformers.TrainingArguments` fields selecting `schedule` over a run of `max_steps` optimizer steps.
 
     The fractions are fractions of the token budget; every step consumes the same expected number of tokens,

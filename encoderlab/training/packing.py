@@ -21,7 +21,6 @@ import torch
 
 from .collator import IGNORE_INDEX, MLMCollator, _example_seed
 
-
 # ---------------------------------------------------------------------------------------------
 # The packer
 # ---------------------------------------------------------------------------------------------
@@ -70,19 +69,23 @@ def pack_block(windows: pa.Table, capacity: int) -> pa.Table:
     window_order = np.fromiter((index for row in rows for index in row), dtype=np.int64, count=len(lengths))
     # Gather the tokens of the windows in row order, then cut them into rows.
     starts, ends = offsets[:-1][window_order], offsets[1:][window_order]
-    token_index = np.concatenate([np.arange(start, end) for start, end in zip(starts, ends)]) if len(rows) else []
+    token_index = (
+        np.concatenate([np.arange(start, end) for start, end in zip(starts, ends, strict=True)]) if len(rows) else []
+    )
     values = column.values.to_numpy()[np.asarray(token_index, dtype=np.int64)]
     row_lengths = [lengths[row] for row in rows]
     row_tokens = np.array([int(row.sum()) for row in row_lengths], dtype=np.int64)
     row_offsets = np.concatenate([[0], np.cumsum(row_tokens)]).astype(np.int32)
     length_offsets = np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32)
-    return pa.table({
-        "input_ids": pa.ListArray.from_arrays(pa.array(row_offsets), pa.array(values, type=pa.int32())),
-        "lengths": pa.ListArray.from_arrays(
-            pa.array(length_offsets), pa.array(np.concatenate(row_lengths) if rows else [], type=pa.int32())
-        ),
-        "num_tokens": pa.array(row_tokens, type=pa.int32()),
-    })
+    return pa.table(
+        {
+            "input_ids": pa.ListArray.from_arrays(pa.array(row_offsets), pa.array(values, type=pa.int32())),
+            "lengths": pa.ListArray.from_arrays(
+                pa.array(length_offsets), pa.array(np.concatenate(row_lengths) if rows else [], type=pa.int32())
+            ),
+            "num_tokens": pa.array(row_tokens, type=pa.int32()),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +119,9 @@ class PackedMLMCollator(MLMCollator):
 
     def __init__(self, tokenizer, *, row_length: int | None = None, return_flash_attn_kwargs: bool = False, **kwargs):
         super().__init__(tokenizer, **kwargs)
-        if row_length is not None and (isinstance(row_length, bool) or not isinstance(row_length, int)
-                                       or row_length < 1):
+        if row_length is not None and (
+            isinstance(row_length, bool) or not isinstance(row_length, int) or row_length < 1
+        ):
             raise ValueError(f"row_length must be None or an int >= 1, got {row_length!r}")
         self.row_length = row_length
         self.return_flash_attn_kwargs = return_flash_attn_kwargs
@@ -126,7 +130,7 @@ class PackedMLMCollator(MLMCollator):
         if len(examples) == 0:
             raise ValueError("Cannot collate an empty list of examples.")
         sequences = [self._as_ids(example) for example in examples]
-        window_lengths = [self._window_lengths(example, ids) for example, ids in zip(examples, sequences)]
+        window_lengths = [self._window_lengths(example, ids) for example, ids in zip(examples, sequences, strict=True)]
         width = self._width(sequences)
         input_ids = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -162,19 +166,24 @@ class PackedMLMCollator(MLMCollator):
             return [len(ids)]
         lengths = [int(length) for length in lengths]
         if sum(lengths) != len(ids) or min(lengths, default=0) < 1:
-            raise ValueError(
-                f"a packed row's lengths {lengths} must be positive and sum to its {len(ids)} input_ids"
-            )
+            raise ValueError(f"a packed row's lengths {lengths} must be positive and sum to its {len(ids)} input_ids")
         return lengths
 
     @staticmethod
     def _flash_attn_kwargs(window_lengths: list[list[int]], width: int) -> dict[str, Any]:
-        spans = [span for lengths in window_lengths
-                 for span in (lengths + [width - sum(lengths)] if width > sum(lengths) else lengths)]
+        spans = [
+            span
+            for lengths in window_lengths
+            for span in (lengths + [width - sum(lengths)] if width > sum(lengths) else lengths)
+        ]
         cu_seq_lens = torch.tensor([0, *np.cumsum(spans).tolist()], dtype=torch.int32)
         longest = max(spans)
-        return {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens,
-                "max_length_q": longest, "max_length_k": longest}
+        return {
+            "cu_seq_lens_q": cu_seq_lens,
+            "cu_seq_lens_k": cu_seq_lens,
+            "max_length_q": longest,
+            "max_length_k": longest,
+        }
 
     def _mask_per_window(
         self, input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, window_lengths: list[list[int]]

@@ -47,8 +47,21 @@ from .run_folder import (
 from .sources import check_source_exists
 from .tokenizer_cache import check_tokenizer_path
 
-__all__ = ["PretrainResult", "RunConfig", "RunData", "build_model_config", "load_run_config", "prepare_data",
-           "pretrain", "run_corpus", "run_lengths", "run_shard_spec", "run_shards", "run_tokenizer", "validate_run"]
+__all__ = [
+    "PretrainResult",
+    "RunConfig",
+    "RunData",
+    "build_model_config",
+    "load_run_config",
+    "prepare_data",
+    "pretrain",
+    "run_corpus",
+    "run_lengths",
+    "run_shard_spec",
+    "run_shards",
+    "run_tokenizer",
+    "validate_run",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +83,16 @@ def run_corpus(run: RunConfig):
     from .data import Corpus
 
     data = run.data
-    return Corpus(source=data.source, text_field=data.text_field, split=data.split, streaming=data.streaming,
-                  limit=data.limit, validation_size=data.validation_size, test_size=data.test_size,
-                  seed=run.train.seed)
+    return Corpus(
+        source=data.source,
+        text_field=data.text_field,
+        split=data.split,
+        streaming=data.streaming,
+        limit=data.limit,
+        validation_size=data.validation_size,
+        test_size=data.test_size,
+        seed=run.train.seed,
+    )
 
 
 def run_shard_spec(run: RunConfig):
@@ -80,8 +100,13 @@ def run_shard_spec(run: RunConfig):
     from .shards import ShardSpec
 
     data = run.data
-    return ShardSpec(corpus=run_corpus(run), lengths=run_lengths(run), packing=data.packing,
-                     max_eval_examples=data.max_eval_examples, shard_rows=data.shard_rows)
+    return ShardSpec(
+        corpus=run_corpus(run),
+        lengths=run_lengths(run),
+        packing=data.packing,
+        max_eval_examples=data.max_eval_examples,
+        shard_rows=data.shard_rows,
+    )
 
 
 def build_model_config(run: RunConfig, tokenizer=None):
@@ -103,9 +128,13 @@ def validate_run(run: RunConfig) -> None:
     config = build_model_config(run)
     if run.train.attn_implementation is not None:  # a name the model cannot run stops here, before any write
         check_attention_implementation(config, run.train.attn_implementation, "train.attn_implementation")
-    check_lengths_fit(config, run_lengths(run).fed(), limit_prefix="model.config.",
-                      remedy="lower data.long_factor or train.seq_len, or raise model.config.max_position_embeddings "
-                      "(unset, it is the long evaluation length)")
+    check_lengths_fit(
+        config,
+        run_lengths(run).fed(),
+        limit_prefix="model.config.",
+        remedy="lower data.long_factor or train.seq_len, or raise model.config.max_position_embeddings "
+        "(unset, it is the long evaluation length)",
+    )
     check_source_exists(run.data.source)
     check_tokenizer_path(run.tokenizer.path)
 
@@ -132,16 +161,18 @@ def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
 
     corpus, max_length = run_corpus(run), run_lengths(run).long_seq_len
     cached = cached_tokenizer_dir(cache_root(run.data.cache_dir), corpus, run.tokenizer, max_length)
-    return load_or_build_tokenizer(run.tokenizer, lambda: corpus.documents_of("train"), max_length, cached,
-                                   tokenizer_dir, state)
+    return load_or_build_tokenizer(
+        run.tokenizer, lambda: corpus.documents_of("train"), max_length, cached, tokenizer_dir, state
+    )
 
 
 def run_shards(run: RunConfig, tokenizer, state=None):
     """The run's tokenized shards (`shards.load_or_build_shards`), built first if the cache has none."""
     from .shards import cache_root, load_or_build_shards
 
-    return load_or_build_shards(run_shard_spec(run), tokenizer, cache_root(run.data.cache_dir),
-                                num_proc=run.data.num_proc, state=state)
+    return load_or_build_shards(
+        run_shard_spec(run), tokenizer, cache_root(run.data.cache_dir), num_proc=run.data.num_proc, state=state
+    )
 
 
 def prepare_data(run: RunConfig, tokenizer_dir: Path | None, state) -> tuple[Any, RunData]:
@@ -171,8 +202,9 @@ class PretrainResult:
     trainer: Any
 
 
-def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, callbacks=(),
-             command: str = "pretrain") -> PretrainResult:
+def pretrain(
+    run: RunConfig, *, resume: bool = False, overwrite: bool = False, callbacks=(), command: str = "pretrain"
+) -> PretrainResult:
     """Train, evaluate and save one run; see the module docstring. Returns the results and the Trainer.
 
     The whole run config is checked, and `run.output_dir` found usable (`run_folder.check_run_folder`), before
@@ -191,16 +223,20 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     from .trainer import build_trainer, cpu_only, plan_steps, training_arguments, use_bf16
 
     validate_run(run)
-    fsdp.check_launch(run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)),
-                      run.optimizer.name)
+    fsdp.check_launch(
+        run.train.precision, lambda: family_classes(run.model.family)[1](build_model_config(run)), run.optimizer.name
+    )
     run_dir, train, lengths = Path(run.output_dir), run.train, run_lengths(run)
     # Without an accelerator, accelerate only forms a multi-process (gloo) group when told to run on CPU.
     state = PartialState(cpu=cpu_only())
     check_run_folder(run_dir, command, resume, run.to_dict(), overwrite)
     check_local_source(run.data.source, text_field=run.data.text_field, split=run.data.split)
     tokenizer, data = prepare_data(run, run_dir if resume else None, state)
-    plan = plan_steps(data.train, token_budget=train.token_budget,
-                      examples_per_step=train.batch_size * train.gradient_accumulation_steps * state.num_processes)
+    plan = plan_steps(
+        data.train,
+        token_budget=train.token_budget,
+        examples_per_step=train.batch_size * train.gradient_accumulation_steps * state.num_processes,
+    )
     logger.info("Token budget %d -> %d optimizer steps (%s)", train.token_budget, plan["max_steps"], plan)
     checkpoint = last_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
@@ -217,8 +253,13 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     set_seed(train.seed)  # identical initial weights on every rank and in every resumption
     _, model_class = family_classes(run.model.family)
     model = model_class(build_model_config(run, tokenizer))
-    attention = choose_attention(model.config, state.device, packed=run.data.packing == "pack",
-                                 half_precision=use_bf16(train.precision), requested=train.attn_implementation)
+    attention = choose_attention(
+        model.config,
+        state.device,
+        packed=run.data.packing == "pack",
+        half_precision=use_bf16(train.precision),
+        requested=train.attn_implementation,
+    )
     model.set_attn_implementation(attention.implementation)
     if state.is_main_process:
         logger.info(attention.line())
@@ -237,8 +278,9 @@ def pretrain(run: RunConfig, *, resume: bool = False, overwrite: bool = False, c
     results["attention"] = {"implementation": attention.implementation, "reason": attention.reason}
     weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
     if trainer.is_world_process_zero():
-        _save_run(run_dir, run.to_dict(), trainer, results, title=f"{run.model.family}: {run_dir.name}",
-                  weights=weights)
+        _save_run(
+            run_dir, run.to_dict(), trainer, results, title=f"{run.model.family}: {run_dir.name}", weights=weights
+        )
     trainer.accelerator.wait_for_everyone()
     return PretrainResult(run_dir=run_dir, results=results, trainer=trainer)
 
@@ -288,8 +330,7 @@ def _metrics_by_length(metrics: dict, prefix: str) -> dict:
     from .metrics import METRIC_NAMES
 
     return {
-        length: {name: metrics[f"{prefix}_{length}_{name}"] for name in METRIC_NAMES}
-        for length in ("short", "long")
+        length: {name: metrics[f"{prefix}_{length}_{name}"] for name in METRIC_NAMES} for length in ("short", "long")
     }
 
 

@@ -29,15 +29,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config_file $(encoderlab config-path fsdp2) --num_processes 8 -m encoderlab.cli pretrain --config ...` "
         "(FSDP2: sharded, GPUs only). CPU processes: torchrun --nproc_per_node N -m encoderlab.cli pretrain ..."
     )
-    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR): new or empty, or an "
-                        "encoderlab run to --resume or --overwrite; default: the config's output_dir")
+    parser.add_argument(
+        "--output-dir",
+        help="the run folder (= --set output_dir=DIR): new or empty, or an "
+        "encoderlab run to --resume or --overwrite; default: the config's output_dir",
+    )
     folder = parser.add_mutually_exclusive_group()
     folder.add_argument(
         "--resume", action="store_true",
         help="continue the run in output_dir from its last checkpoint (its saved run config must match)",
     )  # fmt: skip
-    folder.add_argument("--overwrite", action="store_true", help="replace the encoderlab run in output_dir; it is "
-                        "removed only once the new run has passed every check and read its data")
+    folder.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the encoderlab run in output_dir; it is "
+        "removed only once the new run has passed every check and read its data",
+    )
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,8 +99,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"Nothing to do: {finished}")
         return 0
     except KeyboardInterrupt:
-        resume = ["encoderlab", "pretrain", "--config", args.config, *(word for text in args.overrides
-                  for word in ("--set", text)), "--output-dir", config.output_dir, "--resume"]
+        resume = [
+            "encoderlab",
+            "pretrain",
+            "--config",
+            args.config,
+            *(word for text in args.overrides for word in ("--set", text)),
+            "--output-dir",
+            config.output_dir,
+            "--resume",
+        ]
         print(f"\n{interrupted(config, shlex.join(resume))}", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
     print(format_results(result.results))
@@ -105,11 +120,16 @@ def interrupted(run: PretrainRunConfig, resume_command: str) -> str:
     """The one line a run stopped by Ctrl-C prints: where it stopped and how to continue it."""
     run_dir = Path(run.output_dir)
     if not (run_dir / RUN_CONFIG_FILE).is_file() or changed_keys(read_run_config(run_dir), run.to_dict()):
-        return (f"Interrupted before the run started: nothing was written to {run_dir}; run the same command "
-                "again to start it")
+        return (
+            f"Interrupted before the run started: nothing was written to {run_dir}; run the same command "
+            "again to start it"
+        )
     checkpoint = last_checkpoint(run_dir)
-    where = ("no checkpoint yet (resuming trains from step 0)" if checkpoint is None
-             else f"the last checkpoint is {checkpoint}")
+    where = (
+        "no checkpoint yet (resuming trains from step 0)"
+        if checkpoint is None
+        else f"the last checkpoint is {checkpoint}"
+    )
     return f"Interrupted: {where}; continue with: {resume_command}"
 
 

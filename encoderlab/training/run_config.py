@@ -20,7 +20,6 @@ import yaml
 from ..configuration.choices import check_choice
 from .optimizer_settings import SCHEDULES, OptimizerSettings
 
-
 CONFIG_DIR = Path(__file__).with_name("configs")
 PACKING_MODES = ("pack", "chunk", "truncate")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -172,8 +171,14 @@ class TrainSection:
     def __post_init__(self):
         check_choice("train.schedule", self.schedule, SCHEDULES)
         check_choice("train.precision", self.precision, PRECISIONS)
-        for name in ("seq_len", "batch_size", "gradient_accumulation_steps", "token_budget", "evaluations",
-                     "logging_steps"):
+        for name in (
+            "seq_len",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "token_budget",
+            "evaluations",
+            "logging_steps",
+        ):
             check_at_least(f"train.{name}", getattr(self, name), 1)
         for name in ("save_steps", "save_total_limit", "eval_batch_size"):
             if getattr(self, name) is not None:
@@ -269,7 +274,9 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(typing.get_args(hint)):
             raise ValueError(f"{key}={value!r} must be a list of {len(typing.get_args(hint))} numbers")
-        return tuple(_coerce(key, item, item_hint) for item, item_hint in zip(value, typing.get_args(hint)))
+        return tuple(
+            _coerce(key, item, item_hint) for item, item_hint in zip(value, typing.get_args(hint), strict=True)
+        )
     if typing.get_origin(hint) is list:
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{key}={value!r} must be a list, e.g. [a, b]")

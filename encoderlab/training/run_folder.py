@@ -23,9 +23,16 @@ from pathlib import Path
 
 import yaml
 
-from ..run_files import (LOAD_TIME_KEYS, MARKER_FILE, METRICS_FILE, PLOT_FILE, PUBLISHED_FILE, RESULTS_FILE,
-                         RUN_CONFIG_FILE, read_run_config)
-
+from ..run_files import (
+    LOAD_TIME_KEYS,
+    MARKER_FILE,
+    METRICS_FILE,
+    PLOT_FILE,
+    PUBLISHED_FILE,
+    RESULTS_FILE,
+    RUN_CONFIG_FILE,
+    read_run_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +157,11 @@ def flatten_keys(data: dict, prefix: str = "") -> dict:
 def last_checkpoint(run_dir: Path) -> Path | None:
     """The latest whole checkpoint: the Trainer writes ``trainer_state.json`` last, so a checkpoint that a Ctrl-C or
     a crash cut short has none and is passed over."""
-    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*")
-                   if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    checkpoints = [
+        p
+        for p in Path(run_dir).glob("checkpoint-*")
+        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     return max(checkpoints, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
@@ -205,7 +215,9 @@ def base_model_record(path: str) -> dict:
         repo_id = json.loads((folder / PUBLISHED_FILE).read_text(encoding="utf-8"))["repo_id"]
         return {"base_model": repo_id, "base_checkpoint": repo_id, "base_model_note": None}
     name = folder.resolve().name
-    note = (f"the base checkpoint is the local folder {name!r}, which did not come from the Hub and was not "
-            "uploaded with `encoderlab publish`; publish it first and fine-tune from that run folder (or its Hub id) "
-            "to record its base_model")
+    note = (
+        f"the base checkpoint is the local folder {name!r}, which did not come from the Hub and was not "
+        "uploaded with `encoderlab publish`; publish it first and fine-tune from that run folder (or its Hub id) "
+        "to record its base_model"
+    )
     return {"base_model": None, "base_checkpoint": name, "base_model_note": note}

@@ -41,7 +41,6 @@ from .lengths import PretrainLengths
 from .packing import pack_block
 from .sources import EMBEDDED_SOURCE
 
-
 logger = logging.getLogger(__name__)
 
 SHARD_FORMAT = 2
@@ -51,8 +50,9 @@ PACK_BLOCK = 20_000
 """Windows packed together; best-fit within a block leaves only the block's last rows part-empty."""
 TOKENIZE_BATCH = 1000
 EVAL_LENGTHS = ("short", "long")
-_WINDOW_FEATURES = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
-                                      "dropped_tokens": datasets.Value("int64")})
+_WINDOW_FEATURES = datasets.Features(
+    {"input_ids": datasets.Sequence(datasets.Value("int32")), "dropped_tokens": datasets.Value("int64")}
+)
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,10 @@ def source_fingerprint(source: str) -> dict:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return {
         "path": str(path.resolve()),
-        "files": [[str(p.relative_to(path)) if path.is_dir() else p.name, p.stat().st_size, p.stat().st_mtime_ns]
-                  for p in files],
+        "files": [
+            [str(p.relative_to(path)) if path.is_dir() else p.name, p.stat().st_size, p.stat().st_mtime_ns]
+            for p in files
+        ],
     }
 
 
@@ -128,8 +130,11 @@ def _hashed(spec: dict) -> str:
 def cached_tokenizer_dir(root: Path, corpus: Corpus, tokenizer_section, model_max_length: int) -> Path:
     """Where under `root` the tokenizer of `corpus` (trained on its training split) and of `tokenizer_section` (the
     run config's ``tokenizer`` section, hashed whole) is cached."""
-    spec = {"corpus": corpus_spec(corpus), "tokenizer": dataclasses.asdict(tokenizer_section),
-            "model_max_length": model_max_length}
+    spec = {
+        "corpus": corpus_spec(corpus),
+        "tokenizer": dataclasses.asdict(tokenizer_section),
+        "model_max_length": model_max_length,
+    }
     return Path(root) / "tokenizers" / _hashed(spec)
 
 
@@ -228,8 +233,10 @@ def build_shards(spec: ShardSpec, tokenizer, directory: Path, *, num_proc: int =
 
 
 def _summary(info: dict) -> str:
-    return (f"{info['documents']} documents, {info['train_rows']} training rows of {info['train_tokens']} tokens "
-            f"(fill rate {info['fill_rate']:.4f})")
+    return (
+        f"{info['documents']} documents, {info['train_rows']} training rows of {info['train_tokens']} tokens "
+        f"(fill rate {info['fill_rate']:.4f})"
+    )
 
 
 def _document_rows(corpus: Corpus):
@@ -254,8 +261,9 @@ def _split_counts(documents: datasets.Dataset) -> dict:
 
 
 def _split(documents: datasets.Dataset, split: str) -> datasets.Dataset:
-    return documents.filter(lambda names: [name == split for name in names], input_columns="split", batched=True,
-                            batch_size=10_000)
+    return documents.filter(
+        lambda names: [name == split for name in names], input_columns="split", batched=True, batch_size=10_000
+    )
 
 
 def _tokenize(batch: dict, tokenizer, seq_len: int, mode: str) -> dict:
@@ -277,9 +285,11 @@ def _windows(documents: datasets.Dataset, tokenizer, seq_len: int, mode: str, nu
 def _rows(windows: datasets.Dataset, seq_len: int, packing: str) -> datasets.Dataset:
     """Packed rows (``input_ids``, ``lengths``, ``num_tokens``), or the windows themselves with ``num_tokens``."""
     if packing == "pack":
-        return windows.with_format("arrow").map(
-            pack_block, batched=True, batch_size=PACK_BLOCK, fn_kwargs={"capacity": seq_len}, desc="packing"
-        ).with_format(None)
+        return (
+            windows.with_format("arrow")
+            .map(pack_block, batched=True, batch_size=PACK_BLOCK, fn_kwargs={"capacity": seq_len}, desc="packing")
+            .with_format(None)
+        )
 
     def count(table: pa.Table) -> pa.Table:
         return table.append_column("num_tokens", pc.list_value_length(table.column("input_ids")).cast(pa.int32()))
@@ -293,8 +303,9 @@ def _build_train(spec: ShardSpec, tokenizer, documents: datasets.Dataset, target
     windows = _windows(documents, tokenizer, seq_len, mode, num_proc)
     dropped = int(pc.sum(windows.data.column("dropped_tokens")).as_py() or 0)
     if dropped:
-        logger.info("data.packing=truncate: %d tokens past the first window of their document are not trained on",
-                    dropped)
+        logger.info(
+            "data.packing=truncate: %d tokens past the first window of their document are not trained on", dropped
+        )
     rows = _rows(windows.remove_columns("dropped_tokens"), seq_len, packing)
     if len(rows) == 0:
         raise ValueError(f"data.source={spec.corpus.source!r}: the training documents hold no token")
@@ -341,7 +352,15 @@ def unigram_argmax_of(info: dict, special_token_ids) -> int:
 def describe(shards: Shards) -> dict[str, Any]:
     """What ``encoderlab prepare-data`` prints."""
     info = shards.info
-    return {"directory": str(shards.directory), "documents": info["documents"], "train_rows": info["train_rows"],
-            "train_tokens": info["train_tokens"], "fill_rate": round(info["fill_rate"], 4),
-            "eval_rows": {f"{split}_{length}": len(sets[length]) for split, sets in
-                          (("validation", shards.eval_sets), ("test", shards.test_sets)) for length in EVAL_LENGTHS}}
+    return {
+        "directory": str(shards.directory),
+        "documents": info["documents"],
+        "train_rows": info["train_rows"],
+        "train_tokens": info["train_tokens"],
+        "fill_rate": round(info["fill_rate"], 4),
+        "eval_rows": {
+            f"{split}_{length}": len(sets[length])
+            for split, sets in (("validation", shards.eval_sets), ("test", shards.test_sets))
+            for length in EVAL_LENGTHS
+        },
+    }

@@ -21,7 +21,6 @@ from huggingface_hub import is_offline_mode
 
 from .text_files import decoding_error, first_undecodable
 
-
 EMBEDDED_SOURCE = "embedded"
 """Source name of the offline corpus: the English reference text in `pydoc_data.topics`."""
 
@@ -114,16 +113,20 @@ def check_local_source(source: str | os.PathLike, *, text_field: str | None = No
         return
     if next(load_documents(source, text_field=text_field, split=split, limit=1), None) is None:
         what = "its document files hold" if Path(source).expanduser().is_dir() else "the file holds"
-        raise ValueError(f"data.source={str(source)!r} holds no document: {what} only blank lines, whitespace or "
-                         "empty values; point data.source at a corpus with text")
+        raise ValueError(
+            f"data.source={str(source)!r} holds no document: {what} only blank lines, whitespace or "
+            "empty values; point data.source at a corpus with text"
+        )
 
 
 def check_source_exists(source: str | os.PathLike, key: str = "data.source") -> None:
     """A FileNotFoundError naming `key` when `source` names a local file or folder that does not exist; reads
     nothing and needs no `datasets`, so the command line runs it before importing that."""
     if _is_local(source) and not Path(source).expanduser().exists():
-        raise FileNotFoundError(f"{key}={str(source)!r} does not exist; give a local file or folder of documents, a "
-                                f"Hub dataset id or {EMBEDDED_SOURCE!r}")
+        raise FileNotFoundError(
+            f"{key}={str(source)!r} does not exist; give a local file or folder of documents, a "
+            f"Hub dataset id or {EMBEDDED_SOURCE!r}"
+        )
 
 
 def _is_local(source: str | os.PathLike) -> bool:
@@ -157,8 +160,9 @@ def _folder_documents(path: Path, text_field: str | None, split: str, streaming:
     line_formats = [p for p in files if _known_format(p) in ("text", "fasta")]
     if not line_formats:
         decoded = [p for p in files if _known_format(p) in _GZIP_FORMATS]  # the files read as text, not Parquet
-        return _load_decoded(lambda: _dataset_documents(str(path), text_field=text_field, split=split,
-                                                        streaming=streaming), decoded)
+        return _load_decoded(
+            lambda: _dataset_documents(str(path), text_field=text_field, split=split, streaming=streaming), decoded
+        )
     if split != "train":
         raise ValueError(
             f"split={split!r} does not apply to the folder {str(path)!r} of text / FASTA files; only 'train' is "
@@ -242,15 +246,18 @@ def _file_documents(path: Path, text_field: str | None, streaming: bool) -> Iter
         return _decoded(_fasta_documents(_file_lines(path), path), [path])
     # Keep CSV cells as written: pandas would otherwise turn e.g. the peptide "NA" into a null.
     csv_options = {"na_filter": False} if fmt == "csv" else {}
-    return _load_decoded(lambda: _dataset_documents(
-        fmt,
-        data_files=_literal_pattern(path),
-        text_field=text_field,
-        split="train",
-        streaming=streaming,
-        description=repr(str(path)),
-        **csv_options,
-    ), [path] if fmt != "parquet" else [])
+    return _load_decoded(
+        lambda: _dataset_documents(
+            fmt,
+            data_files=_literal_pattern(path),
+            text_field=text_field,
+            split="train",
+            streaming=streaming,
+            description=repr(str(path)),
+            **csv_options,
+        ),
+        [path] if fmt != "parquet" else [],
+    )
 
 
 def _load_decoded(load, files: list[Path]) -> Iterator:
@@ -408,9 +415,7 @@ def _dataset_documents(
 def _resolve_text_field(columns: list[str], text_field: str | None, description: str) -> str:
     if text_field is not None:
         if text_field not in columns:
-            raise ValueError(
-                f"text_field={text_field!r} is not a column of {description}; columns: {sorted(columns)}."
-            )
+            raise ValueError(f"text_field={text_field!r} is not a column of {description}; columns: {sorted(columns)}.")
         return text_field
     for candidate in DEFAULT_TEXT_FIELDS:
         if candidate in columns:
@@ -426,7 +431,6 @@ def _string_values(rows: Iterable[dict], field: str, description: str) -> Iterat
         value = row[field]
         if value is not None and not isinstance(value, str):
             raise ValueError(
-                f"Field {field!r} of {description} must hold strings; "
-                f"row {index} has {type(value).__name__} {value!r}."
+                f"Field {field!r} of {description} must hold strings; row {index} has {type(value).__name__} {value!r}."
             )
         yield value

@@ -41,14 +41,21 @@ def decoding_error(path: str | Path) -> ValueError:
     """The one-line error for a file that is not UTF-8 (call it where a reader raised UnicodeDecodeError)."""
     path = Path(path)
     found = first_undecodable(path)
-    where = "it does not decode" if found is None else f"byte 0x{found[1]:02x} at byte offset {found[0]}" + (
-        " of the decompressed stream" if path.suffix.lower() == ".gz" else "") + " does not decode"
+    where = (
+        "it does not decode"
+        if found is None
+        else f"byte 0x{found[1]:02x} at byte offset {found[0]}"
+        + (" of the decompressed stream" if path.suffix.lower() == ".gz" else "")
+        + " does not decode"
+    )
     with open_bytes(path) as handle:
         utf16 = handle.read(2) in UTF16_MARKS
     source = "UTF-16" if utf16 else "LATIN1"
     hint = " It starts with a UTF-16 byte-order mark (a spreadsheet's 'Unicode text' export)." if utf16 else ""
-    return ValueError(f"{str(path)!r} is not UTF-8: {where}.{hint} Accepted: {ACCEPTED_ENCODINGS}; re-save it as "
-                      f"UTF-8 (e.g. iconv -f {source} -t UTF-8 FILE > NEW_FILE)")
+    return ValueError(
+        f"{str(path)!r} is not UTF-8: {where}.{hint} Accepted: {ACCEPTED_ENCODINGS}; re-save it as "
+        f"UTF-8 (e.g. iconv -f {source} -t UTF-8 FILE > NEW_FILE)"
+    )
 
 
 def read_text_file(path: str | Path) -> str:

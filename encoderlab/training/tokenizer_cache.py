@@ -17,12 +17,15 @@ from .run_folder import without_load_time_keys
 def check_tokenizer_path(path: str | None) -> None:
     """A local tokenizer folder (``tokenizer.path``) that does not exist is named; a Hub id is left to the loader."""
     if path is not None and is_local_path(path) and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"tokenizer.path={path!r} does not exist; give a saved tokenizer's folder or a Hub "
-                                "id, or leave it unset to build tokenizer.name")
+        raise FileNotFoundError(
+            f"tokenizer.path={path!r} does not exist; give a saved tokenizer's folder or a Hub "
+            "id, or leave it unset to build tokenizer.name"
+        )
 
 
-def load_or_build_tokenizer(tokenizer_section, training_documents, model_max_length: int, cached: Path,
-                            saved: Path | None, state):
+def load_or_build_tokenizer(
+    tokenizer_section, training_documents, model_max_length: int, cached: Path, saved: Path | None, state
+):
     """The tokenizer saved in `saved` (the folder of a resumed run) or in `cached`, else the one `tokenizer_section`
     (the run config's ``tokenizer`` section) describes, built by the main process (a trained one from
     `training_documents()`, a stream) and saved in `cached` first."""
@@ -33,8 +36,7 @@ def load_or_build_tokenizer(tokenizer_section, training_documents, model_max_len
         if found is not None:
             tokenizer = AutoTokenizer.from_pretrained(found)
         else:  # built by the main process; saved and read back, as every later run will read it
-            save_atomically(build_tokenizer_for_run(tokenizer_section, training_documents(), model_max_length),
-                            cached)
+            save_atomically(build_tokenizer_for_run(tokenizer_section, training_documents(), model_max_length), cached)
             tokenizer = AutoTokenizer.from_pretrained(cached)
     return without_load_time_keys(tokenizer)  # saved with the model: no trace of how this process loaded it
 

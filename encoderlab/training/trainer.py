@@ -96,24 +96,43 @@ def training_arguments(train, output_dir: str, max_steps: int, drope: bool = Fal
     )
 
 
-def build_trainer(model, tokenizer, args: TrainingArguments, train_dataset, eval_sets: dict, *, mlm,
-                  optimizer_settings, packed: bool, seq_len: int, seed: int, drope_step: int | None = None,
-                  callbacks=()) -> "MLMTrainer":
+def build_trainer(
+    model,
+    tokenizer,
+    args: TrainingArguments,
+    train_dataset,
+    eval_sets: dict,
+    *,
+    mlm,
+    optimizer_settings,
+    packed: bool,
+    seq_len: int,
+    seed: int,
+    drope_step: int | None = None,
+    callbacks=(),
+) -> "MLMTrainer":
     """The `MLMTrainer` of a pretraining run: masking as `mlm` (the ``mlm`` section) says, training rows packed
     into rows of `seq_len` tokens (`packed`) or padded per batch, evaluation masks drawn from `seed`, encoderlab's
     optimizer of `optimizer_settings`, and (at `drope_step`) positions switched off."""
     callbacks = list(callbacks)
     if drope_step is not None:
         callbacks.append(DroPECallback(drope_step))
-    masking = dict(mlm_probability=mlm.probability, mask_replace_prob=mlm.mask_replace_prob,
-                   random_replace_prob=mlm.random_replace_prob)
+    masking = dict(
+        mlm_probability=mlm.probability,
+        mask_replace_prob=mlm.mask_replace_prob,
+        random_replace_prob=mlm.random_replace_prob,
+    )
     if packed:  # rows of exactly seq_len tokens, positions restarting in every document
-        collators = (PackedMLMCollator(tokenizer, row_length=seq_len, mask_on_device=True, **masking),
-                     PackedMLMCollator(tokenizer, seed=seed, **masking))
+        collators = (
+            PackedMLMCollator(tokenizer, row_length=seq_len, mask_on_device=True, **masking),
+            PackedMLMCollator(tokenizer, seed=seed, **masking),
+        )
         args.remove_unused_columns = False  # the collator reads each row's document lengths
     else:
-        collators = (MLMCollator(tokenizer, mask_on_device=True, **masking),
-                     MLMCollator(tokenizer, seed=seed, **masking))
+        collators = (
+            MLMCollator(tokenizer, mask_on_device=True, **masking),
+            MLMCollator(tokenizer, seed=seed, **masking),
+        )
     return MLMTrainer(
         model=model,
         args=args,
@@ -155,8 +174,7 @@ class MLMTrainer(Trainer):
         checkpoint, which saves it once; the Trainer would warn of it as missing. It is the other weight, loaded."""
         model = self.accelerator.unwrap_model(self.model)
         tied = getattr(model, "all_tied_weights_keys", None) or {}
-        missing = [key for key in load_result.missing_keys
-                   if key not in tied or tied[key] in load_result.missing_keys]
+        missing = [key for key in load_result.missing_keys if key not in tied or tied[key] in load_result.missing_keys]
         if len(missing) < len(load_result.missing_keys):
             model.tie_weights()
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
@@ -210,8 +228,11 @@ class ProgressLines(TrainerCallback):
         if "loss" in logs:
             done, elapsed = state.global_step - self.start_step, time.monotonic() - self.start_time
             left = elapsed / done * (state.max_steps - state.global_step) if done else float("nan")
-            print(f"{step}: loss {logs['loss']:.4f}, learning rate {logs.get('learning_rate', float('nan')):.3g}, "
-                  f"{_minutes(elapsed)} elapsed, about {_minutes(left)} left", flush=True)
+            print(
+                f"{step}: loss {logs['loss']:.4f}, learning rate {logs.get('learning_rate', float('nan')):.3g}, "
+                f"{_minutes(elapsed)} elapsed, about {_minutes(left)} left",
+                flush=True,
+            )
         else:
             numbers = ", ".join(f"{key} {value:.4g}" for key, value in logs.items() if isinstance(value, (int, float)))
             print(f"{step}: {numbers}", flush=True)

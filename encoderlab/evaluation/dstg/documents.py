@@ -28,8 +28,11 @@ from ...training.sources import load_documents
 logger = logging.getLogger(__name__)
 
 TARGETS = ("position", "segment", "intra_segment")
-TARGET_LABELS = {"position": "token-level AP (Table 2)", "segment": "segment-level AP (Table 3)",
-                 "intra_segment": "intra-segment AP (Table 4)"}
+TARGET_LABELS = {
+    "position": "token-level AP (Table 2)",
+    "segment": "segment-level AP (Table 3)",
+    "intra_segment": "intra-segment AP (Table 4)",
+}
 SEGMENT_END = re.compile(r"[.!?](?=\s|$)|\n")
 DEFAULT_TEXT = Path("../shared/data/text/wikitext2_test.txt")
 """The WikiText-2 test split beside the project (see ../shared/data/README.md); the embedded corpus otherwise."""
@@ -68,7 +71,7 @@ def intra_segment_positions(segments):
     starts = np.flatnonzero(np.r_[True, segments[1:] != segments[:-1]])
     ends = np.r_[starts[1:], len(segments)]
     progress = np.zeros(len(segments))
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         if end - start > 1:
             progress[start:end] = np.arange(end - start) / (end - start - 1)
     return progress
@@ -106,8 +109,9 @@ def special_ids(tokenizer):
     cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if cls_id is None or sep_id is None:
-        raise ValueError(f"the tokenizer {type(tokenizer).__name__} has no [CLS]/[SEP] (or BOS/EOS) token to wrap "
-                         "probe documents in")
+        raise ValueError(
+            f"the tokenizer {type(tokenizer).__name__} has no [CLS]/[SEP] (or BOS/EOS) token to wrap probe documents in"
+        )
     return cls_id, sep_id
 
 
@@ -124,11 +128,12 @@ def build_probe_documents(texts, tokenizer, length, count=None):
     for start in range(0, len(ids) - width + 1, width):
         if count is not None and len(documents) == count:
             break
-        window = segments[start:start + width]
-        documents.append(ProbeDocument([cls_id, *ids[start:start + width], sep_id], window - window[0]))
+        window = segments[start : start + width]
+        documents.append(ProbeDocument([cls_id, *ids[start : start + width], sep_id], window - window[0]))
     if count is not None and len(documents) < count:
-        logger.warning("the texts give %d probe documents of %d tokens, fewer than the %d asked for",
-                       len(documents), length, count)
+        logger.warning(
+            "the texts give %d probe documents of %d tokens, fewer than the %d asked for", len(documents), length, count
+        )
     return documents
 
 

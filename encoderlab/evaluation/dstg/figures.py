@@ -27,7 +27,7 @@ def plot_probe_lines(series, path, title):
     {label: {target: {layer: (mean, sd)}}}; a label naming the semantic space ("sem") is dotted."""
     plt = pyplot()
     figure, axes = plt.subplots(1, len(TARGETS), figsize=(4.2 * len(TARGETS), 3.6), layout="constrained")
-    for axis, target in zip(axes, TARGETS):
+    for axis, target in zip(axes, TARGETS, strict=True):
         for label, by_target in series.items():
             points = by_target.get(target)
             if not points:
@@ -59,21 +59,28 @@ def ternary_xy(shares):
 def plot_ternary(panels, path):
     """Figure 2: one triangle per {title: rows of `heads.score_rows`}, heads coloured by layer."""
     plt = pyplot()
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False,
-                                layout="constrained")
-    for axis, (title, rows) in zip(axes[0], panels.items()):
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False, layout="constrained")
+    for axis, (title, rows) in zip(axes[0], panels.items(), strict=True):
         corners = np.array([[0, 0], [1, 0], [0.5, np.sqrt(3) / 2], [0, 0]])
         axis.plot(corners[:, 0], corners[:, 1], color="black", linewidth=0.8)
-        for (x, y), name in zip(corners[:3], COMPONENTS):
-            axis.annotate(COMPONENT_LABELS[name], (x, y), textcoords="offset points", xytext=(0, -12 if y == 0 else 5),
-                          ha="center", fontsize=9)
+        for (x, y), name in zip(corners[:3], COMPONENTS, strict=True):
+            axis.annotate(
+                COMPONENT_LABELS[name],
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, -12 if y == 0 else 5),
+                ha="center",
+                fontsize=9,
+            )
         shares = np.array([[row[f"share_{name}"] for name in COMPONENTS] for row in rows])
         x, y = ternary_xy(shares)
         layers = np.array([row["layer"] for row in rows])
         points = axis.scatter(x, y, c=layers, cmap="viridis", s=28, edgecolors="black", linewidths=0.3)
         counts = group_counts(rows)
-        axis.set_title(f"{title}\nheads per group: " + ", ".join(f"{COMPONENT_LABELS[k]} {v}"
-                                                                for k, v in counts.items()), fontsize=9)
+        axis.set_title(
+            f"{title}\nheads per group: " + ", ".join(f"{COMPONENT_LABELS[k]} {v}" for k, v in counts.items()),
+            fontsize=9,
+        )
         axis.set_aspect("equal")
         axis.axis("off")
         figure.colorbar(points, ax=axis, label="layer", shrink=0.7)
@@ -99,8 +106,11 @@ def plot_table(tables, path):
             component = summary["components"][:, k]
             axes[row][1].plot(component, label=f"PC{k + 1}", linewidth=1)
             power = dct_power(component)
-            axes[row][2].plot(power[:32], marker=".", label=f"PC{k + 1}: {summary['low_frequency_share'][k]:.0%} "
-                                                            f"in bins 0-{LOW_BINS - 1}")
+            axes[row][2].plot(
+                power[:32],
+                marker=".",
+                label=f"PC{k + 1}: {summary['low_frequency_share'][k]:.0%} in bins 0-{LOW_BINS - 1}",
+            )
         axes[row][1].set_xlabel("position")
         axes[row][1].set_title("first principal components", fontsize=9)
         axes[row][1].legend(fontsize=7)
@@ -116,9 +126,10 @@ def plot_table(tables, path):
 def plot_ap_states(projections, segments, path, title):
     """Figure 4: one panel per layer, the 2-D PCA of the AP hidden states, tokens coloured by segment."""
     plt = pyplot()
-    figure, axes = plt.subplots(1, len(projections), figsize=(2.6 * len(projections), 2.9), squeeze=False,
-                                layout="constrained")
-    for index, (axis, (points, share)) in enumerate(zip(axes[0], projections)):
+    figure, axes = plt.subplots(
+        1, len(projections), figsize=(2.6 * len(projections), 2.9), squeeze=False, layout="constrained"
+    )
+    for index, (axis, (points, share)) in enumerate(zip(axes[0], projections, strict=True)):
         axis.scatter(points[:, 0], points[:, 1], c=segments % 10, cmap="tab10", s=6, vmin=0, vmax=9)
         name = "embeddings" if index == 0 else f"layer {index - 1}"
         last = index == len(projections) - 1
@@ -135,8 +146,9 @@ def plot_maps(maps, spans, path, title):
     paper; white lines mark where DOC-B and the second DOC-A start."""
     plt = pyplot()
     heads = maps["combined"].shape[0]
-    figure, axes = plt.subplots(len(MAPS), heads, figsize=(2.3 * heads, 2.4 * len(MAPS)), squeeze=False,
-                                layout="constrained")
+    figure, axes = plt.subplots(
+        len(MAPS), heads, figsize=(2.3 * heads, 2.4 * len(MAPS)), squeeze=False, layout="constrained"
+    )
     edges = [start - 0.5 for start, _ in spans[1:]]
     for row, name in enumerate(MAPS):
         for head in range(heads):

@@ -27,13 +27,18 @@ def position_table(model):
     the ``nn.Embedding`` named ``position_embeddings`` (BERT, RoBERTa, ELECTRA, the ``ap`` baseline, ...)."""
     if getattr(model.config, "is_disentangled", False):
         return model.embeddings.ap_embeddings.weight.detach().double().numpy()
-    tables = [module for name, module in model.named_modules()
-              if name.split(".")[-1] == "position_embeddings" and isinstance(module, torch.nn.Embedding)]
+    tables = [
+        module
+        for name, module in model.named_modules()
+        if name.split(".")[-1] == "position_embeddings" and isinstance(module, torch.nn.Embedding)
+    ]
     if len(tables) != 1:
         preset = getattr(model.config, "preset", None)
         described = model.config.model_type + (f", preset {preset!r}" if preset else "")
-        raise ValueError(f"{type(model).__name__} ({described}) has {len(tables)} learned position tables "
-                         "(nn.Embedding modules named 'position_embeddings'); AP geometry needs exactly one")
+        raise ValueError(
+            f"{type(model).__name__} ({described}) has {len(tables)} learned position tables "
+            "(nn.Embedding modules named 'position_embeddings'); AP geometry needs exactly one"
+        )
     return tables[0].weight.detach().double().numpy()
 
 
@@ -67,10 +72,15 @@ def table_geometry(table, components=SHOWN_COMPONENTS):
 def geometry_rows(table):
     """CSV rows: per principal component its variance share, the cumulative share and its low-band power."""
     summary = table_geometry(table, components=table.shape[1])
-    return [{"component": k + 1, "variance_ratio": float(summary["variance_ratio"][k]),
-             "cumulative_variance": float(summary["cumulative_variance"][k]),
-             "low_frequency_share": summary["low_frequency_share"][k]}
-            for k in range(len(summary["variance_ratio"]))]
+    return [
+        {
+            "component": k + 1,
+            "variance_ratio": float(summary["variance_ratio"][k]),
+            "cumulative_variance": float(summary["cumulative_variance"][k]),
+            "low_frequency_share": summary["low_frequency_share"][k],
+        }
+        for k in range(len(summary["variance_ratio"]))
+    ]
 
 
 def ap_state_projections(model, document):

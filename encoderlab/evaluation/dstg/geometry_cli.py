@@ -25,13 +25,19 @@ def run(args):
     write_rows(args.out_dir / "ap_table.csv", rows)
     plot_table({str(args.model): table}, args.out_dir / "ap_table.png")
     low = ", ".join(f"PC{row['component']} {row['low_frequency_share']:.1%}" for row in rows[:SHOWN_COMPONENTS])
-    print(f"position table {table.shape}: 2 PCs hold {rows[min(1, len(rows) - 1)]['cumulative_variance']:.1%} of "
-          f"the variance; power in DCT bins 0-{LOW_BINS - 1}: {low}")
+    print(
+        f"position table {table.shape}: 2 PCs hold {rows[min(1, len(rows) - 1)]['cumulative_variance']:.1%} of "
+        f"the variance; power in DCT bins 0-{LOW_BINS - 1}: {low}"
+    )
     written = ["ap_table.csv", "ap_table.png"]
     if is_disentangled(model):
         document = build_probe_documents(load_texts(args.text), tokenizer, model_length(model), 1)[0]
-        plot_ap_states(ap_state_projections(model, document), document.segments, args.out_dir / "ap_states.png",
-                       f"AP hidden states, one document, coloured by segment: {args.model}")
+        plot_ap_states(
+            ap_state_projections(model, document),
+            document.segments,
+            args.out_dir / "ap_states.png",
+            f"AP hidden states, one document, coloured by segment: {args.model}",
+        )
         written.append("ap_states.png")
     print("Wrote " + ", ".join(str(args.out_dir / name) for name in written))
     return 0

@@ -49,8 +49,12 @@ def layer_components(model, input_ids, attention_mask):
     for index, layer in enumerate(model.layers):
         ap = layer.ap_attention_norm(outputs.ap_hidden_states[index])
         semantic = layer.semantic_attention_norm(outputs.semantic_hidden_states[index])
-        per_layer.append({name: logits.double() for name, logits in
-                          layer.attention.component_logits(ap, semantic, positions).items()})
+        per_layer.append(
+            {
+                name: logits.double()
+                for name, logits in layer.attention.component_logits(ap, semantic, positions).items()
+            }
+        )
     return per_layer
 
 

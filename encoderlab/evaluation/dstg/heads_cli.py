@@ -8,8 +8,9 @@ from .options import add_batch_size, add_common_arguments, check_at_least
 
 def add_arguments(parser):
     add_common_arguments(parser, "dstg_heads")
-    parser.add_argument("--documents", type=int, default=PAPER_DOCUMENTS,
-                        help="documents averaged over (the paper: 500)")
+    parser.add_argument(
+        "--documents", type=int, default=PAPER_DOCUMENTS, help="documents averaged over (the paper: 500)"
+    )
     parser.add_argument("--length", type=int, default=None, help="tokens per document (default: the model's maximum)")
     add_batch_size(parser)
 

@@ -6,9 +6,13 @@ from pathlib import Path
 
 def add_common_arguments(parser, out_dir):
     parser.add_argument("--model", required=True, help="checkpoint folder or Hub id")
-    parser.add_argument("--text", default=None, metavar="SOURCE",
-                        help="texts of the probe documents: a text file, folder, Hub dataset id or 'embedded' "
-                             "(default: WikiText-2 in ../shared/data/text where present, else 'embedded')")
+    parser.add_argument(
+        "--text",
+        default=None,
+        metavar="SOURCE",
+        help="texts of the probe documents: a text file, folder, Hub dataset id or 'embedded' "
+        "(default: WikiText-2 in ../shared/data/text where present, else 'embedded')",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path(out_dir), help="CSV and figures go here")
 
 

@@ -54,7 +54,7 @@ def document_splits(num_documents, seeds=SPLIT_SEEDS):
     splits = []
     for seed in seeds:
         order = np.random.default_rng(seed).permutation(num_documents)
-        splits.append((order[:train], order[train:train + test]))
+        splits.append((order[:train], order[train : train + test]))
     return splits
 
 
@@ -74,8 +74,16 @@ def run_probes(states, targets, seeds=SPLIT_SEEDS, alpha=1.0, flag_last_ap=False
     jobs = [(space, layer) for space, layers in states.items() for layer in range(layers.shape[0])]
     with threadpool_limits(limits=1):  # narrow ridge fits: a second BLAS thread on a busy machine only waits
         for space, layer in tqdm(jobs, desc="probes (space x layer)"):
-            rows += probe_rows(states[space][layer], targets, splits, seeds, alpha,
-                               flag_last_ap and space == "ap" and layer == states[space].shape[0] - 1, space, layer)
+            rows += probe_rows(
+                states[space][layer],
+                targets,
+                splits,
+                seeds,
+                alpha,
+                flag_last_ap and space == "ap" and layer == states[space].shape[0] - 1,
+                space,
+                layer,
+            )
     return rows
 
 
@@ -83,15 +91,23 @@ def probe_rows(features, targets, splits, seeds, alpha, unconstrained, space, la
     """The rows of one space and layer (features (docs, tokens, width)): every target and seed."""
     rows = []
     for name, target in targets.items():
-        for seed, (train_index, test_index) in zip(seeds, splits):
-            rows.append({"space": space, "layer": layer, "target": name, "seed": seed,
-                         "r2": probe_r2(features, target, train_index, test_index, alpha),
-                         "unconstrained": int(unconstrained)})
+        for seed, (train_index, test_index) in zip(seeds, splits, strict=True):
+            rows.append(
+                {
+                    "space": space,
+                    "layer": layer,
+                    "target": name,
+                    "seed": seed,
+                    "r2": probe_r2(features, target, train_index, test_index, alpha),
+                    "unconstrained": int(unconstrained),
+                }
+            )
     return rows
 
 
-def probe_checkpoint(model, tokenizer, texts, num_documents=PAPER_DOCUMENTS, length=None, seeds=SPLIT_SEEDS,
-                     alpha=1.0, batch_size=16):
+def probe_checkpoint(
+    model, tokenizer, texts, num_documents=PAPER_DOCUMENTS, length=None, seeds=SPLIT_SEEDS, alpha=1.0, batch_size=16
+):
     """Probe rows of a loaded model on documents of `length` tokens (the model's maximum by default) built from
     `texts`; the number of documents used is in every row."""
     length = length or model_length(model)
@@ -107,7 +123,7 @@ def mean_table(rows):
     """{(space, target): {layer: (mean, sd)}} over seeds."""
     grouped = {}
     for row in rows:
-        grouped.setdefault((row["space"], row["target"]), {}).setdefault(int(row["layer"]), []).append(
-            float(row["r2"]))
-    return {key: {layer: mean_sd(values) for layer, values in sorted(layers.items())}
-            for key, layers in grouped.items()}
+        grouped.setdefault((row["space"], row["target"]), {}).setdefault(int(row["layer"]), []).append(float(row["r2"]))
+    return {
+        key: {layer: mean_sd(values) for layer, values in sorted(layers.items())} for key, layers in grouped.items()
+    }

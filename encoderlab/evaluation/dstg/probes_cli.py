@@ -8,8 +8,12 @@ from .options import add_batch_size, add_common_arguments, check_at_least
 
 def add_arguments(parser):
     add_common_arguments(parser, "dstg_probes")
-    parser.add_argument("--documents", type=int, default=PAPER_DOCUMENTS,
-                        help="probe documents (the paper: 500, 400 to fit and 100 to score per seed)")
+    parser.add_argument(
+        "--documents",
+        type=int,
+        default=PAPER_DOCUMENTS,
+        help="probe documents (the paper: 500, 400 to fit and 100 to score per seed)",
+    )
     parser.add_argument("--length", type=int, default=None, help="tokens per document (default: the model's maximum)")
     add_batch_size(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SPLIT_SEEDS))
@@ -32,8 +36,9 @@ def run(args):
 
     check(args)
     model, tokenizer = load_checkpoint(args.model)
-    rows = probe_checkpoint(model, tokenizer, load_texts(args.text), args.documents, args.length, args.seeds,
-                            args.alpha, args.batch_size)
+    rows = probe_checkpoint(
+        model, tokenizer, load_texts(args.text), args.documents, args.length, args.seeds, args.alpha, args.batch_size
+    )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_rows(args.out_dir / "probes.csv", rows)
     plot_probe_lines(checkpoint_series(rows), args.out_dir / "probes.png", f"structural probes: {args.model}")

@@ -27,8 +27,10 @@ def is_disentangled(model):
 def require_dstg(model, analysis):
     if not is_disentangled(model):
         preset = getattr(model.config, "preset", model.config.model_type)
-        raise ValueError(f"{analysis} needs a DSTG-NeoBERT checkpoint with preset='dstg' (separate semantic, AP and "
-                         f"RP components); this one is {preset!r}")
+        raise ValueError(
+            f"{analysis} needs a DSTG-NeoBERT checkpoint with preset='dstg' (separate semantic, AP and "
+            f"RP components); this one is {preset!r}"
+        )
 
 
 def model_length(model):
@@ -39,7 +41,7 @@ def model_length(model):
 def batches(documents, batch_size):
     """(batch, length) tensors of the input ids of `batch_size` documents at a time (of one length)."""
     for start in range(0, len(documents), batch_size):
-        chunk = documents[start:start + batch_size]
+        chunk = documents[start : start + batch_size]
         yield torch.tensor([document.input_ids for document in chunk])
 
 

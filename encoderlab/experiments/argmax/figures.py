@@ -15,8 +15,15 @@ def draw_panel(axis, values, hiddens, depths):
     for y, row in enumerate(values):
         for x, value in enumerate(row):
             if not math.isnan(value):
-                axis.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=9,
-                          color="white" if value < 0.6 else "black")
+                axis.text(
+                    x,
+                    y,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if value < 0.6 else "black",
+                )
     axis.set_xticks(range(len(depths)), depths)
     axis.set_yticks(range(len(hiddens)), hiddens)
     return image
@@ -66,8 +73,12 @@ def plot_no_position(rows, path):
             x, mean, sd = [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
             axis.errorbar(x, mean, yerr=sd, marker="o", capsize=3, label=attention)
     axis.axhline(CHANCE, color="grey", linestyle=":", label=f"chance 1/{SEQ_LEN}")
-    axis.axhline(POSITION_BLIND_CEILING, color="red", linestyle="--",
-                 label=f"position-blind ceiling {POSITION_BLIND_CEILING:.3f}")
+    axis.axhline(
+        POSITION_BLIND_CEILING,
+        color="red",
+        linestyle="--",
+        label=f"position-blind ceiling {POSITION_BLIND_CEILING:.3f}",
+    )
     axis.set_xscale("log")
     axis.set_xlabel("parameters")
     axis.set_ylabel("best held-out accuracy")

@@ -16,8 +16,12 @@ def add_arguments(parser):
     parser.add_argument("--hidden-sizes", nargs="+", type=int, default=[4, 64, 768])
     parser.add_argument("--depths", nargs="+", type=int, default=[1, 4, 12])
     parser.add_argument("--seeds", nargs="+", type=int, default=[11, 22, 33])
-    parser.add_argument("--head-size", type=int, default=64,
-                        help="channels per head (dual triangle heads get twice this, split into two halves)")
+    parser.add_argument(
+        "--head-size",
+        type=int,
+        default=64,
+        help="channels per head (dual triangle heads get twice this, split into two halves)",
+    )
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--cycle-steps", type=int, default=256, help="training steps between evaluations")
     parser.add_argument("--max-cycles", type=int, default=10)
@@ -26,11 +30,17 @@ def add_arguments(parser):
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--eval-batches", type=int, default=16, help="held-out batches of --batch-size samples")
-    parser.add_argument("--controls", choices=("none", "smallest", "all"), default="smallest",
-                        help="random-label control runs: none, one per attention type at the smallest size, "
-                             "or one per grid run")
+    parser.add_argument(
+        "--controls",
+        choices=("none", "smallest", "all"),
+        default="smallest",
+        help="random-label control runs: none, one per attention type at the smallest size, or one per grid run",
+    )
     parser.add_argument("--plots-only", action="store_true", help="redraw the plots from the CSV, train nothing")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="runs trained in parallel processes (each gets an equal share of the CPU threads)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="runs trained in parallel processes (each gets an equal share of the CPU threads)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-

@@ -9,7 +9,6 @@ from ...configuration.dta import DTABertConfig
 from ...modeling.dta import DTABertModel
 from .options import POSITION_SCHEMES
 
-
 VOCAB = 64
 SEQ_LEN = 64
 TASKS = ("argmax", "random_labels")
@@ -47,6 +46,7 @@ def evaluation_batches(num_batches, batch_size, task="argmax", seed=EVAL_SEED):
 
 
 # ---------------------------------------------------------------------------------------------------------- model
+
 
 class SoftmaxPoolingHead(nn.Module):
     """The paper's position head: score_i = w.h_i, alpha = softmax(score), logits = W (sum_i alpha_i h_i).

@@ -34,13 +34,18 @@ def summary_table(rows):
         for attention, positions, hidden, depth in order:
             mean, sd, n = summary[(attention, positions, hidden, depth)]
             body.append([task, attention, positions, hidden, depth, n, f"{mean:.3f} +- {sd:.3f}"])
-    lines = markdown_lines(["task", "attention", "positions", "hidden", "layers", "seeds",
-                            "best accuracy (mean +- sd)"], body)
-    lines.append(f"\nChance is {CHANCE:.3f} (1/{SEQ_LEN}); in expectation a model blind to positions can reach at most "
-                 f"{POSITION_BLIND_CEILING:.3f} by always answering position 0.")
-    lines += [f"On the {size} held-out examples of {batches} x {batch_size}, the best constant answer scores "
-              f"{score:.3f}; taking the best of several evaluations adds upward noise on top."
-              for batches, batch_size, size, score in _constant_answer_scores(rows)]
+    lines = markdown_lines(
+        ["task", "attention", "positions", "hidden", "layers", "seeds", "best accuracy (mean +- sd)"], body
+    )
+    lines.append(
+        f"\nChance is {CHANCE:.3f} (1/{SEQ_LEN}); in expectation a model blind to positions can reach at most "
+        f"{POSITION_BLIND_CEILING:.3f} by always answering position 0."
+    )
+    lines += [
+        f"On the {size} held-out examples of {batches} x {batch_size}, the best constant answer scores "
+        f"{score:.3f}; taking the best of several evaluations adds upward noise on top."
+        for batches, batch_size, size, score in _constant_answer_scores(rows)
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -21,11 +21,13 @@ logger = logging.getLogger(__name__)
 
 def warmup_cosine(warmup_steps, total_steps):
     """LambdaLR factor: linear warmup, then cosine decay to 0 at `total_steps`."""
+
     def factor(step):
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
     return factor
 
 
@@ -61,7 +63,7 @@ def train_run(spec, progress=True):
     held_out = evaluation_batches(spec.eval_batches, spec.batch_size, spec.task)
     best, last, stale, step, start = 0.0, 0.0, 0, 0, time.perf_counter()
     bar = tqdm(total=spec.cycle_steps * spec.max_cycles, desc=run_label(spec), leave=False, disable=not progress)
-    for cycle in range(1, spec.max_cycles + 1):
+    for cycle in range(1, spec.max_cycles + 1):  # noqa: B007 (read after the loop: the cycles run)
         train_cycle(model, optimizer, schedule, generator, spec, bar)
         step += spec.cycle_steps
         last = evaluate(model, held_out)
@@ -101,8 +103,14 @@ def sweep(specs, csv_path, progress=True, workers=1):
     for row in run_jobs(train_run, [(spec, progress_per_run) for spec in todo], workers):
         append_rows(csv_path, [row], CSV_FIELDS)
         bar.update(1)
-        logger.info("%s: best %.3f last %.3f (%d steps, %.0f s)", row_label(row), row["best_accuracy"],
-                    row["last_accuracy"], row["steps"], row["wall_seconds"])
+        logger.info(
+            "%s: best %.3f last %.3f (%d steps, %.0f s)",
+            row_label(row),
+            row["best_accuracy"],
+            row["last_accuracy"],
+            row["steps"],
+            row["wall_seconds"],
+        )
     bar.close()
     return len(todo)
 

@@ -11,8 +11,12 @@ from .arms import Arm
 
 logger = logging.getLogger(__name__)
 
-ANALYSIS_FILES = {"probes": "probes.csv", "heads": "heads.csv", "geometry": "ap_table.csv",
-                  "components": "components.csv"}
+ANALYSIS_FILES = {
+    "probes": "probes.csv",
+    "heads": "heads.csv",
+    "geometry": "ap_table.csv",
+    "components": "components.csv",
+}
 
 
 def probe_texts(run: RunConfig):
@@ -21,10 +25,18 @@ def probe_texts(run: RunConfig):
     from ...training.data import split_documents
     from ...training.sources import load_documents
 
-    documents = list(load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
-                                    streaming=run.data.streaming, limit=run.data.limit))
-    splits = split_documents(documents, validation_size=run.data.validation_size, test_size=run.data.test_size,
-                             seed=run.train.seed)
+    documents = list(
+        load_documents(
+            run.data.source,
+            text_field=run.data.text_field,
+            split=run.data.split,
+            streaming=run.data.streaming,
+            limit=run.data.limit,
+        )
+    )
+    splits = split_documents(
+        documents, validation_size=run.data.validation_size, test_size=run.data.test_size, seed=run.train.seed
+    )
     return splits["validation"] + splits["test"]
 
 
@@ -60,9 +72,12 @@ def analyse_arm(arm: Arm, run: RunConfig, out_dir: Path, num_documents=500):
         if arm.preset == "dstg":
             document = build_probe_documents(texts, tokenizer, model.config.max_position_embeddings, 1)[0]
             projections = geometry.ap_state_projections(model, document)
-            np.savez(folder / "ap_states.npz", segments=document.segments,
-                     shares=[share for _, share in projections], **{f"layer{i}": points for i, (points, _) in
-                                                                    enumerate(projections)})
+            np.savez(
+                folder / "ap_states.npz",
+                segments=document.segments,
+                shares=[share for _, share in projections],
+                **{f"layer{i}": points for i, (points, _) in enumerate(projections)},
+            )
         write_rows(folder / "ap_table.csv", geometry.geometry_rows(table))
     if "components" in todo:
         maps, spans, rows = components.components_checkpoint(model, tokenizer, texts)

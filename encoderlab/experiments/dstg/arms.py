@@ -62,8 +62,7 @@ def base_config(args) -> RunConfig:
     WikiText-2 file is not there."""
     overrides = ([f"data.source={args.data}"] if args.data else []) + args.overrides
     base = load_run_config(args.config, overrides)
-    if args.config == DEFAULT_CONFIG and not args.data and base.data.source == str(WIKITEXT) \
-            and not WIKITEXT.is_file():
+    if args.config == DEFAULT_CONFIG and not args.data and base.data.source == str(WIKITEXT) and not WIKITEXT.is_file():
         logger.warning("%s not found: training on the embedded corpus instead", WIKITEXT)
         base = dataclasses.replace(base, data=dataclasses.replace(base.data, source="embedded"))
     return base

@@ -6,11 +6,20 @@ from pathlib import Path
 from .options import ABLATION
 from .summary import probe_means
 
-PROBE_LINES = (("rope", "full", "RoPE"), ("rp", "full", "RP"), ("ap", "full", "AP"), ("dstg", "ap", "DSTG: AP only"),
-               ("dstg", "semantic", "DSTG: sem. only"))
-ABLATION_LINES = (("dstg", "ap", "DSTG sem. MLM: AP"), ("dstg", "semantic", "DSTG sem. MLM: sem."),
-                  (ABLATION, "ap", "DSTG full MLM: AP"), (ABLATION, "semantic", "DSTG full MLM: sem."),
-                  ("ap", "full", "AP baseline"))
+PROBE_LINES = (
+    ("rope", "full", "RoPE"),
+    ("rp", "full", "RP"),
+    ("ap", "full", "AP"),
+    ("dstg", "ap", "DSTG: AP only"),
+    ("dstg", "semantic", "DSTG: sem. only"),
+)
+ABLATION_LINES = (
+    ("dstg", "ap", "DSTG sem. MLM: AP"),
+    ("dstg", "semantic", "DSTG sem. MLM: sem."),
+    (ABLATION, "ap", "DSTG full MLM: AP"),
+    (ABLATION, "semantic", "DSTG full MLM: sem."),
+    ("ap", "full", "AP baseline"),
+)
 
 
 def line_series(means, lines):
@@ -34,24 +43,35 @@ def write_figures(out_dir: Path, collected):
     means = probe_means(collected.get("probes", []))
     if means:
         paths.append(out_dir / "dstg_probes.png")
-        plot_probe_lines(line_series(means, PROBE_LINES), paths[-1],
-                         "Structural probes per layer (DSTG's last AP layer is unconstrained)")
+        plot_probe_lines(
+            line_series(means, PROBE_LINES),
+            paths[-1],
+            "Structural probes per layer (DSTG's last AP layer is unconstrained)",
+        )
         if any(arm == ABLATION for arm, _, _ in means):
             paths.append(out_dir / "dstg_ablation.png")
-            plot_probe_lines(line_series(means, ABLATION_LINES), paths[-1],
-                             "MLM on the semantic slice vs the full hidden state (appendix B.2)")
+            plot_probe_lines(
+                line_series(means, ABLATION_LINES),
+                paths[-1],
+                "MLM on the semantic slice vs the full hidden state (appendix B.2)",
+            )
     head_rows = collected.get("heads", [])
     if head_rows:
         panels = {}
         for row in head_rows:
             panels.setdefault(f"{row['arm']}-s{row['seed']}", []).append(
-                {**row, "layer": int(row["layer"]),
-                 **{f"share_{c}": float(row[f"share_{c}"]) for c in heads.COMPONENTS}})
+                {
+                    **row,
+                    "layer": int(row["layer"]),
+                    **{f"share_{c}": float(row[f"share_{c}"]) for c in heads.COMPONENTS},
+                }
+            )
         paths.append(out_dir / "dstg_heads.png")
         plot_ternary(panels, paths[-1])
     folders = sorted((out_dir / "analysis").glob("*-s*"))
-    tables = {folder.name: np.load(folder / "ap_table.npy") for folder in folders
-              if (folder / "ap_table.npy").is_file()}
+    tables = {
+        folder.name: np.load(folder / "ap_table.npy") for folder in folders if (folder / "ap_table.npy").is_file()
+    }
     if tables:
         paths.append(out_dir / "dstg_ap_table.png")
         plot_table(tables, paths[-1])
@@ -59,17 +79,24 @@ def write_figures(out_dir: Path, collected):
         if folder.name.startswith("dstg-s") and (folder / "ap_states.npz").is_file():
             saved = np.load(folder / "ap_states.npz")
             layers = sorted((key for key in saved.files if key.startswith("layer")), key=lambda k: int(k[5:]))
-            projections = [(saved[key], share) for key, share in zip(layers, saved["shares"])]
+            projections = [(saved[key], share) for key, share in zip(layers, saved["shares"], strict=True)]
             paths.append(out_dir / "dstg_ap_states.png")
-            plot_ap_states(projections, saved["segments"], paths[-1],
-                           f"{folder.name}: 2-D PCA of the AP hidden states, one document, colour = segment")
+            plot_ap_states(
+                projections,
+                saved["segments"],
+                paths[-1],
+                f"{folder.name}: 2-D PCA of the AP hidden states, one document, colour = segment",
+            )
         if folder.name.startswith("dstg-s") and (folder / "components.npz").is_file():
             saved = np.load(folder / "components.npz")
             maps = {name: saved[name] for name in components.MAPS}
             paths.append(out_dir / "dstg_components.png")
-            plot_maps(maps, [tuple(span) for span in saved["spans"]], paths[-1],
-                      f"{folder.name}, last layer: softmax of each component and of the sum, "
-                      "DOC-A + DOC-B + DOC-A")
+            plot_maps(
+                maps,
+                [tuple(span) for span in saved["spans"]],
+                paths[-1],
+                f"{folder.name}, last layer: softmax of each component and of the sum, DOC-A + DOC-B + DOC-A",
+            )
         if paths and paths[-1].name == "dstg_components.png":
             break  # the first dstg seed is the one drawn
     return paths

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 from ...results.rows import read_results, write_rows
-from ...training.pretrain import RunConfig, pretrain
 from ...run_files import RESULTS_FILE
+from ...training.pretrain import RunConfig, pretrain
 from ...training.run_folder import RunFinished
 from ..sweeps import quiet_worker, run_jobs
 from .analysis import analyse_arm, collect
@@ -29,11 +29,18 @@ def train_arm(arm: Arm, run: RunConfig):
 
 def run_row(arm: Arm, run: RunConfig, results: dict):
     test = results["test"]["short"]
-    return {"arm": arm.name, "preset": arm.preset, "seed": arm.seed, "run_dir": run.output_dir,
-            "steps": results["steps"], "tokens_seen": results["tokens_seen"],
-            "test_mlm_loss": test["mlm_loss"], "test_accuracy": test["accuracy"],
-            "unigram_accuracy": results["unigram_baseline"]["short"],
-            "floor_accuracy": results.get("copy_or_unigram_floor", {}).get("short", "")}  # "": a run before the floor
+    return {
+        "arm": arm.name,
+        "preset": arm.preset,
+        "seed": arm.seed,
+        "run_dir": run.output_dir,
+        "steps": results["steps"],
+        "tokens_seen": results["tokens_seen"],
+        "test_mlm_loss": test["mlm_loss"],
+        "test_accuracy": test["accuracy"],
+        "unigram_accuracy": results["unigram_baseline"]["short"],
+        "floor_accuracy": results.get("copy_or_unigram_floor", {}).get("short", ""),
+    }  # "": a run before the floor
 
 
 def finished(run: RunConfig):

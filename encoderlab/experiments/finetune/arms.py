@@ -29,8 +29,10 @@ def parse_model(text: str) -> ModelArm:
     if not sep or not path:
         raise ValueError(f"--model {text!r}: expected NAME=PATH or NAME=untrained:PATH")
     if not NAME_PATTERN.fullmatch(name):
-        raise ValueError(f"--model {text!r}: the name {name!r} must be letters, digits, '_', '.' or '-' (it names "
-                         "a folder and a CSV value)")
+        raise ValueError(
+            f"--model {text!r}: the name {name!r} must be letters, digits, '_', '.' or '-' (it names "
+            "a folder and a CSV value)"
+        )
     untrained = path.startswith(UNTRAINED)
     path = path.removeprefix(UNTRAINED)
     if not path:

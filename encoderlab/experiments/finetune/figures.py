@@ -13,8 +13,7 @@ def plot_bars(scores, models, tasks, stats, baselines, path: Path, title=None, y
 
     columns = min(3, len(tasks))
     rows = -(-len(tasks) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.2 * rows), squeeze=False,
-                                layout="constrained")
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.2 * rows), squeeze=False, layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     marks = {(e["task"], e["model"]): e["mark"] for e in stats if baselines and e["baseline"] == baselines[0]}
     for index, task in enumerate(tasks):
@@ -25,13 +24,19 @@ def plot_bars(scores, models, tasks, stats, baselines, path: Path, title=None, y
                 continue
             mean, sd = mean_sd(values)
             color = colors[position % len(colors)]
-            axis.bar(position, mean, 0.7, yerr=sd, capsize=3, color=color, alpha=0.8, edgecolor="black",
-                     linewidth=0.5)
+            axis.bar(position, mean, 0.7, yerr=sd, capsize=3, color=color, alpha=0.8, edgecolor="black", linewidth=0.5)
             axis.scatter([position] * len(values), values, color="black", s=8, zorder=3)
             mark = marks.get((task, model), "")
             if mark:
-                axis.annotate(mark, (position, max(mean + sd, max(values))), ha="center", va="bottom", fontsize=8,
-                              xytext=(0, 2), textcoords="offset points")
+                axis.annotate(
+                    mark,
+                    (position, max(mean + sd, max(values))),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
         axis.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
         axis.set_title(task, fontsize=10)
         axis.grid(axis="y", alpha=0.3)

@@ -49,8 +49,17 @@ def comparisons(scores, models, tasks, baselines) -> list[dict]:
             for task in tasks:
                 a, b = scores.get((model, task)), scores.get((baseline, task))
                 if a and b:
-                    entries.append(welch_entry(list(a.values()), list(b.values()), task=task, model=model,
-                                               baseline=baseline, n_model=len(a), n_baseline=len(b)))
+                    entries.append(
+                        welch_entry(
+                            list(a.values()),
+                            list(b.values()),
+                            task=task,
+                            model=model,
+                            baseline=baseline,
+                            n_model=len(a),
+                            n_baseline=len(b),
+                        )
+                    )
     return entries
 
 
@@ -69,10 +78,10 @@ def metric_table(rows, scores, models, tasks) -> list[dict]:
                             values.setdefault(key, []).append(float(value))
             for metric, metric_values in values.items():
                 mean, sd = mean_sd(metric_values)
-                table.append({"model": model, "task": task, "metric": metric, "n": len(metric_values), "mean": mean,
-                              "sd": sd})
+                table.append(
+                    {"model": model, "task": task, "metric": metric, "n": len(metric_values), "mean": mean, "sd": sd}
+                )
     return table
-
 
 
 def in_glue_average(task) -> bool:
@@ -84,10 +93,13 @@ def in_glue_average(task) -> bool:
 def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
     seeds = sorted({int(row["seed"]) for row in rows})
     glue = [task for task in tasks if task != GLUE_AVERAGE and in_glue_average(task)]
-    lines = [f"# Fine-tuning: {len(models)} models x {len(tasks) - (GLUE_AVERAGE in tasks)} tasks x seeds {seeds}",
-             "", "Score, mean ± sd over seeds (n): GLUE tasks 100 x the leaderboard metric, other tasks their main "
-             "metric." + (f" The GLUE average is over {', '.join(glue)} (WNLI excluded), per seed." if glue else ""),
-             ""]
+    lines = [
+        f"# Fine-tuning: {len(models)} models x {len(tasks) - (GLUE_AVERAGE in tasks)} tasks x seeds {seeds}",
+        "",
+        "Score, mean ± sd over seeds (n): GLUE tasks 100 x the leaderboard metric, other tasks their main "
+        "metric." + (f" The GLUE average is over {', '.join(glue)} (WNLI excluded), per seed." if glue else ""),
+        "",
+    ]
     body = []
     for model in models:
         cells = [model]
@@ -97,14 +109,29 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
         body.append(cells)
     lines += markdown_lines(["model", *tasks], body)
     if stats:
-        lines += ["", f"Welch's two-sided t-test of each model against {', '.join(baselines)} on the score "
-                  "(* p<0.05, ** p<0.01, *** p<0.001, n.s. otherwise; n/a: a model with one seed, or no variance in "
-                  "either):", ""]
+        lines += [
+            "",
+            f"Welch's two-sided t-test of each model against {', '.join(baselines)} on the score "
+            "(* p<0.05, ** p<0.01, *** p<0.001, n.s. otherwise; n/a: a model with one seed, or no variance in "
+            "either):",
+            "",
+        ]
         lines += markdown_lines(
             ["task", "model", "baseline", "model mean", "baseline mean", "difference", "p", ""],
-            [[e["task"], e["model"], e["baseline"], f"{e['mean_a']:.2f}", f"{e['mean_b']:.2f}",
-              f"{e['difference']:+.2f}", "n/a" if math.isnan(e["p_value"]) else f"{e['p_value']:.3g}", e["mark"]]
-             for e in stats])
+            [
+                [
+                    e["task"],
+                    e["model"],
+                    e["baseline"],
+                    f"{e['mean_a']:.2f}",
+                    f"{e['mean_b']:.2f}",
+                    f"{e['difference']:+.2f}",
+                    "n/a" if math.isnan(e["p_value"]) else f"{e['p_value']:.3g}",
+                    e["mark"],
+                ]
+                for e in stats
+            ],
+        )
     lines += ["", "Every validation metric (mean ± sd over seeds):"]
     for task in (task for task in tasks if task != GLUE_AVERAGE):
         metrics = in_order(key for row in rows if row["task"] == task for key in json.loads(row["metrics"]))
@@ -116,7 +143,8 @@ def summary_markdown(rows, scores, models, tasks, stats, baselines) -> str:
                     for key, value in json.loads(row["metrics"]).items():
                         per_metric.setdefault(key, []).append(float(value))
             if per_metric:
-                body.append([model, *(mean_sd_cell(per_metric[key], 4) if key in per_metric else ""
-                                      for key in metrics)])
+                body.append(
+                    [model, *(mean_sd_cell(per_metric[key], 4) if key in per_metric else "" for key in metrics)]
+                )
         lines += ["", f"**{task}**", "", *markdown_lines(["model", *metrics], body)]
     return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ NOT_REPORTED = ("loss", "runtime", "samples_per_second", "steps_per_second", "ep
 
 # ------------------------------------------------------------------------------------------------------- training a run
 
+
 def untrained_checkpoint(arm: ModelArm, seed: int, out_dir: Path, trust_remote_code=False) -> Path:
     """``OUT/untrained/<name>-s<seed>``: the arm's config and tokenizer with weights drawn fresh from `seed`."""
     import torch
@@ -50,34 +51,47 @@ def task_score(task, metrics: dict) -> float:
         return 100 * sum(metrics[key] for key in keys) / len(keys)
     return metrics[task.main_metric]
 
+
 def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, config, overrides, setup):
     """Fine-tune one (model, task, seed) through the job (resuming its interrupted run) and return its CSV row."""
+    from ...run_files import MARKER_FILE, RESULTS_FILE
     from ...training.finetune.config import load_finetune_config
     from ...training.finetune.pipeline import finetune
     from ...training.finetune.tasks import get_task
-    from ...run_files import MARKER_FILE, RESULTS_FILE
     from ...training.run_folder import RunFinished
 
     run_dir = Path(run_dir)
-    run = load_finetune_config(task_name, str(checkpoint), config,
-                               [*overrides, f"train.seed={seed}", f"output_dir={run_dir}"])
+    run = load_finetune_config(
+        task_name, str(checkpoint), config, [*overrides, f"train.seed={seed}", f"output_dir={run_dir}"]
+    )
     start = time.perf_counter()
     try:
         results = finetune(run, resume=(run_dir / MARKER_FILE).is_file()).results
     except RunFinished:  # finished earlier, but the sweep stopped before writing its row
         results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
-    metrics = {key: value for key, value in results["metrics"]["validation"].items()
-               if key not in NOT_REPORTED and isinstance(value, (int, float))}
+    metrics = {
+        key: value
+        for key, value in results["metrics"]["validation"].items()
+        if key not in NOT_REPORTED and isinstance(value, (int, float))
+    }
     return {
-        "model": arm_name, "task": task_name, "seed": seed, "checkpoint": checkpoint_label,
-        "main_metric": results["main_metric"], "score": task_score(get_task(task_name), metrics),
-        "metrics": json.dumps(metrics, sort_keys=True), "steps": results["steps"],
-        "tokens_seen": results["tokens_seen"], "seconds": round(time.perf_counter() - start, 1),
-        "setup": setup, "run_dir": str(run_dir),
+        "model": arm_name,
+        "task": task_name,
+        "seed": seed,
+        "checkpoint": checkpoint_label,
+        "main_metric": results["main_metric"],
+        "score": task_score(get_task(task_name), metrics),
+        "metrics": json.dumps(metrics, sort_keys=True),
+        "steps": results["steps"],
+        "tokens_seen": results["tokens_seen"],
+        "seconds": round(time.perf_counter() - start, 1),
+        "setup": setup,
+        "run_dir": str(run_dir),
     }
 
 
 # ------------------------------------------------------------------------------------------------------------ the sweep
+
 
 def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
     """The jobs not yet in the CSV, every run config checked (by the job's own loader) before anything is
@@ -101,7 +115,8 @@ def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
                         raise ValueError(
                             f"{out_dir / RUNS_CSV} holds {arm.name}/{task}/seed {seed} from checkpoint "
                             f"{row['checkpoint']!r} with settings {row['setup']}, not {arm.label!r} with the settings "
-                            f"given now ({setup}); use another --out-dir or the same --model/--config/--set")
+                            f"given now ({setup}); use another --out-dir or the same --model/--config/--set"
+                        )
                     continue
                 jobs.append((arm, task, seed, task_overrides[task], setup))
     return jobs
@@ -128,12 +143,19 @@ def sweep(arms, tasks, seeds, out_dir: Path, config=None, overrides=(), workers=
     for row in tqdm(run_jobs(run_one, calls, workers), total=len(calls), desc="fine-tuning runs", unit="run"):
         append_rows(out_dir / RUNS_CSV, [row])
         appended.append(row)
-        logger.info("%s / %s / seed %s: score %.4f in %.0f s", row["model"], row["task"], row["seed"], row["score"],
-                    row["seconds"])
+        logger.info(
+            "%s / %s / seed %s: score %.4f in %.0f s",
+            row["model"],
+            row["task"],
+            row["seed"],
+            row["score"],
+            row["seconds"],
+        )
     return appended
 
 
 # ---------------------------------------------------------------------------------------------------------- the command
+
 
 def run(args):
     if args.workers < 1:
@@ -147,8 +169,9 @@ def run(args):
         common = [text for text in args.overrides if ":" not in text.partition("=")[0]]
         tasks = expand_tasks(args.tasks, common, args.config)
         if not tasks:
-            raise ValueError(f"--tasks {args.tasks} found no task (glue: no GLUE folder with train and dev files "
-                             "in data.path)")
+            raise ValueError(
+                f"--tasks {args.tasks} found no task (glue: no GLUE folder with train and dev files in data.path)"
+            )
         sweep(arms, tasks, args.seeds, args.out_dir, args.config, args.overrides, args.workers)
         order = (names, tasks)
     else:

@@ -27,6 +27,7 @@ FROZEN_PATTERNS = [f"model.layers.*.attention.{name}.*" for name in ("query", "k
 
 # ---------------------------------------------------------------------------------------------------- settings
 
+
 @dataclass
 class HomaSweepConfig:
     """The sweep config (``--config``, default the bundled ``homa_cpu``); the command line overrides the axes."""
@@ -58,20 +59,32 @@ class HomaSweepConfig:
     def __post_init__(self):
         from ...configuration.homa import FUSION_TYPES, INITIALIZERS
 
-        for name, allowed in (("tasks", TASKS), ("attentions", ATTENTIONS), ("warm_starts", WARM_STARTS),
-                              ("fusions", FUSION_TYPES), ("initializers", INITIALIZERS)):
+        for name, allowed in (
+            ("tasks", TASKS),
+            ("attentions", ATTENTIONS),
+            ("warm_starts", WARM_STARTS),
+            ("fusions", FUSION_TYPES),
+            ("initializers", INITIALIZERS),
+        ):
             check_values(name, getattr(self, name), allowed)
         for name in ("windows", "seeds", "ablation_windows"):
             check_values(name, getattr(self, name))
         missing = [w for w in self.ablation_windows if w not in self.windows]
         if "homa" in self.attentions and missing:
-            raise ValueError(f"ablation_windows={self.ablation_windows}: {missing} not in windows={self.windows} (an "
-                             "ablation arm is compared with the Table-2 HOMA arm of its window)")
+            raise ValueError(
+                f"ablation_windows={self.ablation_windows}: {missing} not in windows={self.windows} (an "
+                "ablation arm is compared with the Table-2 HOMA arm of its window)"
+            )
         if set(self.warm_starts) - {"scratch"} and "homa" in self.attentions and "blockwise" not in self.attentions:
-            raise ValueError(f"warm_starts={self.warm_starts} start HOMA from the trained blockwise model; "
-                             f"attentions={self.attentions} must include 'blockwise'")
-        for key, section in (("task_model", self.task_model), ("task_finetune", self.task_finetune),
-                             ("lengths", self.lengths)):
+            raise ValueError(
+                f"warm_starts={self.warm_starts} start HOMA from the trained blockwise model; "
+                f"attentions={self.attentions} must include 'blockwise'"
+            )
+        for key, section in (
+            ("task_model", self.task_model),
+            ("task_finetune", self.task_finetune),
+            ("lengths", self.lengths),
+        ):
             unknown = sorted(set(section) - set(TASKS))
             if unknown:
                 raise ValueError(f"{key} names tasks {unknown}; allowed: {list(TASKS)}")
@@ -111,6 +124,7 @@ def load_sweep_config(config="homa_cpu", overrides=None, set_overrides=()) -> Ho
 
 
 # -------------------------------------------------------------------------------------------------------- arms
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -152,8 +166,15 @@ def table2_arms(settings: HomaSweepConfig, task: str, initializer: str) -> list[
 
 
 def homa_arm(settings, task, window, **changes) -> Arm:
-    base = Arm(task, "homa", settings.length(task), settings.initializers[0], window, settings.fusions[0],
-               settings.warm_starts[0])
+    base = Arm(
+        task,
+        "homa",
+        settings.length(task),
+        settings.initializers[0],
+        window,
+        settings.fusions[0],
+        settings.warm_starts[0],
+    )
     return replace(base, **changes)
 
 
@@ -188,8 +209,9 @@ def arm_label(settings: HomaSweepConfig, arm: Arm) -> str:
     reference = reference_arm(settings, arm)
     differences = []
     if arm.warm_start != reference.warm_start:
-        differences.append({"scratch": "from scratch", "blockwise": "warm start",
-                            "frozen": "warm start, frozen"}[arm.warm_start])
+        differences.append(
+            {"scratch": "from scratch", "blockwise": "warm start", "frozen": "warm start, frozen"}[arm.warm_start]
+        )
     if arm.fusion != reference.fusion:
         differences.append(f"fusion {arm.fusion}")
     if arm.length != reference.length:
@@ -200,6 +222,7 @@ def arm_label(settings: HomaSweepConfig, arm: Arm) -> str:
 
 
 # ------------------------------------------------------------------------------------------- per-arm settings
+
 
 def model_options(settings: HomaSweepConfig, arm: Arm) -> dict:
     """The arm's HOMAConfig fields."""
@@ -228,8 +251,9 @@ def arm_overrides(settings: HomaSweepConfig, arm: Arm) -> list[str]:
 
 def setup_hash(settings: HomaSweepConfig, task: str) -> str:
     """Identifies everything of a task's runs that the arm does not name, so rows made otherwise are refused."""
-    text = json.dumps([settings.model, settings.task_model.get(task, {}), task_overrides(settings, task)],
-                      sort_keys=True)
+    text = json.dumps(
+        [settings.model, settings.task_model.get(task, {}), task_overrides(settings, task)], sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

@@ -18,8 +18,18 @@ def write_outputs(settings: HomaSweepConfig, out_dir: Path) -> list[Path]:
     if not tables["rows"]:
         logger.warning("no runs of this grid in %s; nothing to summarise", out_dir / RUNS_CSV)
         return []
-    paths = {name: out_dir / f"homa_{name}" for name in ("summary.md", "table.csv", "stats.csv", "table2.png",
-                                                         "ablations.png", "val_loss.png", "efficiency.png")}
+    paths = {
+        name: out_dir / f"homa_{name}"
+        for name in (
+            "summary.md",
+            "table.csv",
+            "stats.csv",
+            "table2.png",
+            "ablations.png",
+            "val_loss.png",
+            "efficiency.png",
+        )
+    }
     paths["summary.md"].write_text(summary_markdown(settings, tables), encoding="utf-8")
     write_rows(paths["table.csv"], tables["cells"])
     if tables["stats"]:

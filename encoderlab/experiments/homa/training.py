@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 # -------------------------------------------------------------------------------------------- training an arm
 
+
 def template_folder(settings: HomaSweepConfig, arm: Arm, out_dir: Path) -> Path:
     """``OUT/templates/<arm>``: the arm's config and tokenizer, what an ``untrained:`` model is drawn from."""
     from ...configuration.homa import HOMAConfig
@@ -55,8 +56,7 @@ def warm_checkpoint(settings: HomaSweepConfig, arm: Arm, seed: int, source_dir: 
         return folder
     model_class = HOMA_AUTO_CLASSES[get_task(TASKS[arm.task]).kind_object().auto_class]
     torch.manual_seed(seed)  # the triadic U projection and the fusion start from this seed
-    model = model_class.from_pairwise(source_dir, attention_type="homa", triadic_window=arm.window,
-                                      fusion=arm.fusion)
+    model = model_class.from_pairwise(source_dir, attention_type="homa", triadic_window=arm.window, fusion=arm.fusion)
     partial = folder.with_name(folder.name + ".partial")  # renamed when complete: a crash never leaves half a folder
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
@@ -95,8 +95,10 @@ def training_throughput(log_history: list, tokens_seen) -> tuple[float, float]:
             if runtime < previous:  # the clock restarted: resumed here
                 start = index
             previous = runtime
-    tokens_before = next((entry["num_input_tokens_seen"] for entry in reversed(log_history[:start])
-                          if "num_input_tokens_seen" in entry), 0)
+    tokens_before = next(
+        (entry["num_input_tokens_seen"] for entry in reversed(log_history[:start]) if "num_input_tokens_seen" in entry),
+        0,
+    )
     evaluating = sum(entry.get("eval_runtime", 0.0) for entry in log_history[start:end])
     seconds = log_history[end]["train_runtime"] - evaluating
     tokens = tokens_seen - tokens_before
@@ -127,25 +129,52 @@ def train_arm(settings_dict: dict, arm_dict: dict, seed: int, out_dir: str, sour
         torch.cuda.reset_peak_memory_stats()
     resident_before = resident_mb()
     run_dir = out_dir / "runs" / arm.task / f"{arm.name}-s{seed}"
-    row = run_one(arm.name, checkpoint, label, TASKS[arm.task], seed, run_dir, None, arm_overrides(settings, arm),
-                  setup_hash(settings, arm.task))
+    row = run_one(
+        arm.name,
+        checkpoint,
+        label,
+        TASKS[arm.task],
+        seed,
+        run_dir,
+        None,
+        arm_overrides(settings, arm),
+        setup_hash(settings, arm.task),
+    )
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_resident_mb() - resident_before
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     log_history = best_point_log(run_dir, results)
     train_seconds, tokens_per_second = training_throughput(log_history, results["tokens_seen"])
-    metrics = {split: {key: value for key, value in values.items()
-                       if key not in NOT_REPORTED and isinstance(value, (int, float))}
-               for split, values in results["metrics"].items()}
+    metrics = {
+        split: {
+            key: value for key, value in values.items() if key not in NOT_REPORTED and isinstance(value, (int, float))
+        }
+        for split, values in results["metrics"].items()
+    }
     return {
-        "task": arm.task, "arm": arm.name, "attention": arm.attention, "window": arm.window or "",
-        "fusion": arm.fusion or "", "warm_start": arm.warm_start or "", "length": arm.length,
-        "initializer": arm.initializer, "seed": seed, "main_metric": row["main_metric"], "validation": row["score"],
-        "metrics": json.dumps(metrics, sort_keys=True), "parameters": parameter_count(run_dir),
-        "steps": row["steps"], "tokens_seen": row["tokens_seen"], "train_seconds": round(train_seconds, 2),
-        "tokens_per_second": round(tokens_per_second, 1), "peak_memory_mb": round(peak, 1),
+        "task": arm.task,
+        "arm": arm.name,
+        "attention": arm.attention,
+        "window": arm.window or "",
+        "fusion": arm.fusion or "",
+        "warm_start": arm.warm_start or "",
+        "length": arm.length,
+        "initializer": arm.initializer,
+        "seed": seed,
+        "main_metric": row["main_metric"],
+        "validation": row["score"],
+        "metrics": json.dumps(metrics, sort_keys=True),
+        "parameters": parameter_count(run_dir),
+        "steps": row["steps"],
+        "tokens_seen": row["tokens_seen"],
+        "train_seconds": round(train_seconds, 2),
+        "tokens_per_second": round(tokens_per_second, 1),
+        "peak_memory_mb": round(peak, 1),
         "memory_kind": "cuda_allocated" if cuda else "cpu_resident_increase",
-        "val_loss_curve": json.dumps(validation_curve(log_history)), "seconds": row["seconds"],
-        "setup": row["setup"], "checkpoint": label, "run_dir": str(run_dir),
+        "val_loss_curve": json.dumps(validation_curve(log_history)),
+        "seconds": row["seconds"],
+        "setup": row["setup"],
+        "checkpoint": label,
+        "run_dir": str(run_dir),
     }
 
 
@@ -181,13 +210,15 @@ def run_in_fresh_processes(jobs, workers, isolate=True):
 
     threads = max(1, torch.get_num_threads() // workers)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=torch.set_num_threads, initargs=(threads,),
-                             max_tasks_per_child=1) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=torch.set_num_threads, initargs=(threads,), max_tasks_per_child=1
+    ) as pool:
         futures = [pool.submit(train_arm, *job) for job in jobs]
         yield from (future.result() for future in as_completed(futures))
 
 
 # -------------------------------------------------------------------------------------------------- the sweep
+
 
 def plan(settings: HomaSweepConfig, out_dir: Path) -> tuple[list, list]:
     """(arms and seeds to train before any warm start, the warm-started ones), every arm checked first; rows of the
@@ -203,9 +234,11 @@ def plan(settings: HomaSweepConfig, out_dir: Path) -> tuple[list, list]:
             row = done.get(arm.key(seed))
             if row is not None:
                 if row["setup"] != setup:
-                    raise ValueError(f"{out_dir / RUNS_CSV} holds {arm.name} seed {seed} made with settings "
-                                     f"{row['setup']}, not the settings given now ({setup}); use another --out-dir "
-                                     "or the same config")
+                    raise ValueError(
+                        f"{out_dir / RUNS_CSV} holds {arm.name} seed {seed} made with settings "
+                        f"{row['setup']}, not the settings given now ({setup}); use another --out-dir "
+                        "or the same config"
+                    )
                 continue
             (first if arm.warm_start in (None, "scratch") else warm).append((arm, seed))
     return first, warm
@@ -224,14 +257,23 @@ def sweep(settings: HomaSweepConfig, out_dir: Path, workers=1, isolate=True) -> 
     appended = []
     with tqdm(total=len(first) + len(warm), desc="HOMA sweep", unit="run") as progress:
         for phase in (first, warm):
-            jobs = [(asdict(settings), asdict(arm), seed, str(out_dir), source_run_dir(arm, seed, out_dir))
-                    for arm, seed in phase]
+            jobs = [
+                (asdict(settings), asdict(arm), seed, str(out_dir), source_run_dir(arm, seed, out_dir))
+                for arm, seed in phase
+            ]
             for row in run_in_fresh_processes(jobs, workers, isolate):
                 append_rows(out_dir / RUNS_CSV, [row])
                 appended.append(row)
                 progress.update()
-                logger.info("%s seed %s: validation %s %.4f, %.0f tokens/s, %.0f s", row["arm"], row["seed"],
-                            row["main_metric"], row["validation"], row["tokens_per_second"], row["seconds"])
+                logger.info(
+                    "%s seed %s: validation %s %.4f, %.0f tokens/s, %.0f s",
+                    row["arm"],
+                    row["seed"],
+                    row["main_metric"],
+                    row["validation"],
+                    row["tokens_per_second"],
+                    row["seconds"],
+                )
     return appended
 
 
@@ -247,6 +289,7 @@ def source_run_dir(arm: Arm, seed: int, out_dir: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------------- CLI
+
 
 def settings_from_args(args) -> HomaSweepConfig:
     overrides = {axis: getattr(args, axis) for axis in AXES}
@@ -265,8 +308,10 @@ def run(args):
     if not args.plots_only:
         missing = [TASKS[task] for task in settings.tasks if not (Path(settings.data_path) / TASKS[task]).is_dir()]
         if missing:
-            raise ValueError(f"data_path={settings.data_path!r} lacks the task folders {missing}; give --data-path "
-                             "the TAPE folder (../shared/data/tape)")
+            raise ValueError(
+                f"data_path={settings.data_path!r} lacks the task folders {missing}; give --data-path "
+                "the TAPE folder (../shared/data/tape)"
+            )
         sweep(settings, args.out_dir, args.workers, isolate=not args.in_process)
     for path in write_outputs(settings, args.out_dir):
         logger.info("wrote %s", path)

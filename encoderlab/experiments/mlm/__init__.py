@@ -64,4 +64,3 @@ The sweep is plan -> run -> report, one role per module: `options` (the command 
 and the command's `run`); the report, `report` (the CSVs -> summary, tables and figures), with `summary` (statistics
 and Markdown) and `figures`.
 """
-

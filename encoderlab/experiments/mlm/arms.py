@@ -24,8 +24,9 @@ other than the default (plain ``dual_triangle`` is the default routing)."""
 
 def variant(attention, routing):
     """The `VARIANTS` entry of a run."""
-    return f"{attention}:{routing}" if attention == "dual_triangle" and routing not in ("", DEFAULT_ROUTING) \
-        else attention
+    return (
+        f"{attention}:{routing}" if attention == "dual_triangle" and routing not in ("", DEFAULT_ROUTING) else attention
+    )
 
 
 def variant_of(row):
@@ -44,6 +45,7 @@ def row_label(row):
 
 
 # ----------------------------------------------------------------------------------------------------------- arms
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -73,8 +75,14 @@ class Arm:
         return dataclasses.replace(self, scaling="none")
 
     def key(self, base_seq_len):
-        return (self.attention, self.positions, str(self.seed), str(self.seq_len or base_seq_len), self.scaling,
-                self.routing)
+        return (
+            self.attention,
+            self.positions,
+            str(self.seed),
+            str(self.seq_len or base_seq_len),
+            self.scaling,
+            self.routing,
+        )
 
 
 def grid(attentions, positions, seeds, seq_lens=(None,), scalings=("none",), routings=(DEFAULT_ROUTING,)):
@@ -87,13 +95,21 @@ def grid(attentions, positions, seeds, seq_lens=(None,), scalings=("none",), rou
             raise ValueError(f"scaling={scaling!r} is not an evaluation-time RoPE scaling; allowed: {SCALINGS}")
     for routing in routings:
         if routing not in DUAL_TRIANGLE_ROUTINGS:
-            raise ValueError(f"routing={routing!r} is not a dual triangle head routing; allowed: "
-                             f"{DUAL_TRIANGLE_ROUTINGS}")
+            raise ValueError(
+                f"routing={routing!r} is not a dual triangle head routing; allowed: {DUAL_TRIANGLE_ROUTINGS}"
+            )
     scalings = list(dict.fromkeys(["none", *scalings]))
     routings = list(dict.fromkeys(routings))
-    return [Arm(a, p, s, n, k, r) for a in attentions for r in (routings if a == "dual_triangle" else
-                                                                  [DEFAULT_ROUTING])
-            for p in positions for n in seq_lens for s in seeds for k in scalings if k == "none" or p == "rope"]
+    return [
+        Arm(a, p, s, n, k, r)
+        for a in attentions
+        for r in (routings if a == "dual_triangle" else [DEFAULT_ROUTING])
+        for p in positions
+        for n in seq_lens
+        for s in seeds
+        for k in scalings
+        if k == "none" or p == "rope"
+    ]
 
 
 def base_head_size(base: RunConfig, head_size=None):
@@ -109,8 +125,10 @@ def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunC
     fraction, seed, training length, heads and run folder. The arm's RoPE scaling is not in it: it is applied at
     evaluation only (`evaluate_scaled`), and the base config must not set one."""
     if base.model.config.get("rope_scaling_type") is not None:
-        raise ValueError(f"model.config.rope_scaling_type={base.model.config['rope_scaling_type']!r}: the MLM "
-                         "comparison trains without RoPE scaling and applies it at evaluation (--eval-scaling)")
+        raise ValueError(
+            f"model.config.rope_scaling_type={base.model.config['rope_scaling_type']!r}: the MLM "
+            "comparison trains without RoPE scaling and applies it at evaluation (--eval-scaling)"
+        )
     if base.model.family != "dta_bert":
         raise ValueError(f"model.family={base.model.family!r}: the MLM comparison varies DTA-BERT's attention_type")
     position_type, drope_fraction = POSITION_ARMS[arm.positions]
@@ -125,8 +143,9 @@ def arm_config(base: RunConfig, arm: Arm, head_size: int, out_dir: Path) -> RunC
     return dataclasses.replace(
         base,
         model=dataclasses.replace(base.model, config=model_config),
-        train=dataclasses.replace(base.train, drope_fraction=drope_fraction, seed=arm.seed,
-                                  seq_len=arm.seq_len or base.train.seq_len),
+        train=dataclasses.replace(
+            base.train, drope_fraction=drope_fraction, seed=arm.seed, seq_len=arm.seq_len or base.train.seq_len
+        ),
         output_dir=str(out_dir / "runs" / arm.name),
     )
 

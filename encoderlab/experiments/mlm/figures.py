@@ -10,9 +10,15 @@ from .arms import LENGTHS, VARIANTS, variant_of
 from .options import DEFAULT_ROUTING, POSITION_ARMS
 from .summary import METRIC_LABELS, context_groups, groups, setting_label
 
-COLORS = {"bidirectional": "tab:blue", "causal": "tab:green", "dual_triangle": "tab:red",  # attention variants
-          "dual_triangle:head_groups": "tab:brown",
-          "rope": "tab:purple", "none": "tab:gray", "rope-off": "tab:orange"}  # position arms (Figure 5 bars)
+COLORS = {
+    "bidirectional": "tab:blue",
+    "causal": "tab:green",
+    "dual_triangle": "tab:red",  # attention variants
+    "dual_triangle:head_groups": "tab:brown",
+    "rope": "tab:purple",
+    "none": "tab:gray",
+    "rope-off": "tab:orange",
+}  # position arms (Figure 5 bars)
 ARM_STYLES = {"rope": "-", "none": ":", "rope-off": "--"}
 
 
@@ -34,10 +40,20 @@ def bar_panel(axis, grouped, stats, categories, series, key_of, column):
     bar_x, tops = {}, {}  # group key -> bar centre, top of its error bar
     for index, name in enumerate(series):
         bars = [(c, key_of(category, name)) for c, category in enumerate(categories)]
-        bars = [(c - 0.4 + width * (index + 0.5), key, *mean_sd(grouped[key][column])) for c, key in bars
-                if key in grouped]
-        axis.bar([x for x, *_ in bars], [m for _, _, m, _ in bars], width, yerr=[s for *_, s in bars], capsize=2,
-                 label=legend_label(name, series), color=COLORS[name], edgecolor="black", linewidth=0.4)
+        bars = [
+            (c - 0.4 + width * (index + 0.5), key, *mean_sd(grouped[key][column])) for c, key in bars if key in grouped
+        ]
+        axis.bar(
+            [x for x, *_ in bars],
+            [m for _, _, m, _ in bars],
+            width,
+            yerr=[s for *_, s in bars],
+            capsize=2,
+            label=legend_label(name, series),
+            color=COLORS[name],
+            edgecolor="black",
+            linewidth=0.4,
+        )
         for x, key, mean, sd in bars:
             bar_x[key], tops[key] = x, mean + sd
     span = max(tops.values(), default=1.0) or 1.0
@@ -62,13 +78,13 @@ def plot_bars(rows, stats, path):
     attentions = [a for a in VARIANTS if any(key[0] == a for key in grouped)]
     arms = [p for p in POSITION_ARMS if any(key[1] == p for key in grouped)]
     attention_stats = [entry for entry in stats if entry["a"].split("/")[1] == entry["b"].split("/")[1]]
-    figure, axes = plt.subplots(len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4),
-                                squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4), squeeze=False, layout="constrained"
+    )
     for row_index, (length, label) in enumerate(LENGTHS.items()):
         for col_index, name in enumerate(METRIC_NAMES):
             axis = axes[row_index][col_index]
-            bar_panel(axis, grouped, attention_stats, arms, attentions, lambda arm, att: (att, arm),
-                      f"{length}_{name}")
+            bar_panel(axis, grouped, attention_stats, arms, attentions, lambda arm, att: (att, arm), f"{length}_{name}")
             axis.set_title(f"test {METRIC_LABELS[name]}, {label} length", fontsize=9)
     axes[0][0].legend(fontsize=7)
     figure.suptitle("MLM: attention type x position arm (mean ± sd over seeds; Welch's t-test)", fontsize=10)
@@ -89,8 +105,10 @@ def curve_groups(curves, arms=None):
         series = [sorted(points, key=lambda p: int(p["step"])) for points in seeds.values()]
         evaluations = min(len(points) for points in series)
         result[key] = [
-            (statistics.mean(float(points[i]["tokens"]) for points in series),
-             {name: mean_sd([float(points[i][name]) for points in series]) for name in METRIC_NAMES})
+            (
+                statistics.mean(float(points[i]["tokens"]) for points in series),
+                {name: mean_sd([float(points[i][name]) for points in series]) for name in METRIC_NAMES},
+            )
             for i in range(evaluations)
         ]
     return result
@@ -98,8 +116,11 @@ def curve_groups(curves, arms=None):
 
 def drop_tokens(rows):
     """Mean token count at the DroPE switch of the rope-off runs, or None."""
-    switches = [int(row["drope_step"]) * int(row["tokens_seen"]) / int(row["steps"])
-                for row in rows if row["drope_step"] not in ("", None)]
+    switches = [
+        int(row["drope_step"]) * int(row["tokens_seen"]) / int(row["steps"])
+        for row in rows
+        if row["drope_step"] not in ("", None)
+    ]
     return statistics.mean(switches) if switches else None
 
 
@@ -108,10 +129,22 @@ def curve_panel(axis, series, name, attention, positions):
     xs = [tokens for tokens, _ in series]
     means = [metrics[name][0] for _, metrics in series]
     sds = [metrics[name][1] for _, metrics in series]
-    axis.plot(xs, means, marker="o", markersize=3, label=f"{attention} / {positions}", color=COLORS[attention],
-              linestyle=ARM_STYLES[positions])
-    axis.fill_between(xs, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
-                      color=COLORS[attention], alpha=0.15)
+    axis.plot(
+        xs,
+        means,
+        marker="o",
+        markersize=3,
+        label=f"{attention} / {positions}",
+        color=COLORS[attention],
+        linestyle=ARM_STYLES[positions],
+    )
+    axis.fill_between(
+        xs,
+        [m - s for m, s in zip(means, sds, strict=True)],
+        [m + s for m, s in zip(means, sds, strict=True)],
+        color=COLORS[attention],
+        alpha=0.15,
+    )
 
 
 def plot_curves(curves, rows, path):
@@ -120,8 +153,9 @@ def plot_curves(curves, rows, path):
     plt = pyplot()
     series = curve_groups(curves)
     switch = drop_tokens(rows)
-    figure, axes = plt.subplots(len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4),
-                                squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        len(LENGTHS), len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4), squeeze=False, layout="constrained"
+    )
     order = sorted(series, key=lambda k: (VARIANTS.index(k[0]), list(POSITION_ARMS).index(k[1])))
     for row_index, length in enumerate(LENGTHS):
         for col_index, name in enumerate(METRIC_NAMES):
@@ -149,8 +183,9 @@ def plot_drope(curves, rows, stats, path):
     series = curve_groups(curves, arms=("rope", "rope-off"))
     switch = drop_tokens(rows)
     drope_stats = [entry for entry in stats if entry["a"].split("/")[0] == entry["b"].split("/")[0]]
-    figure, axes = plt.subplots(2, len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4), squeeze=False,
-                                layout="constrained")
+    figure, axes = plt.subplots(
+        2, len(METRIC_NAMES), figsize=(3.4 * len(METRIC_NAMES), 6.4), squeeze=False, layout="constrained"
+    )
     for col_index, name in enumerate(METRIC_NAMES):
         axis = axes[0][col_index]
         for attention in attentions:
@@ -162,8 +197,9 @@ def plot_drope(curves, rows, stats, path):
         axis.set_xlabel("non-padding tokens seen", fontsize=8)
         axis.grid(alpha=0.3)
         axis = axes[1][col_index]
-        bar_panel(axis, grouped, drope_stats, attentions, ["rope", "rope-off"], lambda att, arm: (att, arm),
-                  f"long_{name}")
+        bar_panel(
+            axis, grouped, drope_stats, attentions, ["rope", "rope-off"], lambda att, arm: (att, arm), f"long_{name}"
+        )
         axis.set_title(f"test {METRIC_LABELS[name]}, 4x length", fontsize=9)
     axes[0][0].legend(fontsize=6)
     axes[1][0].legend(fontsize=7)
@@ -183,23 +219,39 @@ def plot_context(rows, stats, path):
         categories += [category] if category not in categories else []
         grouped[(attention, category)] = {
             f"{length}_{name}": [float(row[f"test_{length}_{name}"]) for row in group_rows]
-            for length in LENGTHS for name in METRIC_NAMES
+            for length in LENGTHS
+            for name in METRIC_NAMES
         }
     attentions = [a for a in VARIANTS if any(key[0] == a for key in grouped)]
-    attention_stats = [{**entry, "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
-                        "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}"}
-                       for entry in stats if entry["test"] == "attention"]
+    attention_stats = [
+        {
+            **entry,
+            "a": f"{entry['a']}/{entry['group'].replace(', ', chr(10))}",
+            "b": f"{entry['b']}/{entry['group'].replace(', ', chr(10))}",
+        }
+        for entry in stats
+        if entry["test"] == "attention"
+    ]
     panels = [(length, name) for name in ("accuracy", "mlm_loss") for length in LENGTHS]
-    figure, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 0.9 * len(categories) + 1.5), 2.6 * len(panels)),
-                                squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(max(6.0, 0.9 * len(categories) + 1.5), 2.6 * len(panels)),
+        squeeze=False,
+        layout="constrained",
+    )
     for index, (length, name) in enumerate(panels):
         axis = axes[index][0]
-        bar_panel(axis, grouped, attention_stats, categories, attentions, lambda cat, att: (att, cat),
-                  f"{length}_{name}")
+        bar_panel(
+            axis, grouped, attention_stats, categories, attentions, lambda cat, att: (att, cat), f"{length}_{name}"
+        )
         axis.tick_params(axis="x", labelsize=7)
         axis.set_title(f"test {METRIC_LABELS[name]}, {LENGTHS[length]} the training length", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    figure.suptitle("MLM context extension: attention x training length (L) x RoPE scaling at evaluation\n"
-                    "(dual triangle per head routing; mean ± sd over seeds; Welch's t-test)", fontsize=10)
+    figure.suptitle(
+        "MLM context extension: attention x training length (L) x RoPE scaling at evaluation\n"
+        "(dual triangle per head routing; mean ± sd over seeds; Welch's t-test)",
+        fontsize=10,
+    )
     figure.savefig(path, dpi=130)
     plt.close(figure)

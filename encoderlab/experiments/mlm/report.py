@@ -32,11 +32,14 @@ def write_outputs(out_dir: Path):
         return []
     rows = reference_rows(all_rows)
     reference_len = setting_of(rows[0])[0]
-    curves = [point for point in read_results(out_dir / CURVES_CSV)
-              if str(point.get("train_len") or "") == reference_len]
+    curves = [
+        point for point in read_results(out_dir / CURVES_CSV) if str(point.get("train_len") or "") == reference_len
+    ]
     stats = comparisons(rows)
-    paths = {name: out_dir / name for name in
-             ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png")}
+    paths = {
+        name: out_dir / name
+        for name in ("mlm_summary.md", "mlm_table.csv", "mlm_stats.csv", "mlm_bars.png", "mlm_curves.png")
+    }
     summary = summary_markdown(rows, stats)
     if len(settings(all_rows)) > 1:
         context_stats = context_comparisons(all_rows)

@@ -43,8 +43,16 @@ def comparisons(rows):
     for a, b in compared_pairs(grouped):
         for length in LENGTHS:
             for name in METRIC_NAMES:
-                results.append(welch_entry(grouped[a][f"{length}_{name}"], grouped[b][f"{length}_{name}"],
-                                           a="/".join(a), b="/".join(b), length=length, metric=name))
+                results.append(
+                    welch_entry(
+                        grouped[a][f"{length}_{name}"],
+                        grouped[b][f"{length}_{name}"],
+                        a="/".join(a),
+                        b="/".join(b),
+                        length=length,
+                        metric=name,
+                    )
+                )
     return results
 
 
@@ -105,8 +113,17 @@ def summary_markdown(rows, stats):
     ]
     lines += markdown_lines(
         ["attention", "routing", "positions", "seeds", *column_labels(metric_columns)],
-        [[entry["attention"], entry["routing"], entry["positions"], entry["seeds"],
-          *mean_sd_cells(entry, metric_columns)] for entry in table_rows(rows)])
+        [
+            [
+                entry["attention"],
+                entry["routing"],
+                entry["positions"],
+                entry["seeds"],
+                *mean_sd_cells(entry, metric_columns),
+            ]
+            for entry in table_rows(rows)
+        ],
+    )
     unigram = {length: statistics.mean(float(row[f"unigram_{length}"]) for row in rows) for length in LENGTHS}
     lines += [
         "",
@@ -126,12 +143,16 @@ def summary_markdown(rows, stats):
         by_pair.setdefault((entry["a"], entry["b"], entry["length"]), {})[entry["metric"]] = entry
     lines += markdown_lines(
         ["a", "b", "length", *(METRIC_LABELS[name] for name in METRIC_NAMES)],
-        [[a, b, LENGTHS[length], *(welch_cell(metrics[name]) for name in METRIC_NAMES)]
-         for (a, b, length), metrics in by_pair.items()])
+        [
+            [a, b, LENGTHS[length], *(welch_cell(metrics[name]) for name in METRIC_NAMES)]
+            for (a, b, length), metrics in by_pair.items()
+        ],
+    )
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------- context extension axes
+
 
 def setting_of(row):
     """(training length, evaluation-time RoPE scaling) of a row; rows of older sweeps have neither column."""
@@ -171,8 +192,16 @@ def context_groups(rows):
     for row in rows:
         grouped.setdefault((variant_of(row), row["positions"], setting_of(row)), []).append(row)
     order = settings(rows)
-    return dict(sorted(grouped.items(), key=lambda item: (list(POSITION_ARMS).index(item[0][1]),
-                                                          order.index(item[0][2]), VARIANTS.index(item[0][0]))))
+    return dict(
+        sorted(
+            grouped.items(),
+            key=lambda item: (
+                list(POSITION_ARMS).index(item[0][1]),
+                order.index(item[0][2]),
+                VARIANTS.index(item[0][0]),
+            ),
+        )
+    )
 
 
 def context_comparisons(rows):
@@ -191,13 +220,24 @@ def context_comparisons(rows):
     for positions, setting in cells:
         for a, b in combinations(attentions, 2):
             if (a, positions, setting) in grouped and (b, positions, setting) in grouped:
-                entries += welch_entries(grouped[(a, positions, setting)], grouped[(b, positions, setting)],
-                                         test="attention", group=f"{positions}, {setting_label(setting)}", a=a, b=b)
+                entries += welch_entries(
+                    grouped[(a, positions, setting)],
+                    grouped[(b, positions, setting)],
+                    test="attention",
+                    group=f"{positions}, {setting_label(setting)}",
+                    a=a,
+                    b=b,
+                )
     for (attention, positions, setting), group_rows in grouped.items():
         if setting != reference and (attention, positions, reference) in grouped:
-            entries += welch_entries(group_rows, grouped[(attention, positions, reference)], test="setting",
-                                     group=f"{attention}/{positions}", a=setting_label(setting),
-                                     b=setting_label(reference))
+            entries += welch_entries(
+                group_rows,
+                grouped[(attention, positions, reference)],
+                test="setting",
+                group=f"{attention}/{positions}",
+                a=setting_label(setting),
+                b=setting_label(reference),
+            )
     return entries
 
 
@@ -205,8 +245,13 @@ def context_table(rows):
     """Mean and sd over seeds of every test metric per (attention, routing, positions, training length, scaling)."""
     table = []
     for (label, positions, setting), group_rows in context_groups(rows).items():
-        entry = {**split_variant(label), "positions": positions, "train_len": setting[0], "scaling": setting[1],
-                 "seeds": len(group_rows)}
+        entry = {
+            **split_variant(label),
+            "positions": positions,
+            "train_len": setting[0],
+            "scaling": setting[1],
+            "seeds": len(group_rows),
+        }
         for length in LENGTHS:
             for name in METRIC_NAMES:
                 values = [float(row[f"test_{length}_{name}"]) for row in group_rows]
@@ -228,8 +273,19 @@ def context_markdown(rows, stats):
     ]
     lines += markdown_lines(
         ["attention", "routing", "positions", "train length", "scaling", "seeds", *column_labels(columns)],
-        [[entry["attention"], entry["routing"], entry["positions"], entry["train_len"], entry["scaling"],
-          entry["seeds"], *mean_sd_cells(entry, columns)] for entry in context_table(rows)])
+        [
+            [
+                entry["attention"],
+                entry["routing"],
+                entry["positions"],
+                entry["train_len"],
+                entry["scaling"],
+                entry["seeds"],
+                *mean_sd_cells(entry, columns),
+            ]
+            for entry in context_table(rows)
+        ],
+    )
     lines += [
         "",
         "Welch's t-tests on accuracy (two-sided, over seeds): mean(a) - mean(b), p-value and mark; every metric is "
@@ -242,6 +298,9 @@ def context_markdown(rows, stats):
             by_pair.setdefault((entry["test"], entry["group"], entry["a"], entry["b"]), {})[entry["length"]] = entry
     lines += markdown_lines(
         ["test", "within", "a", "b", *column_labels([(length, "accuracy") for length in LENGTHS])],
-        [[test, group, a, b, *(welch_cell(by_length[length]) for length in LENGTHS)]
-         for (test, group, a, b), by_length in by_pair.items()])
+        [
+            [test, group, a, b, *(welch_cell(by_length[length]) for length in LENGTHS)]
+            for (test, group, a, b), by_length in by_pair.items()
+        ],
+    )
     return "\n".join(lines) + "\n"

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from ...results.rows import append_rows, read_results, write_rows
+from ...run_files import METRICS_FILE, RESULTS_FILE
 from ...training.metrics import METRIC_NAMES
 from ...training.pretrain import RunConfig, load_run_config, pretrain, run_lengths
-from ...run_files import METRICS_FILE, RESULTS_FILE
 from ...training.run_folder import RunFinished
 from ..sweeps import quiet_worker, run_jobs
 from .arms import (
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------------------- training
 
+
 def train_arm(arm: Arm | None, run: RunConfig, setup: str, scalings=(), factor=None, trained=None):
     """Train one arm (resuming its last checkpoint if it has one), or take `trained`, the row of its finished run
     (arm None); then evaluate that run with each RoPE scaling of `scalings`. Returns the new CSV rows and the
@@ -46,11 +47,14 @@ def train_arm(arm: Arm | None, run: RunConfig, setup: str, scalings=(), factor=N
         for scaling in scalings:
             start = time.perf_counter()
             metrics = evaluate_scaled(run, scaling, factor, test_sets)
-            rows.append({
-                **trained, "scaling": scaling,
-                **{f"test_{length}_{name}": metrics[length][name] for length in LENGTHS for name in METRIC_NAMES},
-                "wall_seconds": round(time.perf_counter() - start, 1),  # of the evaluation
-            })
+            rows.append(
+                {
+                    **trained,
+                    "scaling": scaling,
+                    **{f"test_{length}_{name}": metrics[length][name] for length in LENGTHS for name in METRIC_NAMES},
+                    "wall_seconds": round(time.perf_counter() - start, 1),  # of the evaluation
+                }
+            )
     return rows, curve
 
 
@@ -63,8 +67,12 @@ def trained_row(arm: Arm, run: RunConfig, setup: str):
     except RunFinished:  # the run finished, but the sweep stopped before its row reached the CSV
         results, model, log_history = finished_run(run_dir)
     row = {
-        "attention": arm.attention, "positions": arm.positions, "seed": arm.seed, "train_len": run.train.seq_len,
-        "scaling": arm.scaling, "routing": arm.routing,
+        "attention": arm.attention,
+        "positions": arm.positions,
+        "seed": arm.seed,
+        "train_len": run.train.seq_len,
+        "scaling": arm.scaling,
+        "routing": arm.routing,
         "setup": setup,
         "heads": run.model.config["num_attention_heads"],
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -111,10 +119,18 @@ def test_sets_of(run: RunConfig):
     from ...training.sources import load_documents
 
     tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
-    documents = list(load_documents(run.data.source, text_field=run.data.text_field, split=run.data.split,
-                                    streaming=run.data.streaming, limit=run.data.limit))
-    splits = split_documents(documents, validation_size=run.data.validation_size, test_size=run.data.test_size,
-                             seed=run.train.seed)
+    documents = list(
+        load_documents(
+            run.data.source,
+            text_field=run.data.text_field,
+            split=run.data.split,
+            streaming=run.data.streaming,
+            limit=run.data.limit,
+        )
+    )
+    splits = split_documents(
+        documents, validation_size=run.data.validation_size, test_size=run.data.test_size, seed=run.train.seed
+    )
     return evaluation_sets(splits["test"], tokenizer, run_lengths(run), run.data.max_eval_examples, "test")
 
 
@@ -123,8 +139,11 @@ def scaling_fields(scaling: str, factor: float, train_len: int):
     (not ``max_position_embeddings``, which the pipeline sets to the long evaluation length)."""
     if scaling == "none":
         return {"rope_scaling_type": None, "rope_scaling_factor": 1.0}
-    return {"rope_scaling_type": scaling, "rope_scaling_factor": float(factor),
-            "rope_original_max_position_embeddings": train_len}
+    return {
+        "rope_scaling_type": scaling,
+        "rope_scaling_factor": float(factor),
+        "rope_original_max_position_embeddings": train_len,
+    }
 
 
 def load_scaled_model(run_dir, scaling: str, factor: float, train_len: int):
@@ -134,8 +153,10 @@ def load_scaled_model(run_dir, scaling: str, factor: float, train_len: int):
 
     saved = AutoConfig.from_pretrained(run_dir)
     if saved.position_embedding_type != "rope" and scaling != "none":
-        raise ValueError(f"scaling={scaling!r} needs a RoPE model; {run_dir} has position_embedding_type="
-                         f"{saved.position_embedding_type!r}")
+        raise ValueError(
+            f"scaling={scaling!r} needs a RoPE model; {run_dir} has position_embedding_type="
+            f"{saved.position_embedding_type!r}"
+        )
     config = type(saved).from_dict({**saved.to_dict(), **scaling_fields(scaling, factor, train_len)})
     return AutoModelForMaskedLM.from_pretrained(run_dir, config=config)
 
@@ -153,13 +174,27 @@ def evaluate_scaled(run: RunConfig, scaling: str, factor: float, test_sets=None)
     model = load_scaled_model(run.output_dir, scaling, factor, run.train.seq_len)
     test_sets = test_sets_of(run) if test_sets is None else test_sets
     tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
-    collator = MLMCollator(tokenizer, seed=run.train.seed, mlm_probability=run.mlm.probability,
-                           mask_replace_prob=run.mlm.mask_replace_prob, random_replace_prob=run.mlm.random_replace_prob)
-    args = TrainingArguments(output_dir=run.output_dir, per_device_eval_batch_size=run.train.eval_batch_size
-                             or run.train.batch_size, bf16=use_bf16(run.train.precision), use_cpu=cpu_only(),
-                             report_to="none")  # evaluated as `pretrain` evaluates
-    trainer = Trainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics,
-                      preprocess_logits_for_metrics=preprocess_logits_for_metrics)
+    collator = MLMCollator(
+        tokenizer,
+        seed=run.train.seed,
+        mlm_probability=run.mlm.probability,
+        mask_replace_prob=run.mlm.mask_replace_prob,
+        random_replace_prob=run.mlm.random_replace_prob,
+    )
+    args = TrainingArguments(
+        output_dir=run.output_dir,
+        per_device_eval_batch_size=run.train.eval_batch_size or run.train.batch_size,
+        bf16=use_bf16(run.train.precision),
+        use_cpu=cpu_only(),
+        report_to="none",
+    )  # evaluated as `pretrain` evaluates
+    trainer = Trainer(
+        model=model,
+        args=args,
+        data_collator=collator,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+    )
     metrics = trainer.evaluate(eval_dataset=test_sets, metric_key_prefix="test")
     return {length: {name: metrics[f"test_{length}_{name}"] for name in METRIC_NAMES} for length in LENGTHS}
 
@@ -173,18 +208,26 @@ def curve_points(log_history, row):
         tokens = entry.get("num_input_tokens_seen", tokens)
         for length in LENGTHS:
             if f"eval_{length}_accuracy" in entry:
-                points.setdefault((entry["step"], length), {
-                    **arm, "step": entry["step"], "tokens": tokens, "length": length,
-                    **{name: entry[f"eval_{length}_{name}"] for name in METRIC_NAMES},
-                })
+                points.setdefault(
+                    (entry["step"], length),
+                    {
+                        **arm,
+                        "step": entry["step"],
+                        "tokens": tokens,
+                        "length": length,
+                        **{name: entry[f"eval_{length}_{name}"] for name in METRIC_NAMES},
+                    },
+                )
     return list(points.values())
 
 
 def check_setup(rows, setup: str, csv_path: Path):
     other = {row["setup"] for row in rows} - {setup}
     if other:
-        raise ValueError(f"{csv_path} holds runs of another config (setup {sorted(other)}, this one {setup}); "
-                         "choose another --out-dir, or delete it to start over")
+        raise ValueError(
+            f"{csv_path} holds runs of another config (setup {sorted(other)}, this one {setup}); "
+            "choose another --out-dir, or delete it to start over"
+        )
 
 
 def migrate_csv(path: Path, columns, train_len):
@@ -194,8 +237,13 @@ def migrate_csv(path: Path, columns, train_len):
     missing ("")."""
     rows = read_results(path)
     if rows and any(name not in rows[0] for name in columns):
-        defaults = {"train_len": train_len, "scaling": "none", "routing": DEFAULT_ROUTING, "floor_short": "",
-                    "floor_long": ""}
+        defaults = {
+            "train_len": train_len,
+            "scaling": "none",
+            "routing": DEFAULT_ROUTING,
+            "floor_short": "",
+            "floor_long": "",
+        }
         write_rows(path, [{**{name: defaults[name] for name in columns}, **row} for row in rows])
 
 
@@ -211,8 +259,9 @@ def jobs_for(arms, base: RunConfig, head_size: int, out_dir: Path, rows: list, s
     for trained, scalings in by_run.items():
         trained_row = done.get(trained.key(base.train.seq_len))
         run = arm_config(base, trained, head_size, out_dir)
-        jobs.append((None if trained_row else trained, run, setup, [k for k in scalings if k != "none"], factor,
-                     trained_row))
+        jobs.append(
+            (None if trained_row else trained, run, setup, [k for k in scalings if k != "none"], factor, trained_row)
+        )
     return jobs
 
 
@@ -228,18 +277,29 @@ def sweep(arms, base: RunConfig, head_size: int, out_dir: Path, workers=1, facto
     check_setup(rows, setup, runs_csv)
     jobs = jobs_for(arms, base, head_size, out_dir, rows, setup, factor or base.data.long_factor)
     todo = sum((arm is not None) + len(scalings) for arm, _, _, scalings, *_ in jobs)
-    logger.info("%d of %d rows already in %s; %d training runs and %d rows to go", len(arms) - todo, len(arms),
-                runs_csv, sum(arm is not None for arm, *_ in jobs), todo)
+    logger.info(
+        "%d of %d rows already in %s; %d training runs and %d rows to go",
+        len(arms) - todo,
+        len(arms),
+        runs_csv,
+        sum(arm is not None for arm, *_ in jobs),
+        todo,
+    )
     for new_rows, curve in run_jobs(train_arm, jobs, workers, worker_setup=quiet_worker):
         append_rows(out_dir / CURVES_CSV, curve)
         append_rows(runs_csv, new_rows)
         for row in new_rows:
-            logger.info("%s: test accuracy %.3f (1x) %.3f (4x)", row_label(row), float(row["test_short_accuracy"]),
-                        float(row["test_long_accuracy"]))
+            logger.info(
+                "%s: test accuracy %.3f (1x) %.3f (4x)",
+                row_label(row),
+                float(row["test_short_accuracy"]),
+                float(row["test_long_accuracy"]),
+            )
     return todo
 
 
 # ------------------------------------------------------------------------------------------------------------ CLI
+
 
 def base_config(args) -> RunConfig:
     """The run config every arm starts from: --config, else the --domain's, with --data and --set applied."""
@@ -261,10 +321,10 @@ def run(args):
         head_size = base_head_size(base, args.head_size)
         # The base length is the arm without a length suffix, so a sweep that adds lengths reuses its runs.
         seq_lens = [None if n == base.train.seq_len else n for n in args.seq_lens or [base.train.seq_len]]
-        arms = grid(args.attention, args.positions, args.seeds, list(dict.fromkeys(seq_lens)), args.eval_scaling,
-                    args.routing)
+        arms = grid(
+            args.attention, args.positions, args.seeds, list(dict.fromkeys(seq_lens)), args.eval_scaling, args.routing
+        )
         sweep(arms, base, head_size, args.out_dir, workers=args.workers, factor=args.scaling_factor)
     for path in write_outputs(args.out_dir):
         logger.info("wrote %s", path)
     return 0
-

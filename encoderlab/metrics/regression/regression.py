@@ -21,8 +21,9 @@ class Regression(evaluate.Metric):
             description="Pearson and Spearman correlation and mean squared error",
             citation="",
             inputs_description="predictions, references: one float per example",
-            features=datasets.Features({"predictions": datasets.Value("float64"),
-                                        "references": datasets.Value("float64")}),
+            features=datasets.Features(
+                {"predictions": datasets.Value("float64"), "references": datasets.Value("float64")}
+            ),
         )
 
     def _compute(self, predictions, references):

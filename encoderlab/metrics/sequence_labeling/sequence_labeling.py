@@ -23,8 +23,7 @@ class SequenceLabeling(evaluate.Metric):
             description="token accuracy (Q3 for secondary structure) and macro-F1, ignoring label -100",
             citation="",
             inputs_description="predictions, references: one class id per token (flattened); num_labels: optional",
-            features=datasets.Features({"predictions": datasets.Value("int64"),
-                                        "references": datasets.Value("int64")}),
+            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
         )
 
     def _compute(self, predictions, references, num_labels=None):

@@ -86,15 +86,18 @@ def gold_texts(answers: dict, version_2: bool) -> list[str]:
 
 def question_scores(prediction: str, answers: dict, version_2: bool = True) -> tuple[int, float]:
     golds = gold_texts(answers, version_2)
-    return (max(exact_match(prediction, gold) for gold in golds),
-            max(token_f1(prediction, gold, version_2) for gold in golds))
+    return (
+        max(exact_match(prediction, gold) for gold in golds),
+        max(token_f1(prediction, gold, version_2) for gold in golds),
+    )
 
 
 def apply_threshold(raw: dict, no_answer_scores: dict, has_answer: dict, threshold: float) -> dict:
     """Per-question scores at `threshold`: a question scored above it is predicted unanswerable, which is right
     (1) exactly when it has no gold answer; the others keep the score of their span text."""
-    return {qid: float(not has_answer[qid]) if no_answer_scores[qid] > threshold else score
-            for qid, score in raw.items()}
+    return {
+        qid: float(not has_answer[qid]) if no_answer_scores[qid] > threshold else score for qid, score in raw.items()
+    }
 
 
 def best_threshold(raw: dict, no_answer_scores: dict, has_answer: dict) -> float:
@@ -116,15 +119,20 @@ def best_threshold(raw: dict, no_answer_scores: dict, has_answer: dict) -> float
 def _split(name: str, qids: list, exact: dict, f1: dict) -> dict:
     if not qids:
         return {}
-    return {f"{name}_exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
-            f"{name}_f1": 100.0 * sum(f1[q] for q in qids) / len(qids), f"{name}_total": len(qids)}
+    return {
+        f"{name}_exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+        f"{name}_f1": 100.0 * sum(f1[q] for q in qids) / len(qids),
+        f"{name}_total": len(qids),
+    }
 
 
 def v1_scores(texts: dict, golds: dict) -> dict:
     unanswerable = [qid for qid in texts if not golds[qid]["text"]]
     if unanswerable:
-        raise ValueError(f"SQuAD v1.1 questions need a gold answer; {len(unanswerable)} have none (ids "
-                         f"{unanswerable[:5]}); score unanswerable questions with config 'v2'.")
+        raise ValueError(
+            f"SQuAD v1.1 questions need a gold answer; {len(unanswerable)} have none (ids "
+            f"{unanswerable[:5]}); score unanswerable questions with config 'v2'."
+        )
     exact, f1 = {}, {}
     for qid, text in texts.items():
         exact[qid], f1[qid] = question_scores(text, golds[qid], version_2=False)
@@ -167,18 +175,25 @@ class Squad(evaluate.Metric):
             prediction["no_answer_score"] = datasets.Value("float64")
         elif self.config_name not in ("default", "v1"):
             raise ValueError(f"config_name must be 'v1' or 'v2', got {self.config_name!r}.")
-        reference = {"id": datasets.Value("string"),
-                     "answers": datasets.Sequence({"text": datasets.Value("string"),
-                                                   "answer_start": datasets.Value("int32")})}
-        return evaluate.MetricInfo(description=_DESCRIPTION, citation=_CITATION, inputs_description=_KWARGS_DESCRIPTION,
-                                   features=datasets.Features({"predictions": prediction, "references": reference}))
+        reference = {
+            "id": datasets.Value("string"),
+            "answers": datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}),
+        }
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"predictions": prediction, "references": reference}),
+        )
 
     def _compute(self, predictions, references, no_answer_threshold=0.0):
         golds = {reference["id"]: reference["answers"] for reference in references}
         missing = [p["id"] for p in predictions if p["id"] not in golds]
         if missing or len(predictions) != len(golds):
-            raise ValueError(f"predictions and references must have the same question ids; {len(predictions)} "
-                             f"predictions for {len(golds)} references, unknown ids {missing[:5]}.")
+            raise ValueError(
+                f"predictions and references must have the same question ids; {len(predictions)} "
+                f"predictions for {len(golds)} references, unknown ids {missing[:5]}."
+            )
         texts = {p["id"]: p["prediction_text"] for p in predictions}
         if self.config_name != "v2":
             return v1_scores(texts, golds)

@@ -76,8 +76,9 @@ class BlockLayout:
         blocks_needed = 1 + torch.div((span - block_size).clamp(min=0) + stride - 1, stride, rounding_mode="floor")
         num_blocks = grid_blocks(seq_len, block_size, stride)
 
-        slot_offsets = (torch.arange(num_blocks, device=device)[:, None] * stride
-                        + torch.arange(block_size, device=device))
+        slot_offsets = torch.arange(num_blocks, device=device)[:, None] * stride + torch.arange(
+            block_size, device=device
+        )
         positions = first[:, None, None] + slot_offsets  # (B, T, l)
         block_in_use = torch.arange(num_blocks, device=device) < blocks_needed[:, None]  # (B, T)
         used = (positions < seq_len) & block_in_use[..., None]

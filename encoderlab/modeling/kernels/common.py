@@ -52,10 +52,14 @@ def allowed(triangle, query, key, key_valid=None, query_documents=None, key_docu
 def allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device):
     """(B or 1, 1, L, L) bool: `allowed` for every (query, key) pair of the batch."""
     positions = torch.arange(seq_len, device=device)
-    mask = allowed(triangle, positions[:, None], positions[None, :],
-                   None if key_valid is None else key_valid[:, None, None, :],
-                   None if document_ids is None else document_ids[:, None, :, None],
-                   None if document_ids is None else document_ids[:, None, None, :])
+    mask = allowed(
+        triangle,
+        positions[:, None],
+        positions[None, :],
+        None if key_valid is None else key_valid[:, None, None, :],
+        None if document_ids is None else document_ids[:, None, :, None],
+        None if document_ids is None else document_ids[:, None, None, :],
+    )
     per_row = key_valid is not None or document_ids is not None
     return mask.expand(batch_size if per_row else 1, 1, -1, -1)
 
@@ -88,10 +92,11 @@ def triangle_parts(query, key, value, attention_type, routing, scale):
     """The triangles of ``attention_type``, the per-triangle (query, key, value) parts (`split_triangles`) and the
     score scale (default ``1/sqrt(part width)``)."""
     if routing not in DUAL_TRIANGLE_ROUTINGS:
-        raise ValueError(f"routing={routing!r} is not supported; allowed values: "
-                         f"{', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}")
+        raise ValueError(
+            f"routing={routing!r} is not supported; allowed values: {', '.join(map(repr, DUAL_TRIANGLE_ROUTINGS))}"
+        )
     triangles = TRIANGLES[attention_type]
-    parts = list(zip(*(split_triangles(x, len(triangles), routing) for x in (query, key, value))))
+    parts = list(zip(*(split_triangles(x, len(triangles), routing) for x in (query, key, value)), strict=True))
     width = query.shape[-1] // len(triangles)
     return triangles, parts, width**-0.5 if scale is None else scale
 

@@ -54,8 +54,12 @@ class EagerInputs:
         device = hidden_states.device
         key_valid = real_keys(attention_mask, device)
         document_ids = document_rows(document_ids, batch_size, device)
-        return cls({triangle: allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device)
-                    for triangle in TRIANGLES[attention_type]})
+        return cls(
+            {
+                triangle: allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device)
+                for triangle in TRIANGLES[attention_type]
+            }
+        )
 
     @classmethod
     def dense(cls, mask):
@@ -79,14 +83,30 @@ def eager_attention(query, key, value, allowed, bias, scale, dropout, training):
         allowed = torch.cat([mask.expand(-1, heads_per_triangle, -1, -1) for mask in allowed], dim=1)
         scores = scores.masked_fill(~allowed, float("-inf"))
     softmax_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    probs = F.dropout(torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype),
-                      dropout_probability(training, dropout), training)
+    probs = F.dropout(
+        torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype),
+        dropout_probability(training, dropout),
+        training,
+    )
     return torch.matmul(probs, value), probs
 
 
-def eager_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
-                            routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
-                            output_attentions=False, training=None, **kwargs):
+def eager_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_inputs,
+    *,
+    attention_type="bidirectional",
+    routing="channel_halves",
+    bias_module=None,
+    scale=None,
+    dropout=0.0,
+    output_attentions=False,
+    training=None,
+    **kwargs,
+):
     """Materialised scores; the only implementation that returns the probabilities.
 
     Args:

@@ -34,8 +34,14 @@ _compiled_flex_attention = None
 # Dtypes torch's compiled (Inductor) flex_attention kernel takes on CPU; others raise a raw InductorError there.
 _FLEX_CPU_COMPILED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-WIDE_QK_BACKWARD_OPTIONS = {"bwd_BLOCK_M1": 64, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 64,
-                            "bwd_num_stages": 2, "bwd_num_warps": 4}
+WIDE_QK_BACKWARD_OPTIONS = {
+    "bwd_BLOCK_M1": 64,
+    "bwd_BLOCK_N1": 64,
+    "bwd_BLOCK_M2": 64,
+    "bwd_BLOCK_N2": 64,
+    "bwd_num_stages": 2,
+    "bwd_num_warps": 4,
+}
 """flex_attention's backward blocks where q/k are wider than 64 channels and there is a score_mod, in half precision
 on CUDA (`flex_kernel_options`). ``bwd_`` keys leave the forward kernel as torch tunes it.
 
@@ -50,8 +56,10 @@ values left at 64 channels 254,976; these blocks with 1 stage 81,920, with value
 Not yet run on a GPU; bench/gpu/check.py's kernel table tries it (``--flex-kernel-options``)."""
 
 PAD_VALUE_TO_QUERY_WIDTH = True
-"""Whether CUDA runs pad values narrower than q/k to the q/k width (`_pads_value_to_query_dim`); check.py's
-kernel table tries both."""
+"""Whether CUDA runs pad values narrower than q/k to the q/k width (`_pads_value_to_query_dim`). A live switch, not a
+leftover: DSTG's fp32 flex backward is verified on an H100 with it, and with it off the bf16 backward still needs
+`WIDE_QK_BACKWARD_OPTIONS` to fit in shared memory; bench/gpu/check.py's kernel table runs both arms, and the arm that
+loses goes once that table has a GPU's numbers."""
 
 
 def _flex_attention_fn(query):
@@ -104,8 +112,17 @@ class FlexInputs:
         dual triangle's 2H sub-heads by head index)."""
         batch_size, seq_len = hidden_states.shape[:2]
         device = hidden_states.device
-        return cls(flex_block_mask(TRIANGLES[attention_type], num_heads, real_keys(attention_mask, device),
-                                   document_rows(document_ids, batch_size, device), batch_size, seq_len, device))
+        return cls(
+            flex_block_mask(
+                TRIANGLES[attention_type],
+                num_heads,
+                real_keys(attention_mask, device),
+                document_rows(document_ids, batch_size, device),
+                batch_size,
+                seq_len,
+                device,
+            )
+        )
 
 
 def _flex_mask_mod(triangles, heads_per_triangle, key_valid, seq_len, document_ids=None):
@@ -156,8 +173,13 @@ def _create_block_mask(mask_mod_of, triangles, heads_per_triangle, batch_size, p
         return torch.cat([part.expand(-1, heads_per_triangle, *part.shape[2:]) for part in parts], dim=1).contiguous()
 
     return BlockMask.from_kv_blocks(
-        stacked("kv_num_blocks"), stacked("kv_indices"), stacked("full_kv_num_blocks"), stacked("full_kv_indices"),
-        BLOCK_SIZE=halves[0].BLOCK_SIZE, mask_mod=mask_mod_of(triangles), seq_lengths=halves[0].seq_lengths,
+        stacked("kv_num_blocks"),
+        stacked("kv_indices"),
+        stacked("full_kv_num_blocks"),
+        stacked("full_kv_indices"),
+        BLOCK_SIZE=halves[0].BLOCK_SIZE,
+        mask_mod=mask_mod_of(triangles),
+        seq_lengths=halves[0].seq_lengths,
     )
 
 
@@ -173,7 +195,11 @@ def flex_block_mask(triangles, heads_per_triangle, key_valid, document_ids, batc
         if cache_key not in _BLOCK_MASKS:
             _BLOCK_MASKS[cache_key] = _create_block_mask(
                 lambda group: _flex_mask_mod(group, heads_per_triangle, None, seq_len),
-                triangles, heads_per_triangle, None, padded_len, device,
+                triangles,
+                heads_per_triangle,
+                None,
+                padded_len,
+                device,
             )
         return _BLOCK_MASKS[cache_key]
     block_padding = padded_len - seq_len
@@ -184,7 +210,11 @@ def flex_block_mask(triangles, heads_per_triangle, key_valid, document_ids, batc
         document_ids = torch.cat([document_ids, document_ids[:, -1:].expand(-1, block_padding)], dim=1)
     return _create_block_mask(
         lambda group: _flex_mask_mod(group, heads_per_triangle, key_valid, seq_len, document_ids),
-        triangles, heads_per_triangle, batch_size, padded_len, device,
+        triangles,
+        heads_per_triangle,
+        batch_size,
+        padded_len,
+        device,
     )
 
 
@@ -207,8 +237,9 @@ def flex_attention_call(query, key, value, block_mask, bias_module, logical_head
     if _pads_value_to_query_dim(query, value):
         value = F.pad(value, (0, query.shape[-1] - value_dim))  # zero channels: their outputs are 0, sliced off
     options = flex_kernel_options(query.device, query.dtype, query.shape[-1], score_mod is not None)
-    output = _flex_attention_fn(query)(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                                       kernel_options=options)
+    output = _flex_attention_fn(query)(
+        query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale, kernel_options=options
+    )
     return output[:, :, :seq_len, :value_dim]
 
 
@@ -224,23 +255,35 @@ def flex_kernel_options(device, dtype, query_width, has_score_mod):
 
 def _pads_value_to_query_dim(query, value):
     """On CUDA, values narrower than q/k (DSTG: q/k join two streams of head_dim each, values do not) are padded to
-    the q/k width while `PAD_VALUE_TO_QUERY_WIDTH` holds. Exact: the extra value channels are zero. Added as a guess at
-    DSTG's flex backward failing to compile on an H100; the second H100 run showed the guess wrong (the score_mod's
-    form was the cause, fixed in `SpecialTokenRelativeBias.score_mod`). Kept because fp32 passed there with it;
-    dropping it alone does not fit the bf16 backward in shared memory (`WIDE_QK_BACKWARD_OPTIONS`), and whether
-    flex compiles unpadded values on the GPU is for the next GPU run."""
+    the q/k width while `PAD_VALUE_TO_QUERY_WIDTH` holds. Exact: the extra value channels are zero and are cut from
+    the output."""
     return PAD_VALUE_TO_QUERY_WIDTH and query.device.type == "cuda" and value.shape[-1] < query.shape[-1]
 
 
-def flex_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
-                           routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
-                           output_attentions=False, training=None, **kwargs):
+def flex_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_inputs,
+    *,
+    attention_type="bidirectional",
+    routing="channel_halves",
+    bias_module=None,
+    scale=None,
+    dropout=0.0,
+    output_attentions=False,
+    training=None,
+    **kwargs,
+):
     """One block-sparse flex_attention call for all triangles (`flex_attention_call`); arguments as
     `eager_attention_forward`. Returns (output (B, H, L, D), None)."""
     refuse_probabilities("flex_attention", output_attentions)
     if torch.is_grad_enabled() and any(t.device.type == "cpu" and t.requires_grad for t in (query, key, value)):
-        raise ValueError("flex_attention has no backward pass on CPU in this torch version; choose the kernel with "
-                         "attention.forward_implementation(), which runs sdpa where gradients are needed")
+        raise ValueError(
+            "flex_attention has no backward pass on CPU in this torch version; choose the kernel with "
+            "attention.forward_implementation(), which runs sdpa where gradients are needed"
+        )
     if dropout and is_training(module, training):
         raise ValueError(f"attention_dropout={dropout} is not available with flex_attention; use sdpa or eager")
     query, key, value = autocast_inputs(query, key, value)

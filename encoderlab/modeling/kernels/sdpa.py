@@ -112,8 +112,9 @@ class SdpaInputs:
         key_valid = real_keys(attention_mask, device)
         triangles = TRIANGLES[attention_type]
         if document_ids is not None:
-            return cls.of_documents(triangles, key_valid, document_rows(document_ids, batch_size, device),
-                                    hidden_states.dtype)
+            return cls.of_documents(
+                triangles, key_valid, document_rows(document_ids, batch_size, device), hidden_states.dtype
+            )
         if key_valid is None:
             return cls()
         if triangles == ("all",):
@@ -130,12 +131,19 @@ class SdpaInputs:
         in_runs = (rows_alone or seq_len > _DOCUMENT_QUERY_CHUNK) and not is_tracing()
         bounds = document_bounds(document_ids) if in_runs else None
         if in_runs and rows_alone:
-            return cls(row_runs={triangle: row_runs(triangle, key_valid, document_ids, bounds, _ROW_QUERY_CHUNK, dtype)
-                                 for triangle in triangles})
-        masks = {triangle: allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device)
-                 for triangle in triangles}
-        spans = {triangle: key_spans(bounds, triangle, _DOCUMENT_QUERY_CHUNK) for triangle in triangles} if in_runs \
-            else {}
+            return cls(
+                row_runs={
+                    triangle: row_runs(triangle, key_valid, document_ids, bounds, _ROW_QUERY_CHUNK, dtype)
+                    for triangle in triangles
+                }
+            )
+        masks = {
+            triangle: allowed_mask(triangle, key_valid, document_ids, batch_size, seq_len, device)
+            for triangle in triangles
+        }
+        spans = (
+            {triangle: key_spans(bounds, triangle, _DOCUMENT_QUERY_CHUNK) for triangle in triangles} if in_runs else {}
+        )
         return cls(masks=masks, key_spans=spans)
 
     @classmethod
@@ -163,8 +171,12 @@ def _query_runs(seq_len, chunk):
 def _cut_by_triangle(triangle, query_start, query_end, key_start, key_end):
     """A run of queries' key span (its documents) cut by ``triangle``: "lower" sees no key past the run's last query,
     "upper" none before its first."""
-    return (query_start, query_end, query_start if triangle == "upper" else key_start,
-            query_end if triangle == "lower" else key_end)
+    return (
+        query_start,
+        query_end,
+        query_start if triangle == "upper" else key_start,
+        query_end if triangle == "lower" else key_end,
+    )
 
 
 def key_spans(bounds, triangle, chunk):
@@ -175,7 +187,9 @@ def key_spans(bounds, triangle, chunk):
     query_starts, query_ends = _query_runs(doc_start.shape[1], chunk)
     key_starts = doc_start[:, query_starts].amin(dim=0).tolist()
     key_ends = doc_end[:, [end - 1 for end in query_ends]].amax(dim=0).tolist()
-    return [_cut_by_triangle(triangle, *span) for span in zip(query_starts, query_ends, key_starts, key_ends)]
+    return [
+        _cut_by_triangle(triangle, *span) for span in zip(query_starts, query_ends, key_starts, key_ends, strict=True)
+    ]
 
 
 def row_key_spans(bounds, triangle, chunk):
@@ -186,23 +200,35 @@ def row_key_spans(bounds, triangle, chunk):
     query_starts, query_ends = _query_runs(doc_start.shape[1], chunk)
     key_starts = doc_start[:, query_starts].tolist()
     key_ends = doc_end[:, [end - 1 for end in query_ends]].tolist()
-    return [[_cut_by_triangle(triangle, *span) for span in zip(query_starts, query_ends, starts, ends)]
-            for starts, ends in zip(key_starts, key_ends)]
+    return [
+        [_cut_by_triangle(triangle, *span) for span in zip(query_starts, query_ends, starts, ends, strict=True)]
+        for starts, ends in zip(key_starts, key_ends, strict=True)
+    ]
 
 
 def row_runs(triangle, key_valid, document_ids, bounds, chunk, dtype):
     """The [`RowRuns`] of ``triangle``: each run's mask is `common.allowed` built for its block alone."""
     spans = row_key_spans(bounds, triangle, chunk)
     positions = torch.arange(document_ids.shape[1], device=document_ids.device)
-    key_index = [(torch.cat([positions[start:end] for *_, start, end in row_spans]),
-                  [end - start for *_, start, end in row_spans]) for row_spans in spans]
+    key_index = [
+        (
+            torch.cat([positions[start:end] for *_, start, end in row_spans]),
+            [end - start for *_, start, end in row_spans],
+        )
+        for row_spans in spans
+    ]
 
     def additive(row, start, end, key_start, key_end):
         keys = slice(key_start, key_end)
         ids = document_ids[row]
-        block = allowed(triangle, positions[start:end, None], positions[None, keys],
-                        None if key_valid is None else key_valid[row, None, keys], ids[start:end, None],
-                        ids[None, keys])
+        block = allowed(
+            triangle,
+            positions[start:end, None],
+            positions[None, keys],
+            None if key_valid is None else key_valid[row, None, keys],
+            ids[start:end, None],
+            ids[None, keys],
+        )
         return torch.zeros(block.shape, dtype=dtype, device=block.device).masked_fill(~block, float("-inf"))
 
     masks = [[additive(row, *span) for span in row_spans] for row, row_spans in enumerate(spans)]
@@ -220,16 +246,21 @@ def causal_sdpa(query, key, value, dropout_p, scale):
     # torch.export with a dynamic length (a SymInt here) takes the plain call: testing the length against the split
     # range would pin the exported program to one side of it. torch.compile with a dynamic length compares (not
     # `in`, which dynamo cannot evaluate on a symbolic length) and recompiles if a later length crosses the range.
-    if (query.device.type != "cpu" or isinstance(seq_len, torch.SymInt)
-            or not _SPLIT_CAUSAL_LENGTHS.start <= seq_len < _SPLIT_CAUSAL_LENGTHS.stop):
+    if (
+        query.device.type != "cpu"
+        or isinstance(seq_len, torch.SymInt)
+        or not _SPLIT_CAUSAL_LENGTHS.start <= seq_len < _SPLIT_CAUSAL_LENGTHS.stop
+    ):
         return F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout_p, scale=scale)
     half = seq_len // 2
-    head = F.scaled_dot_product_attention(query[:, :, :half], key[:, :, :half], value[:, :, :half], is_causal=True,
-                                          dropout_p=dropout_p, scale=scale)
+    head = F.scaled_dot_product_attention(
+        query[:, :, :half], key[:, :, :half], value[:, :, :half], is_causal=True, dropout_p=dropout_p, scale=scale
+    )
     # Query half + a sees keys j <= half + a.
     allowed_keys = torch.ones(seq_len - half, seq_len, dtype=torch.bool, device=query.device).tril(half)
-    tail = F.scaled_dot_product_attention(query[:, :, half:], key, value, attn_mask=allowed_keys, dropout_p=dropout_p,
-                                          scale=scale)
+    tail = F.scaled_dot_product_attention(
+        query[:, :, half:], key, value, attn_mask=allowed_keys, dropout_p=dropout_p, scale=scale
+    )
     return torch.cat([head, tail], dim=2)
 
 
@@ -238,7 +269,7 @@ def _in_order(x, order, dim):
     shape = [1] * x.dim()
     shape[0], shape[dim] = order.shape
     x = x.expand(order.shape[0], *x.shape[1:])
-    return x.gather(dim, order.view(shape).expand(*x.shape[:dim], -1, *x.shape[dim + 1:]))
+    return x.gather(dim, order.view(shape).expand(*x.shape[:dim], -1, *x.shape[dim + 1 :]))
 
 
 def _reordered(x, order, triangle, dims):
@@ -271,14 +302,21 @@ def sdpa_masked(query, key, value, mask, spans, bias, scale, dropout_p):
     so the result is the same, and the work falls from L x L towards L x (run + document length). The bias
     (B|1, H, L, L) is masked per span, never as a whole (B, H, L, L). query/key/value (B, H, L, D)."""
     if spans is None:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=_masked_bias(mask, bias),
-                                              dropout_p=dropout_p, scale=scale)
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=_masked_bias(mask, bias), dropout_p=dropout_p, scale=scale
+        )
     outputs = [
         F.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, key_start:key_end], value[:, :, key_start:key_end],
-            attn_mask=_masked_bias(mask[..., start:end, key_start:key_end],
-                                   None if bias is None else bias[..., start:end, key_start:key_end]),
-            dropout_p=dropout_p, scale=scale)
+            query[:, :, start:end],
+            key[:, :, key_start:key_end],
+            value[:, :, key_start:key_end],
+            attn_mask=_masked_bias(
+                mask[..., start:end, key_start:key_end],
+                None if bias is None else bias[..., start:end, key_start:key_end],
+            ),
+            dropout_p=dropout_p,
+            scale=scale,
+        )
         for start, end, key_start, key_end in spans
     ]
     return torch.cat(outputs, dim=2)
@@ -293,19 +331,29 @@ def sdpa_document_rows(query, key, value, row_runs, bias, scale, dropout_p):
     zero-filled row per run. Calls stay 4-D (torch's CPU flash kernel takes no 3-D input).
     query/key/value (B, H, L, D) -> (B, H, L, D)."""
     rows = []
-    for row, (query_row, key_row, value_row) in enumerate(zip(query.split(1), key.split(1), value.split(1))):
+    for row, (query_row, key_row, value_row) in enumerate(
+        zip(query.split(1), key.split(1), value.split(1), strict=True)
+    ):
         index, lengths = row_runs.key_index[row]
         key_runs = key_row.index_select(2, index).split(lengths, dim=2)
         value_runs = value_row.index_select(2, index).split(lengths, dim=2)
         runs = []
         for query_run, key_run, value_run, (start, end, key_start, key_end), block in zip(
-                query_row.split(row_runs.chunk, dim=2), key_runs, value_runs, row_runs.spans[row],
-                row_runs.masks[row], strict=True):
+            query_row.split(row_runs.chunk, dim=2),
+            key_runs,
+            value_runs,
+            row_runs.spans[row],
+            row_runs.masks[row],
+            strict=True,
+        ):
             block = block.to(query.dtype)  # built in the model's dtype; autocast may compute in another
             if bias is not None:  # (B|1, H, L, L): this run's part, -inf where the mask forbids
                 block = bias[row if bias.shape[0] > 1 else 0, :, start:end, key_start:key_end] + block
-            runs.append(F.scaled_dot_product_attention(query_run, key_run, value_run, attn_mask=block,
-                                                       dropout_p=dropout_p, scale=scale))
+            runs.append(
+                F.scaled_dot_product_attention(
+                    query_run, key_run, value_run, attn_mask=block, dropout_p=dropout_p, scale=scale
+                )
+            )
         rows.append(torch.cat(runs, dim=2))
     return torch.cat(rows)
 
@@ -313,15 +361,17 @@ def sdpa_document_rows(query, key, value, row_runs, bias, scale, dropout_p):
 def sdpa_reordered(query, key, value, order, triangle, bias_module, bias, scale, dropout_p):
     """A triangle as one causal call on the reordered tokens (`_reordered`); query/key/value (B, H, L, D)."""
     seq_len, device = query.shape[2], query.device
-    query, key, value = (_reordered(x, None if order is None else order[0], triangle, (2,))
-                         for x in (query, key, value))
+    query, key, value = (
+        _reordered(x, None if order is None else order[0], triangle, (2,)) for x in (query, key, value)
+    )
     if bias is None:
         output = causal_sdpa(query, key, value, dropout_p, scale)
     else:
         if not bias_module.distance_only:  # |i - j| between real tokens is unchanged by the reordering; buckets are not
             bias = _reordered(bias, None if order is None else order[0], triangle, (2, 3))
-        output = F.scaled_dot_product_attention(query, key, value, attn_mask=_causal_float_mask(bias, seq_len, device),
-                                                dropout_p=dropout_p, scale=scale)
+        output = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=_causal_float_mask(bias, seq_len, device), dropout_p=dropout_p, scale=scale
+        )
     return _reordered(output, None if order is None else order[1], triangle, (2,))
 
 
@@ -333,22 +383,46 @@ def sdpa_triangle(query, key, value, attention_inputs, triangle, bias_module, sc
     if row_runs is not None:
         return sdpa_document_rows(query, key, value, row_runs, bias, scale, dropout_p)
     if triangle == "all" or triangle in attention_inputs.masks:
-        return sdpa_masked(query, key, value, attention_inputs.masks.get(triangle),
-                           attention_inputs.key_spans.get(triangle), bias, scale, dropout_p)
-    return sdpa_reordered(query, key, value, attention_inputs.row_order.get(triangle), triangle, bias_module, bias,
-                          scale, dropout_p)
+        return sdpa_masked(
+            query,
+            key,
+            value,
+            attention_inputs.masks.get(triangle),
+            attention_inputs.key_spans.get(triangle),
+            bias,
+            scale,
+            dropout_p,
+        )
+    return sdpa_reordered(
+        query, key, value, attention_inputs.row_order.get(triangle), triangle, bias_module, bias, scale, dropout_p
+    )
 
 
-def sdpa_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
-                           routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
-                           output_attentions=False, training=None, **kwargs):
+def sdpa_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_inputs,
+    *,
+    attention_type="bidirectional",
+    routing="channel_halves",
+    bias_module=None,
+    scale=None,
+    dropout=0.0,
+    output_attentions=False,
+    training=None,
+    **kwargs,
+):
     """``scaled_dot_product_attention``, one call per triangle (`sdpa_triangle`); arguments as
     `eager_attention_forward`. Returns (output (B, H, L, D), None)."""
     refuse_probabilities("sdpa", output_attentions)
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
     training = is_training(module, training)
-    outputs = [sdpa_triangle(q, k, v, attention_inputs, triangle, bias_module, scale, dropout, training)
-               for triangle, (q, k, v) in zip(triangles, parts)]
+    outputs = [
+        sdpa_triangle(q, k, v, attention_inputs, triangle, bias_module, scale, dropout, training)
+        for triangle, (q, k, v) in zip(triangles, parts, strict=True)
+    ]
     return merge_triangles(outputs, routing), None
 
 

@@ -47,7 +47,7 @@ def _banded_matrix(like, window):
     """
     n, half = like.shape[1], window // 2
     full = like.new_zeros(like.shape[0], n, n + 2 * half)
-    return full[..., half:half + n], _band(full, window)
+    return full[..., half : half + n], _band(full, window)
 
 
 def _product_band(left, right_t, first, window):
@@ -63,8 +63,8 @@ def _product_band(left, right_t, first, window):
     size = num * rows * n
     buffer = left.new_empty(size + 2 * window)
     buffer[:window].zero_()
-    buffer[size + window:].zero_()
-    torch.bmm(left, right_t, out=buffer[window:size + window].view(num, rows, n))
+    buffer[size + window :].zero_()
+    torch.bmm(left, right_t, out=buffer[window : size + window].view(num, rows, n))
     return buffer.as_strided((num, rows, window), (rows * n, n + 1, 1), window + first - window // 2)
 
 
@@ -200,8 +200,9 @@ def _tiled_backward(grad_out, query, key, u, value, probs):
             # grad_probs holds there).
             inner = (tile_probs * grad_probs).sum(dim=(-2, -1), keepdim=True)
             grad_scores = grad_probs.sub_(inner).mul_(tile_probs).mul_(scale)
-            _scores_backward(grad_scores, query[tile], key[tile], u[tile], grad_query[tile], grad_key[tile],
-                             grad_u[tile])
+            _scores_backward(
+                grad_scores, query[tile], key[tile], u[tile], grad_query[tile], grad_key[tile], grad_u[tile]
+            )
     return grad_query, grad_key, grad_u, grad_value
 
 
@@ -221,8 +222,9 @@ def _fused(query):
 
 
 @torch.library.custom_op(f"{_OPS}::triadic_forward", mutates_args=())
-def _triadic_forward(query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor,
-                     key_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _triadic_forward(
+    query: torch.Tensor, key: torch.Tensor, u: torch.Tensor, value: torch.Tensor, key_mask: torch.Tensor, window: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Windowed triadic attention on (N, n, Dh) blocks: the output (N, n, Dh) and the (N, n, w, w) probabilities."""
     return _tiled_forward(query, key, u, value, key_mask, window)
 
@@ -240,9 +242,14 @@ def _(query, key, u, value, key_mask, window):
 
 
 @torch.library.custom_op(f"{_OPS}::triadic_backward", mutates_args=())
-def _triadic_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, u: torch.Tensor,
-                      value: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor]:
+def _triadic_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    u: torch.Tensor,
+    value: torch.Tensor,
+    probs: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for query, key, u and value from the output's gradient and the forward's probabilities."""
     return _tiled_backward(grad_out, query, key, u, value, probs)
 

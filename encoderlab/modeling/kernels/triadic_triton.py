@@ -55,8 +55,11 @@ def _jit(function):
 def _load_rows(base, rows, n, head_dim, columns):
     """Rows ``rows`` of one (n, Dh) block: (len(rows), C) float32, zero outside the block."""
     inside = (rows >= 0) & (rows < n)
-    return tl.load(base + rows[:, None] * head_dim + columns[None, :],
-                   mask=inside[:, None] & (columns[None, :] < head_dim), other=0.0).to(tl.float32)
+    return tl.load(
+        base + rows[:, None] * head_dim + columns[None, :],
+        mask=inside[:, None] & (columns[None, :] < head_dim),
+        other=0.0,
+    ).to(tl.float32)
 
 
 @_jit
@@ -69,13 +72,29 @@ def _real_rows(key_mask, rows, n):
 @_jit
 def _store_rows(base, rows, values, n, head_dim, columns):
     """Writes (len(rows), C) `values` into the rows ``rows`` of one (n, Dh) block, skipping rows past its end."""
-    tl.store(base + rows[:, None] * head_dim + columns[None, :], values,
-             mask=(rows[:, None] < n) & (columns[None, :] < head_dim))
+    tl.store(
+        base + rows[:, None] * head_dim + columns[None, :],
+        values,
+        mask=(rows[:, None] < n) & (columns[None, :] < head_dim),
+    )
 
 
 @_jit
-def _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale, WINDOW: tl.constexpr,
-                   PRECISION: tl.constexpr):
+def _window_scores(
+    q,
+    key,
+    key_mask,
+    u_keys,
+    valid_k,
+    rows,
+    j,
+    n,
+    head_dim,
+    columns,
+    scale,
+    WINDOW: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """(Q, R) scores of the tile's queries at window offset j against the key rows, and which pairs are valid."""
     k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
     scores = tl.dot(q * k_j, tl.trans(u_keys), input_precision=PRECISION) * scale
@@ -83,8 +102,23 @@ def _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, colu
 
 
 @_jit
-def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, scale, WINDOW: tl.constexpr,
-                    TILE: tl.constexpr, KEYS: tl.constexpr, CHANNELS: tl.constexpr, PRECISION: tl.constexpr):
+def _forward_kernel(
+    query,
+    key,
+    u,
+    value,
+    key_mask,
+    out,
+    probs,
+    n,
+    head_dim,
+    scale,
+    WINDOW: tl.constexpr,
+    TILE: tl.constexpr,
+    KEYS: tl.constexpr,
+    CHANNELS: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     block = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * TILE
     rows = first + tl.arange(0, TILE)  # (Q,) query rows
@@ -106,8 +140,9 @@ def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, sca
     row_max = tl.full((TILE,), float("-inf"), tl.float32)
     normaliser = tl.zeros((TILE,), tl.float32)
     for j in tl.range(WINDOW):
-        scores, valid = _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale,
-                                       WINDOW, PRECISION)
+        scores, valid = _window_scores(
+            q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale, WINDOW, PRECISION
+        )
         scores = tl.where(valid, scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, 1))
         finite_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # no valid pair yet: every exp is 0
@@ -119,8 +154,9 @@ def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, sca
     inverse = tl.where(normaliser > 0, 1.0 / tl.where(normaliser > 0, normaliser, 1.0), 0.0)
     acc = tl.zeros((TILE, CHANNELS), tl.float32)
     for j in tl.range(WINDOW):
-        scores, valid = _window_scores(q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale,
-                                       WINDOW, PRECISION)
+        scores, valid = _window_scores(
+            q, key, key_mask, u_keys, valid_k, rows, j, n, head_dim, columns, scale, WINDOW, PRECISION
+        )
         v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
         p = tl.where(valid, tl.exp(tl.where(valid, scores, 0.0) - row_max[:, None]) * inverse[:, None], 0.0)
         tl.store(pairs + j * WINDOW, p, mask=stored)
@@ -129,8 +165,9 @@ def _forward_kernel(query, key, u, value, key_mask, out, probs, n, head_dim, sca
 
 
 @_jit
-def _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns, WINDOW: tl.constexpr,
-                       PRECISION: tl.constexpr):
+def _window_grad_probs(
+    g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns, WINDOW: tl.constexpr, PRECISION: tl.constexpr
+):
     """At window offset j, (Q, R): the gradient of each pair's probability, dA_ajk = <G_a * V_{a+j}, V_{a+k}>, and
     the probabilities themselves (0 outside the window)."""
     v_j = _load_rows(value, rows + j - WINDOW // 2, n, head_dim, columns)
@@ -139,9 +176,24 @@ def _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_
 
 
 @_jit
-def _backward_rows_kernel(grad_out, query, key, u, value, probs, grad_scores, grad_query, n, head_dim, scale,
-                          WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr, CHANNELS: tl.constexpr,
-                          PRECISION: tl.constexpr):
+def _backward_rows_kernel(
+    grad_out,
+    query,
+    key,
+    u,
+    value,
+    probs,
+    grad_scores,
+    grad_query,
+    n,
+    head_dim,
+    scale,
+    WINDOW: tl.constexpr,
+    TILE: tl.constexpr,
+    KEYS: tl.constexpr,
+    CHANNELS: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Row-local part of the backward: the score gradients (written to ``grad_scores``) and dQ."""
     block = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * TILE
@@ -161,14 +213,16 @@ def _backward_rows_kernel(grad_out, query, key, u, value, probs, grad_scores, gr
     # delta_a = sum_jk A_ajk dA_ajk, the softmax's correction, is needed before any score gradient.
     delta = tl.zeros((TILE,), tl.float32)
     for j in tl.range(WINDOW):
-        grad_probs, p = _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns,
-                                           WINDOW, PRECISION)
+        grad_probs, p = _window_grad_probs(
+            g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns, WINDOW, PRECISION
+        )
         delta += tl.sum(p * grad_probs, 1)
 
     dq = tl.zeros((TILE, CHANNELS), tl.float32)
     for j in tl.range(WINDOW):
-        grad_probs, p = _window_grad_probs(g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns,
-                                           WINDOW, PRECISION)
+        grad_probs, p = _window_grad_probs(
+            g, value, probs, v_keys, pairs, stored, rows, j, n, head_dim, columns, WINDOW, PRECISION
+        )
         k_j = _load_rows(key, rows + j - WINDOW // 2, n, head_dim, columns)
         ds = p * (grad_probs - delta[:, None]) * scale
         tl.store(grad_scores + pairs + j * WINDOW, ds, mask=stored)
@@ -177,9 +231,24 @@ def _backward_rows_kernel(grad_out, query, key, u, value, probs, grad_scores, gr
 
 
 @_jit
-def _gather_terms(query, grad_out, partner, value, probs, grad_scores, first, shift, n, head_dim, columns,
-                  WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr, PRECISION: tl.constexpr,
-                  SHIFT_IS_J: tl.constexpr):
+def _gather_terms(
+    query,
+    grad_out,
+    partner,
+    value,
+    probs,
+    grad_scores,
+    first,
+    shift,
+    n,
+    head_dim,
+    columns,
+    WINDOW: tl.constexpr,
+    TILE: tl.constexpr,
+    KEYS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SHIFT_IS_J: tl.constexpr,
+):
     """The terms the tile's rows ``b`` receive from the queries ``a = b - shift + w//2`` that see them at window
     offset ``shift`` (as j when ``SHIFT_IS_J``, else as k): ``(Q_a * sum_i dS R_{a+i}, G_a * sum_i A V_{a+i})``, i
     running over the other offset, and R, the ``partner`` rows, U (b is a j row) or K (b is a k row). Row
@@ -198,14 +267,32 @@ def _gather_terms(query, grad_out, partner, value, probs, grad_scores, first, sh
     value_rows = _load_rows(value, others, n, head_dim, columns)
     q_a = _load_rows(query, a, n, head_dim, columns)
     g_a = _load_rows(grad_out, a, n, head_dim, columns)
-    return (q_a * tl.dot(ds, partner_rows, input_precision=PRECISION),
-            g_a * tl.dot(p, value_rows, input_precision=PRECISION))
+    return (
+        q_a * tl.dot(ds, partner_rows, input_precision=PRECISION),
+        g_a * tl.dot(p, value_rows, input_precision=PRECISION),
+    )
 
 
 @_jit
-def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, grad_key, grad_u, grad_value,
-                            n, head_dim, WINDOW: tl.constexpr, TILE: tl.constexpr, KEYS: tl.constexpr,
-                            CHANNELS: tl.constexpr, PRECISION: tl.constexpr):
+def _backward_gather_kernel(
+    grad_out,
+    query,
+    key,
+    u,
+    value,
+    probs,
+    grad_scores,
+    grad_key,
+    grad_u,
+    grad_value,
+    n,
+    head_dim,
+    WINDOW: tl.constexpr,
+    TILE: tl.constexpr,
+    KEYS: tl.constexpr,
+    CHANNELS: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dK, dU and dV of a tile of rows from the score gradients and probabilities of the queries whose window holds
     them."""
     block = tl.program_id(0).to(tl.int64)
@@ -221,15 +308,47 @@ def _backward_gather_kernel(grad_out, query, key, u, value, probs, grad_scores, 
     dk = tl.zeros((TILE, CHANNELS), tl.float32)
     dv = tl.zeros((TILE, CHANNELS), tl.float32)
     for shift in tl.range(WINDOW):
-        key_term, value_term = _gather_terms(query, grad_out, u, value, probs, grad_scores, first, shift, n,
-                                             head_dim, columns, WINDOW, TILE, KEYS, PRECISION, True)
+        key_term, value_term = _gather_terms(
+            query,
+            grad_out,
+            u,
+            value,
+            probs,
+            grad_scores,
+            first,
+            shift,
+            n,
+            head_dim,
+            columns,
+            WINDOW,
+            TILE,
+            KEYS,
+            PRECISION,
+            True,
+        )
         dk += key_term
         dv += value_term
     _store_rows(grad_key + offset, rows, dk, n, head_dim, columns)
     du = tl.zeros((TILE, CHANNELS), tl.float32)
     for shift in tl.range(WINDOW):
-        u_term, value_term = _gather_terms(query, grad_out, key, value, probs, grad_scores, first, shift, n,
-                                           head_dim, columns, WINDOW, TILE, KEYS, PRECISION, False)
+        u_term, value_term = _gather_terms(
+            query,
+            grad_out,
+            key,
+            value,
+            probs,
+            grad_scores,
+            first,
+            shift,
+            n,
+            head_dim,
+            columns,
+            WINDOW,
+            TILE,
+            KEYS,
+            PRECISION,
+            False,
+        )
         du += u_term
         dv += value_term
     _store_rows(grad_u + offset, rows, du, n, head_dim, columns)
@@ -252,9 +371,14 @@ def _launch(query, window):
     num_blocks, n, head_dim = query.shape
     tile = min(MAX_TILE, max(16, triton.next_power_of_2(n)))
     full_precision = query.dtype == torch.float32
-    options = dict(WINDOW=window, TILE=tile, KEYS=max(16, triton.next_power_of_2(tile + window - 1)),
-                   CHANNELS=max(16, triton.next_power_of_2(head_dim)),
-                   PRECISION="ieee" if full_precision else "tf32", num_warps=8 if full_precision else 4)
+    options = dict(
+        WINDOW=window,
+        TILE=tile,
+        KEYS=max(16, triton.next_power_of_2(tile + window - 1)),
+        CHANNELS=max(16, triton.next_power_of_2(head_dim)),
+        PRECISION="ieee" if full_precision else "tf32",
+        num_warps=8 if full_precision else 4,
+    )
     return (num_blocks, triton.cdiv(n, tile)), options
 
 
@@ -268,8 +392,9 @@ def triadic_forward(query, key, u, value, key_mask, window):
         return out, probs.zero_()
     grid, options = _launch(query, window)
     n, head_dim = query.shape[1:]
-    _forward_kernel[grid](query, key, u, value, key_mask.contiguous(), out, probs, n, head_dim, head_dim ** -0.5,
-                          **options)
+    _forward_kernel[grid](
+        query, key, u, value, key_mask.contiguous(), out, probs, n, head_dim, head_dim**-0.5, **options
+    )
     return out, probs
 
 
@@ -282,8 +407,10 @@ def triadic_backward(grad_out, query, key, u, value, probs):
     grid, options = _launch(query, probs.shape[-1])
     n, head_dim = query.shape[1:]
     grad_scores = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
-    _backward_rows_kernel[grid](grad_out, query, key, u, value, probs, grad_scores, grads[0], n, head_dim,
-                                head_dim ** -0.5, **options)
-    _backward_gather_kernel[grid](grad_out, query, key, u, value, probs, grad_scores, *grads[1:], n, head_dim,
-                                  **options)
+    _backward_rows_kernel[grid](
+        grad_out, query, key, u, value, probs, grad_scores, grads[0], n, head_dim, head_dim**-0.5, **options
+    )
+    _backward_gather_kernel[grid](
+        grad_out, query, key, u, value, probs, grad_scores, *grads[1:], n, head_dim, **options
+    )
     return grads

@@ -22,14 +22,7 @@ from typing import ClassVar
 import torch
 
 from ..documents import flat_documents
-from .common import (
-    autocast_inputs,
-    document_rows,
-    is_training,
-    merge_triangles,
-    refuse_probabilities,
-    triangle_parts,
-)
+from .common import autocast_inputs, document_rows, is_training, merge_triangles, refuse_probabilities, triangle_parts
 from .sdpa import real_keys
 
 try:
@@ -64,8 +57,13 @@ class VarlenInputs:
         `eager.EagerInputs.build` (the triangles are window sizes of each call)."""
         batch_size, seq_len = hidden_states.shape[:2]
         device = hidden_states.device
-        token_index, starts = flat_documents(document_rows(document_ids, batch_size, device),
-                                             real_keys(attention_mask, device), batch_size, seq_len, device)
+        token_index, starts = flat_documents(
+            document_rows(document_ids, batch_size, device),
+            real_keys(attention_mask, device),
+            batch_size,
+            seq_len,
+            device,
+        )
         boundaries = torch.cat([starts.nonzero().squeeze(-1), torch.tensor([starts.numel()], device=device)])
         max_length = int((boundaries[1:] - boundaries[:-1]).max()) if starts.numel() else 0
         return cls(token_index=token_index, cu_seq_lens=boundaries.to(torch.int32), max_length=max_length)
@@ -99,38 +97,72 @@ def varlen_triangle(query, key, value, layout, triangle, scale):
     """One varlen call on flattened (T, H, D) tensors over the keys ``triangle`` admits."""
     cu_seq_lens, max_length = layout.cu_seq_lens, layout.max_length
     if _accepts_window(varlen_attn):
-        return varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length, scale=scale,
-                           window_size=_WINDOWS[triangle])
+        return varlen_attn(
+            query,
+            key,
+            value,
+            cu_seq_lens,
+            cu_seq_lens,
+            max_length,
+            max_length,
+            scale=scale,
+            window_size=_WINDOWS[triangle],
+        )
     if triangle == "upper":  # keys j >= i are keys j <= i of the reversed tokens
         (query, cu_reversed), (key, _), (value, _) = (_reverse_segments(x, cu_seq_lens) for x in (query, key, value))
-        output = varlen_attn(query, key, value, cu_reversed, cu_reversed, max_length, max_length, is_causal=True,
-                             scale=scale)
+        output = varlen_attn(
+            query, key, value, cu_reversed, cu_reversed, max_length, max_length, is_causal=True, scale=scale
+        )
         return output.flip(0)
-    return varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length,
-                       is_causal=triangle == "lower", scale=scale)
+    return varlen_attn(
+        query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length, is_causal=triangle == "lower", scale=scale
+    )
 
 
 def check_varlen_call(query, bias_module, dropout, training):
     if varlen_attn is None:
-        raise ValueError(f"attn_implementation='varlen' needs torch >= 2.10 (torch.nn.attention.varlen), this is "
-                         f"torch {torch.__version__}; {ALTERNATIVES}")
+        raise ValueError(
+            f"attn_implementation='varlen' needs torch >= 2.10 (torch.nn.attention.varlen), this is "
+            f"torch {torch.__version__}; {ALTERNATIVES}"
+        )
     if varlen_attn is TORCH_VARLEN_ATTN and query.device.type != "cuda":
-        raise ValueError(f"attn_implementation='varlen' runs FlashAttention kernels, which need a CUDA device; torch "
-                         f"has no {query.device.type} kernel for them. On {query.device.type}, {ALTERNATIVES}")
+        raise ValueError(
+            f"attn_implementation='varlen' runs FlashAttention kernels, which need a CUDA device; torch "
+            f"has no {query.device.type} kernel for them. On {query.device.type}, {ALTERNATIVES}"
+        )
     if varlen_attn is TORCH_VARLEN_ATTN and query.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"attn_implementation='varlen' (FlashAttention) needs float16 or bfloat16 activations; got "
-                         f"{query.dtype}. Train with bf16 (autocast) or {ALTERNATIVES}")
+        raise ValueError(
+            f"attn_implementation='varlen' (FlashAttention) needs float16 or bfloat16 activations; got "
+            f"{query.dtype}. Train with bf16 (autocast) or {ALTERNATIVES}"
+        )
     if bias_module is not None:
-        raise ValueError("attn_implementation='varlen' has no additive attention bias (ALiBi, T5 buckets, DSTG's RP "
-                         "bias); use attn_implementation='flex_attention' (score_mod), 'sdpa' or 'eager'")
+        raise ValueError(
+            "attn_implementation='varlen' has no additive attention bias (ALiBi, T5 buckets, DSTG's RP "
+            "bias); use attn_implementation='flex_attention' (score_mod), 'sdpa' or 'eager'"
+        )
     if dropout and training:
-        raise ValueError(f"attention_dropout={dropout} is not available with attn_implementation='varlen'; set it "
-                         f"to 0 or {ALTERNATIVES}")
+        raise ValueError(
+            f"attention_dropout={dropout} is not available with attn_implementation='varlen'; set it "
+            f"to 0 or {ALTERNATIVES}"
+        )
 
 
-def varlen_attention_forward(module, query, key, value, attention_inputs, *, attention_type="bidirectional",
-                             routing="channel_halves", bias_module=None, scale=None, dropout=0.0,
-                             output_attentions=False, training=None, **kwargs):
+def varlen_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_inputs,
+    *,
+    attention_type="bidirectional",
+    routing="channel_halves",
+    bias_module=None,
+    scale=None,
+    dropout=0.0,
+    output_attentions=False,
+    training=None,
+    **kwargs,
+):
     """FlashAttention on the real tokens of every document; arguments as `eager_attention_forward`.
 
     Returns (output (B, H, L, D), None); padded positions of the output are 0.
@@ -140,7 +172,7 @@ def varlen_attention_forward(module, query, key, value, attention_inputs, *, att
     check_varlen_call(query, bias_module, dropout, is_training(module, training))
     triangles, parts, scale = triangle_parts(query, key, value, attention_type, routing, scale)
     outputs = []
-    for triangle, (q, k, v) in zip(triangles, parts):
+    for triangle, (q, k, v) in zip(triangles, parts, strict=True):
         q_flat, k_flat, v_flat = (flatten(x, attention_inputs) for x in (q, k, v))
         output = varlen_triangle(q_flat, k_flat, v_flat, attention_inputs, triangle, scale)
         outputs.append(unflatten(output, attention_inputs, q))

@@ -7,8 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...configuration.choices import check_choice
-from ..run_config import (PRECISIONS, RunConfigSchema, apply_overrides, check_at_least, check_fraction,
-                          config_from_dict, read_config_file)
+from ..run_config import (
+    PRECISIONS,
+    RunConfigSchema,
+    apply_overrides,
+    check_at_least,
+    check_fraction,
+    config_from_dict,
+    read_config_file,
+)
 from .data import is_local
 from .squad import parse_source
 from .tasks import get_task
@@ -215,8 +222,9 @@ def merge(base: dict, top: dict) -> dict:
     """`top` over `base`, section by section."""
     merged = dict(base)
     for key, value in top.items():
-        merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
+        merged[key] = (
+            merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -229,12 +237,15 @@ def check_data_files(data: FinetuneDataSection) -> None:
         if value and not Path(parse_source(value)[0]).expanduser().is_file():  # SQuAD: FILE.json[a:b] is FILE.json
             raise ValueError(f"{key}={value!r} does not exist; give the path of a data file")
     if data.path and is_local(data.path) and not Path(data.path).expanduser().exists():
-        raise ValueError(f"data.path={data.path!r} does not exist; give a local folder or file of the task's data, "
-                         "or a Hub dataset id")
+        raise ValueError(
+            f"data.path={data.path!r} does not exist; give a local folder or file of the task's data, "
+            "or a Hub dataset id"
+        )
 
 
-def load_finetune_config(task: str | None, model: str | None, config: str | None = None,
-                         overrides: list[str] = ()) -> FinetuneRunConfig:
+def load_finetune_config(
+    task: str | None, model: str | None, config: str | None = None, overrides: list[str] = ()
+) -> FinetuneRunConfig:
     """The task's CPU default, under the config file, under ``--set`` overrides, under ``--task`` / ``--model``."""
     raw = {}
     if config is not None:

@@ -44,8 +44,11 @@ def read_records(path: str | Path, columns: tuple = ()) -> Table:
     try:
         # utf-8-sig: MRPC's files (and spreadsheets' CSVs) start with a byte-order mark
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            return json_records(handle, path) if path.suffix.lower() in (".jsonl", ".json") \
+            return (
+                json_records(handle, path)
+                if path.suffix.lower() in (".jsonl", ".json")
                 else delimited_records(handle, path.suffix.lower() == ".tsv", columns)
+            )
     except UnicodeDecodeError:
         raise decoding_error(path) from None
 
@@ -58,11 +61,13 @@ def json_records(handle, path: Path) -> Table:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{str(path)!r} line {line_number}: not JSON ({error.msg}); JSONL holds one JSON object "
-                             "per line") from None
+            raise ValueError(
+                f"{str(path)!r} line {line_number}: not JSON ({error.msg}); JSONL holds one JSON object per line"
+            ) from None
         if not isinstance(row, dict):
-            raise ValueError(f"{str(path)!r} line {line_number}: a {type(row).__name__}, not a JSON object of "
-                             "named fields")
+            raise ValueError(
+                f"{str(path)!r} line {line_number}: a {type(row).__name__}, not a JSON object of named fields"
+            )
         rows.append(row)
         lines.append(line_number)
     return Table(rows, lines, malformed=[])
@@ -77,7 +82,7 @@ def delimited_records(handle, tsv: bool, columns: tuple) -> Table:
     for fields in reader:
         if fields:  # a blank line is no record
             if len(fields) == len(header):
-                table.rows.append(dict(zip(header, fields)))
+                table.rows.append(dict(zip(header, fields, strict=True)))
                 table.lines.append(start)
             else:
                 table.malformed.append(start)
@@ -97,11 +102,15 @@ def checked_table(path: str | Path, columns: tuple = (), skip_malformed: bool = 
     table = read_records(path, columns)
     if table.malformed:
         shown = ", ".join(map(str, table.malformed[:10])) + (" ..." if len(table.malformed) > 10 else "")
-        what = (f"{len(table.malformed)} record(s) of {str(path)!r} have a number of fields other than the "
-                f"header's {len(table.header)} (line(s) {shown})")
+        what = (
+            f"{len(table.malformed)} record(s) of {str(path)!r} have a number of fields other than the "
+            f"header's {len(table.header)} (line(s) {shown})"
+        )
         if not skip_malformed:
-            raise ValueError(f"{what}: a delimiter or quote out of place? Fix them, or set {SKIP_SETTING} to leave "
-                             "them out (reported in results.json and the model card)")
+            raise ValueError(
+                f"{what}: a delimiter or quote out of place? Fix them, or set {SKIP_SETTING} to leave "
+                "them out (reported in results.json and the model card)"
+            )
         logger.warning("%s: left out (%s)", what, SKIP_SETTING)
     return table
 
@@ -123,8 +132,10 @@ def check_test_files(files: list[str]) -> None:
     for file in files:
         split = test_file_split(file)
         if split in seen:
-            raise ValueError(f"data.test={list(files)!r} names split {split!r} twice ({seen[split]!r} and "
-                             f"{file!r}); give files whose names differ after the test_ prefix")
+            raise ValueError(
+                f"data.test={list(files)!r} names split {split!r} twice ({seen[split]!r} and "
+                f"{file!r}); give files whose names differ after the test_ prefix"
+            )
         seen[split] = file
 
 
@@ -174,8 +185,11 @@ class SplitSource:
     def report(self) -> dict:
         """The JSON-able record of results.json; ``whole_hub_split``: the only case a model-index may name."""
         fields = {key: value for key, value in vars(self).items() if key not in ("text", "lines")}
-        return fields | {"limit_key": f"data.{self.limit_key}" if self.capped else None, "capped": self.capped,
-                         "whole_hub_split": self.origin == "hub" and not self.capped}
+        return fields | {
+            "limit_key": f"data.{self.limit_key}" if self.capped else None,
+            "capped": self.capped,
+            "whole_hub_split": self.origin == "hub" and not self.capped,
+        }
 
 
 def record_name(source, number: int) -> str:
@@ -195,17 +209,24 @@ def public_file_name(file: Path, root: str | None = None) -> str:
     return Path(file).name
 
 
-def kept_rows(rows, data, split: str, skipped_lines: list[int] = (), lines: list[int] | None = None,
-              **source) -> tuple[list[dict], SplitSource]:
+def kept_rows(
+    rows, data, split: str, skipped_lines: list[int] = (), lines: list[int] | None = None, **source
+) -> tuple[list[dict], SplitSource]:
     """The first rows (a list, or a `datasets.Dataset`) of `split` up to its limit, with their `SplitSource`
     (`skipped_lines`: records left out before; `lines`: the line of each row; `source`: its other fields)."""
     key = limit_key(split)
     limit = getattr(data, key, None)
     count = len(rows) if limit is None else min(limit, len(rows))
     kept = rows.select(range(count)).to_list() if hasattr(rows, "select") else list(rows[:count])
-    return kept, SplitSource(available=len(rows) + len(skipped_lines), examples=count, limit_key=key, limit=limit,
-                             skipped_lines=list(skipped_lines), lines=None if lines is None else lines[:count],
-                             **source)
+    return kept, SplitSource(
+        available=len(rows) + len(skipped_lines),
+        examples=count,
+        limit_key=key,
+        limit=limit,
+        skipped_lines=list(skipped_lines),
+        lines=None if lines is None else lines[:count],
+        **source,
+    )
 
 
 def split_file(task, data, split: str) -> Path | None:
@@ -223,19 +244,24 @@ def split_file(task, data, split: str) -> Path | None:
         return Path(extra[split])
     path = data.path or task.default_path
     if path is None:
-        raise ValueError(f"task {task.name!r} needs data.{split} (a CSV, TSV or JSONL file) or data.path (a Hub "
-                         "dataset id or a folder)")
+        raise ValueError(
+            f"task {task.name!r} needs data.{split} (a CSV, TSV or JSONL file) or data.path (a Hub "
+            "dataset id or a folder)"
+        )
     if not is_local(path):
         return None
     if task.local is None or split not in task.local.files:
-        raise ValueError(f"data.path={path!r} is a folder, but task {task.name!r} has no local file for split "
-                         f"{split!r}; give data.{split}=FILE or a Hub dataset id as data.path")
+        raise ValueError(
+            f"data.path={path!r} is a folder, but task {task.name!r} has no local file for split "
+            f"{split!r}; give data.{split}=FILE or a Hub dataset id as data.path"
+        )
     name = task.local.files[split]
     for candidate in (Path(path) / task.local.folder / name, Path(path) / name):
         if candidate.is_file():
             return candidate
-    raise ValueError(f"data.path={path!r} has no {Path(task.local.folder) / name} (split {split!r} of task "
-                     f"{task.name!r})")
+    raise ValueError(
+        f"data.path={path!r} has no {Path(task.local.folder) / name} (split {split!r} of task {task.name!r})"
+    )
 
 
 def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
@@ -244,8 +270,16 @@ def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
     if file is not None:
         columns = task.local.columns if task.local is not None and file.parent.name == task.local.folder else ()
         table = checked_table(file, columns, data.skip_malformed_rows)
-        return kept_rows(table.rows, data, split, table.malformed, table.lines, text=str(file), origin="local",
-                         name=public_file_name(file, data.path))
+        return kept_rows(
+            table.rows,
+            data,
+            split,
+            table.malformed,
+            table.lines,
+            text=str(file),
+            origin="local",
+            name=public_file_name(file, data.path),
+        )
     import datasets
 
     hub = task.hub
@@ -256,8 +290,16 @@ def split_rows(task, data, split: str) -> tuple[list[dict], SplitSource]:
         loaded = datasets.load_dataset(dataset_id, config, split=hub_split)
     except OSError as error:  # offline, unreachable or not found (datasets' and huggingface_hub's errors are OSErrors)
         raise hub_dataset_error(task, dataset_id, error, local_files_hint(task)) from None
-    return kept_rows(loaded, data, split, text=f"{dataset_id}[{config or ''}]:{hub_split}", origin="hub",
-                     name=dataset_id, config=config, hub_split=hub_split)
+    return kept_rows(
+        loaded,
+        data,
+        split,
+        text=f"{dataset_id}[{config or ''}]:{hub_split}",
+        origin="hub",
+        name=dataset_id,
+        config=config,
+        hub_split=hub_split,
+    )
 
 
 INFERRED_TEXT_COLUMNS = (("sentence1", "sentence2"), ("sentence",), ("text",))
@@ -276,8 +318,10 @@ def local_files_hint(task) -> str:
 def hub_dataset_error(task, dataset_id: str, error: Exception, hint: str) -> ValueError:
     """The error for a Hub dataset that could not be loaded (offline, the Hub unreachable, no such dataset): it says
     how to pass local files instead."""
-    return ValueError(f"task {task.name!r} reads the Hub dataset {dataset_id!r}, which could not be loaded "
-                      f"({type(error).__name__}: {error}); offline or without the Hub, give local files: {hint}")
+    return ValueError(
+        f"task {task.name!r} reads the Hub dataset {dataset_id!r}, which could not be loaded "
+        f"({type(error).__name__}: {error}); offline or without the Hub, give local files: {hint}"
+    )
 
 
 def layout_columns(task, data, from_hub: bool, rows: list[dict] = (), source: object = "the data") -> tuple:
@@ -299,10 +343,15 @@ def inferred_text_columns(task, rows: list[dict], source: object) -> tuple:
     if len(found) == 1:
         logger.info("%s: reading the text from column(s) %s (data.text_columns not given)", source, list(found[0]))
         return found[0]
-    why = (f"its columns {columns} could hold the text as {' or '.join(str(list(names)) for names in found)}"
-           if found else f"its columns are {columns}")
-    raise ValueError(f"task {task.name!r} needs data.text_columns (one or two column names) for {source}: {why}; "
-                     f"e.g. --set 'data.text_columns=[{columns[0]}]'")
+    why = (
+        f"its columns {columns} could hold the text as {' or '.join(str(list(names)) for names in found)}"
+        if found
+        else f"its columns are {columns}"
+    )
+    raise ValueError(
+        f"task {task.name!r} needs data.text_columns (one or two column names) for {source}: {why}; "
+        f"e.g. --set 'data.text_columns=[{columns[0]}]'"
+    )
 
 
 def check_columns(rows: list[dict], needed: tuple, source: str) -> None:
@@ -324,8 +373,10 @@ def label_id(value, label_names: list[str], source: str, row_number: int) -> int
     except ValueError:
         number = None
     if number is None or number != float(text) or not 0 <= number < len(label_names):
-        raise ValueError(f"{source} row {row_number}: label {value!r} is not one of {label_names} nor an id in "
-                         f"[0, {len(label_names)}) (num_labels={len(label_names)})")
+        raise ValueError(
+            f"{source} row {row_number}: label {value!r} is not one of {label_names} nor an id in "
+            f"[0, {len(label_names)}) (num_labels={len(label_names)})"
+        )
     return number
 
 
@@ -336,6 +387,8 @@ def eval_split_names(task, data) -> list[str]:
     files = [test_file_split(file) for file in data.test]
     clash = sorted(set(named) & set(files))
     if clash:
-        raise ValueError(f"data.test={list(data.test)!r} would be scored as {clash}, which task {task.name!r} "
-                         f"already scores (data.eval_splits={list(named)}); rename the file(s)")
+        raise ValueError(
+            f"data.test={list(data.test)!r} would be scored as {clash}, which task {task.name!r} "
+            f"already scores (data.eval_splits={list(named)}); rename the file(s)"
+        )
     return [*named, *files]

@@ -18,8 +18,10 @@ def parameter_depths(names: list[str]) -> dict[str, int]:
     """Each name's depth: 0 for embeddings, ``i + 1`` for block ``i``, ``L + 1`` for everything above the body."""
     indices = {name: int(match.group(1)) for name in names if (match := LAYER_INDEX.search(name))}
     if not indices:
-        raise ValueError("train.layerwise_lr_decay needs numbered layers in the parameter names (e.g. "
-                         "'model.layers.0.'); this model has none, so set train.layerwise_lr_decay=1.0")
+        raise ValueError(
+            "train.layerwise_lr_decay needs numbered layers in the parameter names (e.g. "
+            "'model.layers.0.'); this model has none, so set train.layerwise_lr_decay=1.0"
+        )
     top = max(indices.values()) + 2
     depths = {}
     for name in names:
@@ -32,8 +34,9 @@ def parameter_depths(names: list[str]) -> dict[str, int]:
     return depths
 
 
-def layer_decay_groups(model: torch.nn.Module, lr: float, decay: float, weight_decay: float,
-                       decayed_names: set[str]) -> list[dict]:
+def layer_decay_groups(
+    model: torch.nn.Module, lr: float, decay: float, weight_decay: float, decayed_names: set[str]
+) -> list[dict]:
     """Optimizer parameter groups, one per (depth, weight decay or not), each with its own ``lr``; the LR
     scheduler scales every group's own starting rate, so the ratios hold through warm-up and decay."""
     depths = parameter_depths([name for name, _ in model.named_parameters()])
@@ -44,8 +47,11 @@ def layer_decay_groups(model: torch.nn.Module, lr: float, decay: float, weight_d
             continue
         key = (depths[name], name in decayed_names)
         if key not in groups:
-            groups[key] = {"params": [], "lr": lr * decay ** (top - key[0]),
-                           "weight_decay": weight_decay if key[1] else 0.0}
+            groups[key] = {
+                "params": [],
+                "lr": lr * decay ** (top - key[0]),
+                "weight_decay": weight_decay if key[1] else 0.0,
+            }
         groups[key]["params"].append(parameter)
     return [groups[key] for key in sorted(groups)]
 
@@ -63,8 +69,13 @@ class LayerDecayTrainer(Trainer):
         if self.optimizer is not None or self.layerwise_lr_decay == 1.0:
             return super().create_optimizer(model)
         model = self.model if model is None else model
-        groups = layer_decay_groups(model, self.args.learning_rate, self.layerwise_lr_decay, self.args.weight_decay,
-                                    set(self.get_decay_parameter_names(model)))
+        groups = layer_decay_groups(
+            model,
+            self.args.learning_rate,
+            self.layerwise_lr_decay,
+            self.args.weight_decay,
+            set(self.get_decay_parameter_names(model)),
+        )
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
         optimizer_kwargs.pop("lr", None)  # each group carries its own
         self.optimizer = optimizer_cls(groups, **optimizer_kwargs)

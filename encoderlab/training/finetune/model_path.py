@@ -17,22 +17,28 @@ def check_model_path(path: str, key: str = "model.path") -> None:
     folder = Path(path).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
-            raise ValueError(f"{key}={path!r} is a folder without config.json, not a checkpoint; give a folder "
-                             "written by save_pretrained or a Hub model id")
+            raise ValueError(
+                f"{key}={path!r} is a folder without config.json, not a checkpoint; give a folder "
+                "written by save_pretrained or a Hub model id"
+            )
         return
     if folder.exists():
         raise ValueError(f"{key}={path!r} is a file; give a checkpoint folder or a Hub model id")
     if is_local_path(path):  # not a Hub id's shape, or under an existing local folder
         parent = next((p for p in folder.parents if p.is_dir()), Path("."))
         near = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))[:8]
-        raise ValueError(f"{key}={path!r} is not a checkpoint folder: the local folder {str(folder)!r} does not "
-                         f"exist (folders in {str(parent)!r}: {near}); give a checkpoint folder or a Hub model id")
+        raise ValueError(
+            f"{key}={path!r} is not a checkpoint folder: the local folder {str(folder)!r} does not "
+            f"exist (folders in {str(parent)!r}: {near}); give a checkpoint folder or a Hub model id"
+        )
 
 
 def not_found_error(path: str, error: Exception, key: str = "model.path") -> ValueError:
     """The error for a Hub id that could not be loaded: neither a local folder nor reachable on the Hub."""
-    return ValueError(f"{key}={path!r} is neither a local folder (none of that name here) nor a model that could be "
-                      f"loaded from the Hub ({type(error).__name__}: {error})")
+    return ValueError(
+        f"{key}={path!r} is neither a local folder (none of that name here) nor a model that could be "
+        f"loaded from the Hub ({type(error).__name__}: {error})"
+    )
 
 
 HEADS = {

@@ -58,8 +58,10 @@ def check_head(task: Task, config) -> None:
     if saved is None:
         return
     if (saved == "regression") != (task.problem_type == "regression"):
-        raise ValueError(f"model.path has a {saved} head (config.problem_type) but task {task.name!r} is "
-                         f"{task.problem_type}; start from a checkpoint without that head or pick a matching task")
+        raise ValueError(
+            f"model.path has a {saved} head (config.problem_type) but task {task.name!r} is "
+            f"{task.problem_type}; start from a checkpoint without that head or pick a matching task"
+        )
 
 
 def head_labels(config) -> list[str]:
@@ -93,9 +95,13 @@ def needs_new_head(task: Task, kind: TaskKind, config, path: str, new_head: bool
         return False
     if not new_head:
         raise ValueError(head_mismatch(path, config, labels, trained))
-    logger.warning("model.path's %d-label head was trained for the labels %s; the labels here are %s: training a "
-                   "freshly initialised head (model.new_head=true)", config.num_labels, head_labels(config),
-                   labels or "a score (regression)")
+    logger.warning(
+        "model.path's %d-label head was trained for the labels %s; the labels here are %s: training a "
+        "freshly initialised head (model.new_head=true)",
+        config.num_labels,
+        head_labels(config),
+        labels or "a score (regression)",
+    )
     return True
 
 
@@ -109,13 +115,21 @@ def head_mismatch(path: str, config, labels: list[str] | None, trained: list[str
     cased = [names for names in folded.values() if len(names) > 1]
     if cased:
         data += f"; {' and '.join(map(str, cased[:3]))} differ only in case"
-    reuse = "reusing it would relabel its classes" if config.num_labels == outputs else \
-        f"its output layer has {config.num_labels} rows, not {outputs}"
-    same = f", or give data.label_names={trained} if the data uses the same classes" \
-        if trained and len(trained) == outputs and labels is not None else ""
-    return (f"model.path={path!r} has a {config.num_labels}-label head trained for the labels {head_labels(config)} "
-            f"(config.id2label), but the data's labels are {data}; {reuse}. Set model.new_head=true to train a "
-            f"freshly initialised head{same}")
+    reuse = (
+        "reusing it would relabel its classes"
+        if config.num_labels == outputs
+        else f"its output layer has {config.num_labels} rows, not {outputs}"
+    )
+    same = (
+        f", or give data.label_names={trained} if the data uses the same classes"
+        if trained and len(trained) == outputs and labels is not None
+        else ""
+    )
+    return (
+        f"model.path={path!r} has a {config.num_labels}-label head trained for the labels {head_labels(config)} "
+        f"(config.id2label), but the data's labels are {data}; {reuse}. Set model.new_head=true to train a "
+        f"freshly initialised head{same}"
+    )
 
 
 def with_changes(config, changes: dict):
@@ -137,16 +151,24 @@ def config_changes(requested: dict, config, tokenizer, has_pairs: bool, task_nam
     if unknown:
         raise ValueError(f"model.config: the checkpoint's config has no field(s) {unknown}")
     if not has_pairs and changes.get("classifier_pair_encoding") == "separate":
-        logger.info("task %r has one text per example: model.config.classifier_pair_encoding='separate' does not "
-                    "apply, its texts are read as usual", task_name)
+        logger.info(
+            "task %r has one text per example: model.config.classifier_pair_encoding='separate' does not "
+            "apply, its texts are read as usual",
+            task_name,
+        )
         del changes["classifier_pair_encoding"]
     if pair_encoding(config, changes) == "separate" and not has_pairs:
-        raise ValueError(f"model.path's sequence head reads pairs encoded separately (classifier_pair_encoding="
-                         f"'separate'), but task {task_name!r} has one text per example; fine-tune it from a "
-                         "checkpoint without that head, or set model.config.classifier_pair_encoding=joint with "
-                         "model.new_head=true")
-    if pair_encoding(config, changes) == "separate" and getattr(config, "sep_token_id", None) is None \
-            and "sep_token_id" not in changes:
+        raise ValueError(
+            f"model.path's sequence head reads pairs encoded separately (classifier_pair_encoding="
+            f"'separate'), but task {task_name!r} has one text per example; fine-tune it from a "
+            "checkpoint without that head, or set model.config.classifier_pair_encoding=joint with "
+            "model.new_head=true"
+        )
+    if (
+        pair_encoding(config, changes) == "separate"
+        and getattr(config, "sep_token_id", None) is None
+        and "sep_token_id" not in changes
+    ):
         changes["sep_token_id"] = tokenizer.sep_token_id
     validate = getattr(with_changes(config, changes), "validate", None)
     if validate is not None:
@@ -163,9 +185,11 @@ def pair_encoding_changes_head(config, changes: dict, new_head: bool) -> bool:
     if before == after or not trained:
         return False
     if not new_head:
-        raise ValueError(f"model.config.classifier_pair_encoding={after!r}, but model.path's sequence head was "
-                         f"trained for {before!r} pairs and has another input width; set model.new_head=true to "
-                         "train a freshly initialised head")
+        raise ValueError(
+            f"model.config.classifier_pair_encoding={after!r}, but model.path's sequence head was "
+            f"trained for {before!r} pairs and has another input width; set model.new_head=true to "
+            "train a freshly initialised head"
+        )
     return True
 
 
@@ -174,8 +198,9 @@ def check_length(config, max_length: int) -> None:
     none) fits the checkpoint's position limits."""
     from ..lengths import check_lengths_fit
 
-    check_lengths_fit(config, {"data.max_length": max_length}, limit_prefix="the checkpoint's ",
-                      remedy="lower data.max_length")
+    check_lengths_fit(
+        config, {"data.max_length": max_length}, limit_prefix="the checkpoint's ", remedy="lower data.max_length"
+    )
 
 
 def check_fsdp_launch(path: str, trust_remote_code: bool, precision: str, lora_r: int | None) -> None:
@@ -187,8 +212,10 @@ def check_fsdp_launch(path: str, trust_remote_code: bool, precision: str, lora_r
 
     if fsdp.fsdp_requested() and lora_r is not None:
         raise ValueError(f"lora.r={lora_r}: LoRA under FSDP is not supported; fine-tune without FSDP")
-    fsdp.check_launch(precision, lambda: AutoModel.from_config(load_model_config(path, trust_remote_code),
-                                                               trust_remote_code=trust_remote_code))
+    fsdp.check_launch(
+        precision,
+        lambda: AutoModel.from_config(load_model_config(path, trust_remote_code), trust_remote_code=trust_remote_code),
+    )
 
 
 def load_model(plan: ModelPlan, task: Task, kind: TaskKind):
@@ -203,13 +230,21 @@ def load_model(plan: ModelPlan, task: Task, kind: TaskKind):
         labels = dict(num_labels=1)
     elif task.label_names:
         names = list(task.label_names)
-        labels = dict(num_labels=len(names), id2label=dict(enumerate(names)),
-                      label2id={name: index for index, name in enumerate(names)})
+        labels = dict(
+            num_labels=len(names),
+            id2label=dict(enumerate(names)),
+            label2id={name: index for index, name in enumerate(names)},
+        )
     if task.problem_type in ("single_label_classification", "multi_label_classification", "regression"):
         labels["problem_type"] = task.problem_type
-    model, info = auto_class.from_pretrained(plan.path, trust_remote_code=plan.trust_remote_code,
-                                             output_loading_info=True, ignore_mismatched_sizes=plan.new_head,
-                                             **labels, **plan.config_changes)
+    model, info = auto_class.from_pretrained(
+        plan.path,
+        trust_remote_code=plan.trust_remote_code,
+        output_loading_info=True,
+        ignore_mismatched_sizes=plan.new_head,
+        **labels,
+        **plan.config_changes,
+    )
     # mismatched: a head of another size, only loaded past with `new_head` (entries are names or (name, shapes))
     mismatched = {entry if isinstance(entry, str) else entry[0] for entry in info.get("mismatched_keys", ())}
     initialised = set(info["missing_keys"]) | mismatched
@@ -250,8 +285,9 @@ def reinitialise(model, module_names: list[str]) -> set[str]:
                 tensor.__dict__.pop("_is_hf_initialized", None)  # transformers skips tensors marked as loaded
             module.__dict__.pop("_is_hf_initialized", None)
             model._init_weights(module)
-    return {f"{name}.{parameter}" for name in module_names
-            for parameter, _ in model.get_submodule(name).named_parameters()}
+    return {
+        f"{name}.{parameter}" for name in module_names for parameter, _ in model.get_submodule(name).named_parameters()
+    }
 
 
 def freeze_parameters(model, patterns) -> None:
@@ -261,8 +297,9 @@ def freeze_parameters(model, patterns) -> None:
     names = [name for name, _ in model.named_parameters()]
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in names):
-            raise ValueError(f"model.freeze pattern {pattern!r} matches no parameter of the model; its names look "
-                             f"like {names[:3]}")
+            raise ValueError(
+                f"model.freeze pattern {pattern!r} matches no parameter of the model; its names look like {names[:3]}"
+            )
     for name, parameter in model.named_parameters():
         if any(fnmatchcase(name, pattern) for pattern in patterns):
             parameter.requires_grad_(False)
@@ -271,8 +308,11 @@ def freeze_parameters(model, patterns) -> None:
 def head_module_names(model) -> list[str]:
     """The model's top-level modules outside its encoder (the task head): ``["classifier"]`` for sequence and token
     classification (a sequence classifier's dense layer lives inside it), ``["qa_outputs"]`` for question answering."""
-    return [name for name, module in model.named_children()
-            if name != model.base_model_prefix and any(True for _ in module.parameters())]
+    return [
+        name
+        for name, module in model.named_children()
+        if name != model.base_model_prefix and any(True for _ in module.parameters())
+    ]
 
 
 def with_lora(model, r: int, alpha: float, dropout: float, target_modules: list[str]):
@@ -282,10 +322,13 @@ def with_lora(model, r: int, alpha: float, dropout: float, target_modules: list[
     from peft import LoraConfig, get_peft_model
 
     heads = head_module_names(model)
-    targets = list(target_modules) or sorted({
-        name.split(".")[-1] for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and name.split(".")[0] not in heads
-    })
+    targets = list(target_modules) or sorted(
+        {
+            name.split(".")[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and name.split(".")[0] not in heads
+        }
+    )
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, modules_to_save=heads)
     model = get_peft_model(model, config)
     model.print_trainable_parameters()

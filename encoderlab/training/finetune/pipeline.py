@@ -74,11 +74,18 @@ def train_grid(run: FinetuneRunConfig, prepared: Prepared, run_dir: Path, state)
     unless ``search.keep_all_models``."""
     recipe, main = point_recipe(run), prepared.task.main_metric
     points, best = [], None
-    for point in grid_points(run.search.lr or [run.train.lr], run.search.batch_size or [run.train.batch_size],
-                             run.search.weight_decay or [run.train.weight_decay]):
-        steps = schedule(len(prepared.features["train"]),
-                         point.batch_size * run.train.gradient_accumulation_steps * state.num_processes,
-                         run.train.epochs, run.train.max_steps, run.train.eval_steps)
+    for point in grid_points(
+        run.search.lr or [run.train.lr],
+        run.search.batch_size or [run.train.batch_size],
+        run.search.weight_decay or [run.train.weight_decay],
+    ):
+        steps = schedule(
+            len(prepared.features["train"]),
+            point.batch_size * run.train.gradient_accumulation_steps * state.num_processes,
+            run.train.epochs,
+            run.train.max_steps,
+            run.train.eval_steps,
+        )
         points.append(train_point(point, steps, recipe, prepared, run_dir / "grid" / point.name))
         if best is None or points[-1]["metrics"]["validation"][main] > best["metrics"]["validation"][main]:
             beaten, best = best, points[-1]
@@ -101,8 +108,11 @@ def glue_tasks_found(data_path: str | None) -> list:
     tasks = tasks_in_group("glue")
     if data_path is None or not is_local(data_path):
         return tasks
-    return [task for task in tasks
-            if all((Path(data_path) / task.local.folder / name).is_file() for name in task.local.files.values())]
+    return [
+        task
+        for task in tasks
+        if all((Path(data_path) / task.local.folder / name).is_file() for name in task.local.files.values())
+    ]
 
 
 def finetune_glue(model: str, config: str | None, overrides: list[str], resume: bool, overwrite: bool = False) -> dict:

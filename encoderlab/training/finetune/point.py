@@ -101,20 +101,31 @@ def steps_per_epoch(train_size: int, examples_per_step: int) -> int:
     return max(1, math.ceil(train_size / examples_per_step))
 
 
-def schedule(train_size: int, examples_per_step: int, epochs: float, max_steps: int | None = None,
-             eval_steps: int | None = None) -> Schedule:
+def schedule(
+    train_size: int, examples_per_step: int, epochs: float, max_steps: int | None = None, eval_steps: int | None = None
+) -> Schedule:
     """A point's `Schedule` from ``train.epochs``, ``train.max_steps`` (None: no step budget) and ``train.eval_steps``
     (None: the run's steps / `EVALUATIONS`, but at most 10 evaluations per epoch and at least one every 500 steps)."""
     per_epoch = steps_per_epoch(train_size, examples_per_step)
     epoch_steps = math.ceil(epochs * per_epoch)
     steps = epoch_steps if max_steps is None else min(epoch_steps, max_steps)
     if max_steps is not None:
-        logger.info("Training stops after %d steps, whichever comes first of train.epochs=%g (%d steps) and "
-                    "train.max_steps=%d", steps, epochs, epoch_steps, max_steps)
+        logger.info(
+            "Training stops after %d steps, whichever comes first of train.epochs=%g (%d steps) and train.max_steps=%d",
+            steps,
+            epochs,
+            epoch_steps,
+            max_steps,
+        )
     if eval_steps is None:
         eval_steps = max(1, min(500, max(per_epoch // 10, math.ceil(steps / EVALUATIONS))))
-    return Schedule(epochs=epochs, max_steps=-1 if max_steps is None else steps, eval_steps=eval_steps,
-                    train_size=train_size, examples_per_step=examples_per_step)
+    return Schedule(
+        epochs=epochs,
+        max_steps=-1 if max_steps is None else steps,
+        eval_steps=eval_steps,
+        train_size=train_size,
+        examples_per_step=examples_per_step,
+    )
 
 
 def evaluate_at_end_callback():
@@ -130,24 +141,42 @@ def evaluate_at_end_callback():
     return EvaluateAtEnd()
 
 
-def training_arguments(point: Point, schedule: Schedule, recipe: Recipe, point_dir: Path, label_fields: tuple,
-                       main_metric: str):
+def training_arguments(
+    point: Point, schedule: Schedule, recipe: Recipe, point_dir: Path, label_fields: tuple, main_metric: str
+):
     """The Trainer's arguments of one point; its learning rate is `point`'s ``lr`` and nothing else."""
     from transformers import TrainingArguments
 
     from ..trainer import cpu_only, use_bf16
 
     return TrainingArguments(
-        output_dir=str(point_dir), learning_rate=point.lr, per_device_train_batch_size=point.batch_size,
-        weight_decay=point.weight_decay, per_device_eval_batch_size=recipe.eval_batch_size or point.batch_size,
-        num_train_epochs=schedule.epochs, max_steps=schedule.max_steps,
-        gradient_accumulation_steps=recipe.gradient_accumulation_steps, max_grad_norm=recipe.max_grad_norm,
-        warmup_steps=recipe.warmup_fraction, lr_scheduler_type="linear",
-        eval_strategy="steps", eval_steps=schedule.eval_steps, save_strategy="steps", save_steps=schedule.eval_steps,
-        save_total_limit=1, load_best_model_at_end=True, metric_for_best_model=main_metric,
-        greater_is_better=True, logging_steps=recipe.logging_steps, seed=recipe.seed, data_seed=recipe.seed,
-        bf16=use_bf16(recipe.precision), use_cpu=cpu_only(), dataloader_num_workers=recipe.num_workers,
-        label_names=list(label_fields), report_to="none",
+        output_dir=str(point_dir),
+        learning_rate=point.lr,
+        per_device_train_batch_size=point.batch_size,
+        weight_decay=point.weight_decay,
+        per_device_eval_batch_size=recipe.eval_batch_size or point.batch_size,
+        num_train_epochs=schedule.epochs,
+        max_steps=schedule.max_steps,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        max_grad_norm=recipe.max_grad_norm,
+        warmup_steps=recipe.warmup_fraction,
+        lr_scheduler_type="linear",
+        eval_strategy="steps",
+        eval_steps=schedule.eval_steps,
+        save_strategy="steps",
+        save_steps=schedule.eval_steps,
+        save_total_limit=1,
+        load_best_model_at_end=True,
+        metric_for_best_model=main_metric,
+        greater_is_better=True,
+        logging_steps=recipe.logging_steps,
+        seed=recipe.seed,
+        data_seed=recipe.seed,
+        bf16=use_bf16(recipe.precision),
+        use_cpu=cpu_only(),
+        dataloader_num_workers=recipe.num_workers,
+        label_names=list(label_fields),
+        report_to="none",
         include_num_input_tokens_seen="non_padding",
     )
 
@@ -170,13 +199,16 @@ def build_trainer(point: Point, schedule: Schedule, recipe: Recipe, prepared: Pr
     if fsdp.fsdp_requested():
         fsdp.reshape_scalar_parameters(model)
     trainer = LayerDecayTrainer(
-        model=model, args=training_arguments(point, schedule, recipe, point_dir, kind.label_fields, task.main_metric),
+        model=model,
+        args=training_arguments(point, schedule, recipe, point_dir, kind.label_fields, task.main_metric),
         layerwise_lr_decay=recipe.layerwise_lr_decay,
-        train_dataset=prepared.features["train"], eval_dataset=prepared.features["validation"],
+        train_dataset=prepared.features["train"],
+        eval_dataset=prepared.features["validation"],
         processing_class=prepared.tokenizer,
         data_collator=(kind.padding_free_collator if recipe.padding_free else kind.collator)(prepared.tokenizer),
-        compute_metrics=kind.compute_metrics(task, prepared.raw["validation"], prepared.features["validation"],
-                                             prepared.settings),
+        compute_metrics=kind.compute_metrics(
+            task, prepared.raw["validation"], prepared.features["validation"], prepared.settings
+        ),
         preprocess_logits_for_metrics=kind.preprocess_logits,
         callbacks=[EarlyStoppingCallback(early_stopping_patience=recipe.patience), evaluate_at_end_callback()],
     )
@@ -207,11 +239,16 @@ def train_point(point: Point, schedule: Schedule, recipe: Recipe, prepared: Prep
         metrics[split] = {key.removeprefix(f"{split}_"): value for key, value in scores.items() if key != "epoch"}
     updates = kind.model_config_updates(task, metrics["validation"])
     results = {
-        "point": dataclasses.asdict(point), "eval_steps": schedule.eval_steps, "steps": trainer.state.global_step,
-        "best_step": best_step(trainer.state), "best_epoch": best_epoch(trainer.state),
+        "point": dataclasses.asdict(point),
+        "eval_steps": schedule.eval_steps,
+        "steps": trainer.state.global_step,
+        "best_step": best_step(trainer.state),
+        "best_epoch": best_epoch(trainer.state),
         "train_seen": schedule.examples_seen(trainer.state.global_step),
         "tokens_seen": trainer.state.num_input_tokens_seen,
-        "metrics": metrics, "initialised_weights": initialised, "log_history": trainer.state.log_history,
+        "metrics": metrics,
+        "initialised_weights": initialised,
+        "log_history": trainer.state.log_history,
         "model_config_updates": updates,
     }
     weights = fsdp.gathered_state_dict(trainer.model) if trainer.is_fsdp_enabled else None  # every rank gathers
@@ -233,12 +270,19 @@ def best_step(state) -> int | None:
 def best_epoch(state) -> float | None:
     """The epoch of the best checkpoint: that of the evaluation logged at its step."""
     step = best_step(state)
-    return next((entry["epoch"] for entry in state.log_history
-                 if entry.get("step") == step and "epoch" in entry and any(k.startswith("eval_") for k in entry)), None)
+    return next(
+        (
+            entry["epoch"]
+            for entry in state.log_history
+            if entry.get("step") == step and "epoch" in entry and any(k.startswith("eval_") for k in entry)
+        ),
+        None,
+    )
 
 
-def save_point_model(trainer, point_dir: Path, config_updates: dict, weights: dict | None = None, *,
-                     adapter: bool = False) -> None:
+def save_point_model(
+    trainer, point_dir: Path, config_updates: dict, weights: dict | None = None, *, adapter: bool = False
+) -> None:
     """The best model (with a LoRA `adapter`: the adapter, and the adapter merged into a plain model) and the
     tokenizer; `weights`: an FSDP run's gathered weights."""
     model = trainer.model

@@ -56,17 +56,25 @@ def logits_of(model, tokenizer, encodings: list[dict], batch_size: int) -> list[
     with torch.no_grad():
         outputs = []
         for start in range(0, len(encodings), batch_size):
-            chunk = [{"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}
-                     for e in encodings[start:start + batch_size]]
+            chunk = [
+                {"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}
+                for e in encodings[start : start + batch_size]
+            ]
             batch = tokenizer.pad(chunk, return_tensors="pt").to(model.device)
             logits = model(**batch).logits.float().cpu().numpy()
-            outputs += [logits[i] if logits.ndim == 2 else logits[i, : len(chunk[i]["input_ids"])]
-                        for i in range(len(chunk))]
+            outputs += [
+                logits[i] if logits.ndim == 2 else logits[i, : len(chunk[i]["input_ids"])] for i in range(len(chunk))
+            ]
         return outputs
 
 
-def check_residues(tokenizer, inputs: list[tuple[str, ...]], names: list[str] | None = None,
-                   unknown_residues: str = "error", setting: str = "unknown_residues='allow'"):
+def check_residues(
+    tokenizer,
+    inputs: list[tuple[str, ...]],
+    names: list[str] | None = None,
+    unknown_residues: str = "error",
+    setting: str = "unknown_residues='allow'",
+):
     """Each input's text(s) checked against a protein tokenizer's residue alphabet
     (`encoderlab.tokenization.residues.ResidueChecker`; a list of words is read joined): an empty sequence, or with
     ``unknown_residues="error"`` one with a character outside the alphabet, is a ValueError naming the input
@@ -86,18 +94,29 @@ def check_residues(tokenizer, inputs: list[tuple[str, ...]], names: list[str] | 
     return checker.counts
 
 
-def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 32,
-             unknown_residues: str = "error"):
+def classify(
+    model,
+    tokenizer,
+    texts: list[str],
+    text_pairs: list[str] | None = None,
+    batch_size: int = 32,
+    unknown_residues: str = "error",
+):
     """Per text: ``{"label", "score"}`` (softmax probability), ``{"score"}`` for regression, or
     ``{"labels": [...], "scores": [...]}`` (sigmoid > 0.5) for multi-label models. A protein model's inputs are
     checked first (`check_residues`)."""
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text pairs; give one pair per text or none")
-    check_residues(tokenizer, list(zip(texts, text_pairs)) if text_pairs else [(text,) for text in texts],
-                   unknown_residues=unknown_residues)
+    check_residues(
+        tokenizer,
+        list(zip(texts, text_pairs, strict=True)) if text_pairs else [(text,) for text in texts],
+        unknown_residues=unknown_residues,
+    )
     encoded = tokenizer(texts, text_pairs, truncation=True, max_length=tokenizer.model_max_length)
-    encodings = [{"input_ids": ids, "attention_mask": mask}
-                 for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
+    encodings = [
+        {"input_ids": ids, "attention_mask": mask}
+        for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
+    ]
     names = model.config.id2label
     results = []
     for logits in logits_of(model, tokenizer, encodings, batch_size):
@@ -105,8 +124,12 @@ def classify(model, tokenizer, texts: list[str], text_pairs: list[str] | None = 
             results.append({"score": float(logits[0])})
         elif model.config.problem_type == "multi_label_classification":
             scores = 1 / (1 + np.exp(-logits))
-            results.append({"labels": [names[i] for i in np.flatnonzero(scores > 0.5)],
-                            "scores": {names[i]: float(score) for i, score in enumerate(scores)}})
+            results.append(
+                {
+                    "labels": [names[i] for i in np.flatnonzero(scores > 0.5)],
+                    "scores": {names[i]: float(score) for i, score in enumerate(scores)},
+                }
+            )
         else:
             probabilities = np.exp(logits - logits.max())
             probabilities /= probabilities.sum()
@@ -128,13 +151,16 @@ def tag(model, tokenizer, sequences: list, batch_size: int = 32, unknown_residue
             windows.append(window)
             owners.append(index)
     tags = [[None] * len(words) for words in words_of]
-    for window, index, logits in zip(windows, owners, logits_of(model, tokenizer, windows, batch_size)):
+    for window, index, logits in zip(windows, owners, logits_of(model, tokenizer, windows, batch_size), strict=True):
         own_start, own_end = window["owned"]
         for position, word in enumerate(window["word_ids"]):
             if word is not None and own_start <= word < own_end:
                 probabilities = np.exp(logits[position] - logits[position].max())
                 probabilities /= probabilities.sum()
                 best = int(probabilities.argmax())
-                tags[index][word] = {"word": words_of[index][word], "label": names[best],
-                                     "score": float(probabilities[best])}
+                tags[index][word] = {
+                    "word": words_of[index][word],
+                    "label": names[best],
+                    "score": float(probabilities[best]),
+                }
     return tags

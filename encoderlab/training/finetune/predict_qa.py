@@ -48,15 +48,27 @@ def check_questions_fit(tokenizer, questions: list[str], max_length: int, doc_st
     lengths = [len(ids) for ids in tokenizer([q.lstrip() for q in questions], add_special_tokens=False)["input_ids"]]
     too_long = [i for i, length in enumerate(lengths) if length >= room]
     if too_long:
-        raise ValueError(f"questions {too_long[:10]} are too long ({max(lengths[i] for i in too_long)} tokens) for "
-                         f"max_length={max_length} and doc_stride={doc_stride}: a question may take at most "
-                         f"{room - 1} tokens; raise max_length or lower doc_stride")
+        raise ValueError(
+            f"questions {too_long[:10]} are too long ({max(lengths[i] for i in too_long)} tokens) for "
+            f"max_length={max_length} and doc_stride={doc_stride}: a question may take at most "
+            f"{room - 1} tokens; raise max_length or lower doc_stride"
+        )
 
 
-def answer_questions(model, tokenizer, questions, contexts, *, max_length: int | None = None,
-                     doc_stride: int | None = None, max_answer_length: int = 30, n_best: int = 20,
-                     null_threshold: float | None = None, batch_size: int = 32,
-                     return_n_best: bool = False) -> list[dict]:
+def answer_questions(
+    model,
+    tokenizer,
+    questions,
+    contexts,
+    *,
+    max_length: int | None = None,
+    doc_stride: int | None = None,
+    max_answer_length: int = 30,
+    n_best: int = 20,
+    null_threshold: float | None = None,
+    batch_size: int = 32,
+    return_n_best: bool = False,
+) -> list[dict]:
     """The answer to each question in its context.
 
     Args:
@@ -94,9 +106,16 @@ def answer_questions(model, tokenizer, questions, contexts, *, max_length: int |
     examples = {"id": [str(i) for i in range(len(questions))], "question": questions, "context": contexts}
     windows = prepare_features(examples, tokenizer, max_length, doc_stride)
     start_logits, end_logits = window_logits(model, tokenizer, windows, batch_size)
-    answers = postprocess([{"id": i, "context": c} for i, c in zip(examples["id"], contexts)], windows, start_logits,
-                          end_logits, version_2=null_threshold is not None, n_best=n_best,
-                          max_answer_length=max_answer_length, null_threshold=null_threshold or 0.0)
+    answers = postprocess(
+        [{"id": i, "context": c} for i, c in zip(examples["id"], contexts, strict=True)],
+        windows,
+        start_logits,
+        end_logits,
+        version_2=null_threshold is not None,
+        n_best=n_best,
+        max_answer_length=max_answer_length,
+        null_threshold=null_threshold or 0.0,
+    )
     keys = ("answer", "score", "start", "end", "no_answer_score") + (("n_best",) if return_n_best else ())
     answers = [{key: answer[key] for key in keys} for answer in answers]
     for answer in answers:  # no candidate span at all: no score to compare with the null answer
@@ -118,7 +137,10 @@ def window_logits(model, tokenizer, windows: dict, batch_size: int) -> tuple[lis
         for first in range(0, len(windows["input_ids"]), batch_size):
             chunk = slice(first, first + batch_size)
             columns = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in windows]
-            rows = [dict(zip(columns, values)) for values in zip(*(windows[key][chunk] for key in columns))]
+            rows = [
+                dict(zip(columns, values, strict=True))
+                for values in zip(*(windows[key][chunk] for key in columns), strict=True)
+            ]
             batch = tokenizer.pad(rows, padding=True, padding_side="right", return_tensors="pt").to(device)
             output = model(**batch)
             for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):

@@ -13,8 +13,17 @@ from ..run_config import build_section
 from ..run_folder import without_load_time_keys
 from .config import DEFAULT_MAX_LENGTH, FinetuneRunConfig
 from .data import record_name
-from .model_setup import (ModelPlan, check_head, check_length, choose_finetune_attention, config_changes,
-                          load_model_config, needs_new_head, pair_encoding_changes_head, with_changes)
+from .model_setup import (
+    ModelPlan,
+    check_head,
+    check_length,
+    choose_finetune_attention,
+    config_changes,
+    load_model_config,
+    needs_new_head,
+    pair_encoding_changes_head,
+    with_changes,
+)
 from .prepared import Prepared
 from .tasks import KindSettings, Task, TaskKind, get_task
 
@@ -28,16 +37,21 @@ def resolve_task(name: str, problem_type: str | None = None, label_names: list[s
     changes = {}
     if problem_type is not None:
         if task.name != "text-classification":
-            raise ValueError(f"data.problem_type is for own data (--task text-classification); task {task.name!r} "
-                             f"is {task.problem_type}")
-        metric = {"regression": ("regression", None, "spearmanr"),
-                  "multi_label_classification": ("classification", "multilabel", "micro_f1")}
+            raise ValueError(
+                f"data.problem_type is for own data (--task text-classification); task {task.name!r} "
+                f"is {task.problem_type}"
+            )
+        metric = {
+            "regression": ("regression", None, "spearmanr"),
+            "multi_label_classification": ("classification", "multilabel", "micro_f1"),
+        }
         metric_name, config, main = metric.get(problem_type, (task.metric, task.metric_config, task.main_metric))
         changes.update(problem_type=problem_type, metric=metric_name, metric_config=config, main_metric=main)
     if label_names:
         if task.label_names and tuple(label_names) != task.label_names:
-            raise ValueError(f"data.label_names={list(label_names)} differs from task {task.name!r}'s "
-                             f"{list(task.label_names)}")
+            raise ValueError(
+                f"data.label_names={list(label_names)} differs from task {task.name!r}'s {list(task.label_names)}"
+            )
         changes["label_names"] = tuple(label_names)
     return dataclasses.replace(task, **changes)
 
@@ -66,29 +80,38 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     task = resolve_task(run.task, run.data.problem_type, run.data.label_names)
     kind = task.kind_object()
     if run.train.padding_free and not kind.padding_free:
-        raise ValueError(f"train.padding_free=true applies to token and sequence classification; task {task.name!r} "
-                         f"is {task.problem_type}, whose kind has no padding-free collator; use "
-                         "train.padding_free=false")
+        raise ValueError(
+            f"train.padding_free=true applies to token and sequence classification; task {task.name!r} "
+            f"is {task.problem_type}, whose kind has no padding-free collator; use "
+            "train.padding_free=false"
+        )
     data = dataclasses.replace(run.data, max_length=run.data.max_length or DEFAULT_MAX_LENGTH)
     settings = KindSettings(data=data, task_options=kind_options(kind, run.task_options))
     kind.check_settings(task, settings)
     model_config = load_model_config(run.model.path, run.model.trust_remote_code)
     check_head(task, model_config)
     # chosen once, for the config every point's model will have; a kernel it cannot run stops the run here
-    attention = choose_finetune_attention(with_changes(model_config, run.model.config), run.train.attn_implementation,
-                                          packed=run.train.padding_free, precision=run.train.precision)
-    tokenizer = without_load_time_keys(AutoTokenizer.from_pretrained(run.model.path,
-                                                                     trust_remote_code=run.model.trust_remote_code))
+    attention = choose_finetune_attention(
+        with_changes(model_config, run.model.config),
+        run.train.attn_implementation,
+        packed=run.train.padding_free,
+        precision=run.train.precision,
+    )
+    tokenizer = without_load_time_keys(
+        AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
+    )
     from_data = run.data.max_length is None and residue_alphabet(tokenizer) is not None
     if not from_data:
         check_length(model_config, data.max_length)
     raw, sources = kind.load(task, data)
     names = kind.label_names(task, raw)
     task = dataclasses.replace(task, label_names=None if names is None else tuple(names))
-    changes = config_changes(run.model.config, model_config, tokenizer, "text_pair" in raw["train"].column_names,
-                             task.name)
-    new_head = needs_new_head(task, kind, model_config, run.model.path, run.model.new_head) or \
-        pair_encoding_changes_head(model_config, changes, run.model.new_head)
+    changes = config_changes(
+        run.model.config, model_config, tokenizer, "text_pair" in raw["train"].column_names, task.name
+    )
+    new_head = needs_new_head(
+        task, kind, model_config, run.model.path, run.model.new_head
+    ) or pair_encoding_changes_head(model_config, changes, run.model.new_head)
     if pair_encoding(model_config, changes) == "separate":  # the second text gets its own [CLS], as when alone
         from ...tokenization.pairs import with_separate_pair_template  # here: --help must not import transformers
 
@@ -103,9 +126,15 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     tokenizer.model_max_length = settings.data.max_length
     features = {split: kind.preprocess(raw[split], tokenizer, task, settings) for split in raw}
     eval_splits = kind.eval_splits(task, run.data, raw)
-    model = ModelPlan(path=run.model.path, trust_remote_code=run.model.trust_remote_code, new_head=new_head,
-                      config_changes=changes, attention=attention, freeze=tuple(run.model.freeze),
-                      lora=None if run.lora.r is None else dataclasses.asdict(run.lora))
+    model = ModelPlan(
+        path=run.model.path,
+        trust_remote_code=run.model.trust_remote_code,
+        new_head=new_head,
+        config_changes=changes,
+        attention=attention,
+        freeze=tuple(run.model.freeze),
+        lora=None if run.lora.r is None else dataclasses.asdict(run.lora),
+    )
     return Prepared(task, kind, settings, tokenizer, raw, features, eval_splits, sources, model, chosen, residues)
 
 
@@ -137,10 +166,16 @@ def log_residue_counts(split: str, counts) -> None:
     if counts.lowercase_records:
         notes.append(f"{counts.lowercase_records} with lowercase letters, read as uppercase")
     if counts.unknown_characters:
-        notes.append(f"{counts.unknown_characters} character(s) outside the residue alphabet in "
-                     f"{counts.unknown_records} sequence(s), read as the unknown token (data.unknown_residues=allow)")
-    (logger.warning if notes else logger.info)("%s: %d sequences checked against the residue alphabet%s", split,
-                                               counts.records, f": {'; '.join(notes)}" if notes else "")
+        notes.append(
+            f"{counts.unknown_characters} character(s) outside the residue alphabet in "
+            f"{counts.unknown_records} sequence(s), read as the unknown token (data.unknown_residues=allow)"
+        )
+    (logger.warning if notes else logger.info)(
+        "%s: %d sequences checked against the residue alphabet%s",
+        split,
+        counts.records,
+        f": {'; '.join(notes)}" if notes else "",
+    )
 
 
 def length_from_data(kind: TaskKind, raw, tokenizer, model_config) -> tuple[int, str]:
@@ -153,8 +188,11 @@ def length_from_data(kind: TaskKind, raw, tokenizer, model_config) -> tuple[int,
     longest = max(max(split_lengths, default=0) for split_lengths in lengths.values())
     limits = position_limits(model_config)
     if not limits or longest <= min(limits)[0]:
-        logger.info("data.max_length=%d: the data's longest sequence in tokens (the checkpoint's position limit: %s)",
-                    longest, min(limits)[0] if limits else "none")
+        logger.info(
+            "data.max_length=%d: the data's longest sequence in tokens (the checkpoint's position limit: %s)",
+            longest,
+            min(limits)[0] if limits else "none",
+        )
         return longest, "the data's longest sequence"
     limit, why = min(limits)
     for split, split_lengths in lengths.items():
@@ -164,7 +202,9 @@ def length_from_data(kind: TaskKind, raw, tokenizer, model_config) -> tuple[int,
                 f"{split}: {cut} of {len(split_lengths)} sequences ({cut / len(split_lengths):.0%}; the longest "
                 f"{longest} tokens) do not fit the checkpoint's max_position_embeddings={limit} ({why}) and would "
                 f"be cut; more than {MAX_TRUNCATED_SHARE:.0%} is refused by default: set data.max_length={limit} "
-                "to fine-tune on the cut sequences anyway, or use a checkpoint with a longer position limit")
-    logger.info("data.max_length=%d: the checkpoint's position limit (the data's longest sequence: %d tokens)", limit,
-                longest)
+                "to fine-tune on the cut sequences anyway, or use a checkpoint with a longer position limit"
+            )
+    logger.info(
+        "data.max_length=%d: the checkpoint's position limit (the data's longest sequence: %d tokens)", limit, longest
+    )
     return limit, "the checkpoint's position limit"

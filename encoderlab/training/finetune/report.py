@@ -18,10 +18,15 @@ def run_results(prepared: Prepared, points: list, best: dict) -> dict:
     """results.json of a run: the task, the data, the best point's results (`best`) and every point's main metric."""
     task = prepared.task
     return {
-        "task": task.name, "kind": task.kind, "problem_type": task.problem_type, "metric": task.metric,
-        "metric_config": task.metric_config, "main_metric": task.main_metric,
+        "task": task.name,
+        "kind": task.kind,
+        "problem_type": task.problem_type,
+        "metric": task.metric,
+        "metric_config": task.metric_config,
+        "main_metric": task.main_metric,
         "label_names": None if task.label_names is None else list(task.label_names),
-        **base_model_record(prepared.model.path), **data_record(prepared.sources),
+        **base_model_record(prepared.model.path),
+        **data_record(prepared.sources),
         "pipeline_tag": prepared.kind.pipeline_tag,
         "lora": prepared.model.lora,
         "examples": {split: len(prepared.raw[split]) for split in prepared.raw},
@@ -29,12 +34,19 @@ def run_results(prepared: Prepared, points: list, best: dict) -> dict:
         "residues": prepared.residues,
         "features": {split: len(features) for split, features in prepared.features.items()},
         "initialised_weights": best["initialised_weights"],
-        "best_point": best["point"], "eval_steps": best["eval_steps"], "steps": best["steps"],
-        "best_step": best["best_step"], "best_epoch": best.get("best_epoch"),
-        "train_seen": train_seen(prepared, best.get("train_seen")), "tokens_seen": best["tokens_seen"],
-        "metrics": best["metrics"], "baseline": baseline(prepared, best["metrics"]),
-        "grid": [{**p["point"], **{f"validation_{main}": p["metrics"]["validation"][main]
-                                    for main in [task.main_metric]}} for p in points],
+        "best_point": best["point"],
+        "eval_steps": best["eval_steps"],
+        "steps": best["steps"],
+        "best_step": best["best_step"],
+        "best_epoch": best.get("best_epoch"),
+        "train_seen": train_seen(prepared, best.get("train_seen")),
+        "tokens_seen": best["tokens_seen"],
+        "metrics": best["metrics"],
+        "baseline": baseline(prepared, best["metrics"]),
+        "grid": [
+            {**p["point"], **{f"validation_{main}": p["metrics"]["validation"][main] for main in [task.main_metric]}}
+            for p in points
+        ],
     }
 
 
@@ -42,8 +54,12 @@ def train_seen(prepared: Prepared, seen: int | None) -> dict:
     """How much of the training split the best point's steps drew: ``seen`` features (``unit``: examples, or windows
     of them) of the ``available`` ones (the kept training examples' features), ``epochs`` = seen / available."""
     available = len(prepared.features["train"])
-    return {"seen": seen, "available": available, "unit": prepared.kind.feature_unit,
-            "epochs": None if seen is None else seen / available}
+    return {
+        "seen": seen,
+        "available": available,
+        "unit": prepared.kind.feature_unit,
+        "epochs": None if seen is None else seen / available,
+    }
 
 
 def baseline(prepared: Prepared, metrics: dict) -> dict | None:
@@ -51,8 +67,10 @@ def baseline(prepared: Prepared, metrics: dict) -> dict | None:
     None for a kind without one."""
     if prepared.kind.baseline_name is None:
         return None
-    return {"name": prepared.kind.baseline_name,
-            "metrics": {split: prepared.kind.baseline(prepared.task, prepared.raw[split]) for split in metrics}}
+    return {
+        "name": prepared.kind.baseline_name,
+        "metrics": {split: prepared.kind.baseline(prepared.task, prepared.raw[split]) for split in metrics},
+    }
 
 
 def data_record(sources: dict) -> dict:
@@ -63,8 +81,12 @@ def data_record(sources: dict) -> dict:
     names = sorted({entry["name"] for entry in data.values()})
     whole = [entry for entry in data.values() if entry["whole_hub_split"]]
     from_hub = all(entry["origin"] == "hub" for entry in data.values())
-    return {"data": data, "dataset": names[0] if from_hub and len(names) == 1 else ", ".join(names),
-            "hub_dataset": whole[0]["name"] if whole else None, "hub_config": whole[0]["config"] if whole else None}
+    return {
+        "data": data,
+        "dataset": names[0] if from_hub and len(names) == 1 else ", ".join(names),
+        "hub_dataset": whole[0]["name"] if whole else None,
+        "hub_config": whole[0]["config"] if whole else None,
+    }
 
 
 def save_run(run_dir: Path, prepared: Prepared, best: dict, results: dict) -> None:
@@ -79,8 +101,12 @@ def save_run(run_dir: Path, prepared: Prepared, best: dict, results: dict) -> No
         shutil.copytree(best_dir / ADAPTER_DIR, run_dir / ADAPTER_DIR, dirs_exist_ok=True)
     write_results(run_dir, results)
     write_metrics_csv(best["log_history"], run_dir / "metrics.csv")
-    plot_dev_curve(best["log_history"], prepared.task.main_metric, run_dir / DEV_CURVE,
-                   title=f"{prepared.task.name}: {point_name(best['point'])}")
+    plot_dev_curve(
+        best["log_history"],
+        prepared.task.main_metric,
+        run_dir / DEV_CURVE,
+        title=f"{prepared.task.name}: {point_name(best['point'])}",
+    )
     write_grid(results["grid"], prepared.task.main_metric, run_dir)
     build_model_card(read_run_record(run_dir)).save(run_dir / "README.md")
 
@@ -148,8 +174,11 @@ def glue_table(scores: dict, dev_sets: dict) -> str:
             averaged.append(score)
         shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in keys)
         dev = dev_sets[name]
-        examples = f"{dev['examples']} of {dev['available']} ({dev['limit_key']}={dev['limit']})" if dev["capped"] \
+        examples = (
+            f"{dev['examples']} of {dev['available']} ({dev['limit_key']}={dev['limit']})"
+            if dev["capped"]
             else str(dev["examples"])
+        )
         rows.append(f"| {name} | {shown} | {examples} | {100 * score:.1f} |")
     average = f"{100 * sum(averaged) / len(averaged):.1f}" if averaged else "n/a"
     rows.append(f"| **GLUE average** ({len(averaged)} tasks, WNLI excluded) | | | **{average}** |")
@@ -160,8 +189,9 @@ SUMMARY_HIDDEN = ("runtime", "samples_per_second", "steps_per_second")
 
 
 def shown_metrics(metrics: dict) -> str:
-    return ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()
-                     if isinstance(value, float) and key not in SUMMARY_HIDDEN)
+    return ", ".join(
+        f"{key} {value:.4f}" for key, value in metrics.items() if isinstance(value, float) and key not in SUMMARY_HIDDEN
+    )
 
 
 def best_checkpoint_text(results: dict) -> str:
@@ -173,35 +203,47 @@ def seen_text(results: dict) -> str | None:
     seen = results.get("train_seen") or {}
     if seen.get("seen") is None:
         return None
-    return (f"{seen['seen']:,} {seen['unit']} drawn in training, {seen['epochs']:.2f} epochs of the "
-            f"{seen['available']:,} kept")
+    return (
+        f"{seen['seen']:,} {seen['unit']} drawn in training, {seen['epochs']:.2f} epochs of the "
+        f"{seen['available']:,} kept"
+    )
 
 
 def residue_text(counts: dict) -> str:
     """What the residue check let through in one split, in words."""
-    return (f"{counts['unknown_characters']} character(s) outside the residue alphabet in "
-            f"{counts['unknown_records']} of {counts['records']} sequences read as the unknown token, "
-            f"{counts['lowercase_records']} sequence(s) with lowercase letters read as uppercase")
+    return (
+        f"{counts['unknown_characters']} character(s) outside the residue alphabet in "
+        f"{counts['unknown_records']} of {counts['records']} sequences read as the unknown token, "
+        f"{counts['lowercase_records']} sequence(s) with lowercase letters read as uppercase"
+    )
 
 
 def format_results(results: dict) -> str:
-    lines = [f"{results['task']} ({results['problem_type']}), best point {results['best_point']}, "
-             f"{results['steps']} steps; metrics of the best checkpoint ({best_checkpoint_text(results)})"]
+    lines = [
+        f"{results['task']} ({results['problem_type']}), best point {results['best_point']}, "
+        f"{results['steps']} steps; metrics of the best checkpoint ({best_checkpoint_text(results)})"
+    ]
     baseline = results.get("baseline")
     main = results["main_metric"]
     for split, metrics in results["metrics"].items():
         lines.append(f"  {split}: {shown_metrics(metrics)}")
         if baseline and split in baseline["metrics"]:
             rule = baseline["metrics"][split]
-            lines.append(f"  {split}, baseline ({baseline['name']}): {shown_metrics(rule)}; the model's {main} "
-                         f"minus the baseline's: {metrics[main] - rule[main]:+.4f}")
+            lines.append(
+                f"  {split}, baseline ({baseline['name']}): {shown_metrics(rule)}; the model's {main} "
+                f"minus the baseline's: {metrics[main] - rule[main]:+.4f}"
+            )
     for split, source in results["data"].items():
         if source["capped"]:
-            lines.append(f"  {split}: {source['examples']} of {source['available']} examples (capped by "
-                         f"{source['limit_key']}={source['limit']})")
+            lines.append(
+                f"  {split}: {source['examples']} of {source['available']} examples (capped by "
+                f"{source['limit_key']}={source['limit']})"
+            )
         if source.get("skipped_lines"):
-            lines.append(f"  {split}: {len(source['skipped_lines'])} malformed record(s) left out "
-                         f"(data.skip_malformed_rows=true), line(s) {source['skipped_lines'][:10]}")
+            lines.append(
+                f"  {split}: {len(source['skipped_lines'])} malformed record(s) left out "
+                f"(data.skip_malformed_rows=true), line(s) {source['skipped_lines'][:10]}"
+            )
     for split, counts in (results.get("residues") or {}).items():
         if counts["unknown_characters"] or counts["lowercase_records"]:
             lines.append(f"  {split}: {residue_text(counts)}")

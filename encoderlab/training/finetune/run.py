@@ -51,14 +51,19 @@ def task_list() -> str:
     rows.append(("glue", "every GLUE task found", "", ""))
     descriptions.append("all GLUE tasks + the GLUE average (WNLI excluded)")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(rows[0], widths)).rstrip()]
-    for row, description in zip(rows[1:], descriptions):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(rows[0], widths, strict=True)).rstrip()]
+    for row, description in zip(rows[1:], descriptions, strict=True):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         lines += textwrap.wrap(description, LIST_WIDTH, initial_indent="    ", subsequent_indent="    ")
     lines += ["", "CPU defaults (under the config file and --set):"]
     for setting, names in defaults.items():
-        lines += textwrap.wrap(f"{' '.join(names)}: {setting}", LIST_WIDTH, initial_indent="  ",
-                               subsequent_indent="      ", break_on_hyphens=False)
+        lines += textwrap.wrap(
+            f"{' '.join(names)}: {setting}",
+            LIST_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
+        )
     return "\n".join(lines)
 
 
@@ -66,14 +71,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="a registered task (see --list), or glue for every GLUE task found")
     parser.add_argument("--model", help="checkpoint to fine-tune: a folder or a Hub model id")
     parser.add_argument("--config", help="YAML/JSON run config, or a bundled name (finetune_grid)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set train.lr=3e-5 --set data.path=glue_data")
-    parser.add_argument("--output-dir", help="the run folder (= --set output_dir=DIR), new or empty; default "
-                        "runs/finetune/TASK; with --task glue each task's run goes to DIR/TASK (default "
-                        "runs/finetune/glue/TASK)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.lr=3e-5 --set data.path=glue_data",
+    )
+    parser.add_argument(
+        "--output-dir",
+        help="the run folder (= --set output_dir=DIR), new or empty; default "
+        "runs/finetune/TASK; with --task glue each task's run goes to DIR/TASK (default "
+        "runs/finetune/glue/TASK)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run in output_dir")
-    parser.add_argument("--overwrite", action="store_true", help="replace the encoderlab run in output_dir, once "
-                        "the new run has passed its checks and read its data")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the encoderlab run in output_dir, once the new run has passed its checks and read its data",
+    )
     parser.add_argument("--list", action="store_true", help="print every task and exit")
 
 

@@ -25,10 +25,18 @@ def load_splits(task, data, read_row):
         rows, source = split_rows(task, data, split)
         splits[split] = datasets.Dataset.from_list(read_row(rows, source, source.origin == "hub"))
         sources[split] = source
-        skipped = f" ({len(source.skipped_lines)} malformed records left out, {SKIP_SETTING})" \
-            if source.skipped_lines else ""
-        logger.info("%s: %d of %d examples from %s%s%s", split, source.examples, source.available, source,
-                    f" (capped by data.{source.limit_key}={source.limit})" if source.capped else "", skipped)
+        skipped = (
+            f" ({len(source.skipped_lines)} malformed records left out, {SKIP_SETTING})" if source.skipped_lines else ""
+        )
+        logger.info(
+            "%s: %d of %d examples from %s%s%s",
+            split,
+            source.examples,
+            source.available,
+            source,
+            f" (capped by data.{source.limit_key}={source.limit})" if source.capped else "",
+            skipped,
+        )
     return datasets.DatasetDict(splits), sources
 
 
@@ -38,8 +46,13 @@ def tokenize_pairs(tokenizer, texts: list[str], pairs: list[str] | None, max_len
     too_long = sum(len(ids) > max_length for ids in full["input_ids"])
     if not too_long:
         return full
-    logger.warning("%s: %d of %d examples are longer than data.max_length=%d tokens and are truncated",
-                   split_name, too_long, len(texts), max_length)
+    logger.warning(
+        "%s: %d of %d examples are longer than data.max_length=%d tokens and are truncated",
+        split_name,
+        too_long,
+        len(texts),
+        max_length,
+    )
     return tokenizer(texts, pairs, truncation=True, max_length=max_length)
 
 
@@ -54,11 +67,15 @@ class SequenceKind(TaskKind):
         def read_row(rows, source, from_hub):
             text_columns, label_column = layout_columns(task, data, from_hub, rows, source)
             if len(text_columns) > 2:
-                raise ValueError(f"data.text_columns={list(text_columns)} has {len(text_columns)} columns; "
-                                 "allowed: one text column or two (a pair)")
+                raise ValueError(
+                    f"data.text_columns={list(text_columns)} has {len(text_columns)} columns; "
+                    "allowed: one text column or two (a pair)"
+                )
             check_columns(rows, (*text_columns, label_column), source)
-            return [self.raw_example(task, row, text_columns, label_column, source, number)
-                    for number, row in enumerate(rows, start=1)]
+            return [
+                self.raw_example(task, row, text_columns, label_column, source, number)
+                for number, row in enumerate(rows, start=1)
+            ]
 
         return load_splits(task, data, read_row)
 
@@ -72,12 +89,14 @@ class SequenceKind(TaskKind):
             try:
                 example["label"] = float(label)
             except (TypeError, ValueError):
-                raise ValueError(f"{record_name(source, number)}: label {label!r} is not a number (regression)") \
-                    from None
+                raise ValueError(
+                    f"{record_name(source, number)}: label {label!r} is not a number (regression)"
+                ) from None
         elif task.problem_type == "multi_label_classification":
             if not isinstance(label, list):
-                raise ValueError(f"{record_name(source, number)}: a multi-label label must be a list (JSONL or "
-                                 f"Hub), got {label!r}")
+                raise ValueError(
+                    f"{record_name(source, number)}: a multi-label label must be a list (JSONL or Hub), got {label!r}"
+                )
             example["label"] = [str(item) for item in label]
         else:
             example["label"] = str(label)
@@ -97,7 +116,7 @@ class SequenceKind(TaskKind):
         texts = list(raw_split["text"])
         if "text_pair" not in raw_split.column_names:
             return [(text,) for text in texts]
-        return list(zip(texts, raw_split["text_pair"]))
+        return list(zip(texts, raw_split["text_pair"], strict=True))
 
     def input_lengths(self, raw_split, tokenizer) -> list[int]:
         pairs = list(raw_split["text_pair"]) if "text_pair" in raw_split.column_names else None
@@ -108,10 +127,12 @@ class SequenceKind(TaskKind):
         import datasets
 
         pairs = list(raw_split["text_pair"]) if "text_pair" in raw_split.column_names else None
-        encoded = tokenize_pairs(tokenizer, list(raw_split["text"]), pairs, settings.data.max_length,
-                                 task.name)
-        features = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
-                    "labels": self.label_ids(task, list(raw_split["label"]))}
+        encoded = tokenize_pairs(tokenizer, list(raw_split["text"]), pairs, settings.data.max_length, task.name)
+        features = {
+            "input_ids": encoded["input_ids"],
+            "attention_mask": encoded["attention_mask"],
+            "labels": self.label_ids(task, list(raw_split["label"])),
+        }
         return datasets.Dataset.from_dict(features)
 
     @staticmethod
@@ -143,12 +164,16 @@ class SequenceKind(TaskKind):
         metric = load_metric(task.metric, task.metric_config)
 
         def compute(eval_prediction) -> dict:
-            logits = np.asarray(eval_prediction.predictions[0] if isinstance(eval_prediction.predictions, tuple)
-                                else eval_prediction.predictions)
+            logits = np.asarray(
+                eval_prediction.predictions[0]
+                if isinstance(eval_prediction.predictions, tuple)
+                else eval_prediction.predictions
+            )
             references = np.asarray(eval_prediction.label_ids)
-            return metric.compute(predictions=predictions_from_logits(task.problem_type, logits),
-                                  references=references.astype(int) if task.problem_type != "regression"
-                                  else references)
+            return metric.compute(
+                predictions=predictions_from_logits(task.problem_type, logits),
+                references=references.astype(int) if task.problem_type != "regression" else references,
+            )
 
         return compute
 
@@ -181,4 +206,3 @@ class PaddingFreeSequenceCollator:
         integer = all(isinstance(label, int) for label in labels)  # class ids; regression and multi-label are floats
         batch["labels"] = torch.tensor(labels, dtype=torch.long if integer else torch.float32)
         return batch
-

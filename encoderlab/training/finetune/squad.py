@@ -38,8 +38,10 @@ HUB_DATASETS = {False: "rajpurkar/squad", True: "rajpurkar/squad_v2"}
 HUB_CONFIGS = {False: "plain_text", True: "squad_v2"}
 """version_2 -> the config of that Hub dataset (its only one; the model-index names it)."""
 
-LOCAL_FILES = {False: {"train": "train-v1.1.json", "validation": "dev-v1.1.json"},
-               True: {"train": "train-v2.0.json", "validation": "dev-v2.0.json"}}
+LOCAL_FILES = {
+    False: {"train": "train-v1.1.json", "validation": "dev-v1.1.json"},
+    True: {"train": "train-v2.0.json", "validation": "dev-v2.0.json"},
+}
 """version_2 -> the official file names, looked up in a local ``data.path`` folder."""
 
 NULL_INDEX = 0
@@ -59,16 +61,27 @@ def read_squad_json(path: str | Path, articles: slice = slice(None)) -> list[dic
         raise ValueError(f"SQuAD file {str(path)!r} does not exist; expected an official SQuAD v1.1/v2.0 JSON file")
     try:
         articles_in_file = json.loads(read_text_file(path))["data"]  # not UTF-8: named with the byte offset
-        return [{"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"],
-                 "question": qa["question"],
-                 "answers": {"text": [a["text"] for a in qa.get("answers", [])],
-                             "answer_start": [a["answer_start"] for a in qa.get("answers", [])]},
-                 "is_impossible": bool(qa.get("is_impossible", False))}
-                for article in articles_in_file[articles] for paragraph in article["paragraphs"]
-                for qa in paragraph["qas"]]
+        return [
+            {
+                "id": qa["id"],
+                "title": article.get("title", ""),
+                "context": paragraph["context"],
+                "question": qa["question"],
+                "answers": {
+                    "text": [a["text"] for a in qa.get("answers", [])],
+                    "answer_start": [a["answer_start"] for a in qa.get("answers", [])],
+                },
+                "is_impossible": bool(qa.get("is_impossible", False)),
+            }
+            for article in articles_in_file[articles]
+            for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]
+        ]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"SQuAD file {str(path)!r} is not in the official format "
-                         f"data[].paragraphs[].{{context, qas[].{{id, question, answers}}}}: {error!r}") from None
+        raise ValueError(
+            f"SQuAD file {str(path)!r} is not in the official format "
+            f"data[].paragraphs[].{{context, qas[].{{id, question, answers}}}}: {error!r}"
+        ) from None
 
 
 ARTICLE_SLICE = re.compile(r"^(?P<path>.+\.json)\[(?P<start>\d*):(?P<stop>\d*)\]$")
@@ -81,13 +94,15 @@ def parse_source(source: str | Path) -> tuple[str, slice]:
         return str(source), slice(None)
     start, stop = (int(match[key]) if match[key] else None for key in ("start", "stop"))
     if start is not None and stop is not None and start >= stop:
-        raise ValueError(f"SQuAD source {str(source)!r} selects no article: {start}:{stop} is empty (allowed: "
-                         "FILE.json[a:b] with a < b, either side may be left out)")
+        raise ValueError(
+            f"SQuAD source {str(source)!r} selects no article: {start}:{stop} is empty (allowed: "
+            "FILE.json[a:b] with a < b, either side may be left out)"
+        )
     return match["path"], slice(start, stop)
 
 
 def answer_matches(context: str, text: str, start: int) -> bool:
-    return bool(text.strip()) and isinstance(start, int) and 0 <= start and context[start:start + len(text)] == text
+    return bool(text.strip()) and isinstance(start, int) and 0 <= start and context[start : start + len(text)] == text
 
 
 def clean_examples(examples: list[dict], version_2: bool, source: str) -> list[dict]:
@@ -95,23 +110,39 @@ def clean_examples(examples: list[dict], version_2: bool, source: str) -> list[d
     answer; both are counted in the log. v1.1 data must not hold unanswerable questions."""
     unanswerable = sum(example.get("is_impossible", False) or not example["answers"]["text"] for example in examples)
     if unanswerable and not version_2:
-        raise ValueError(f"SQuAD data {source!r} holds {unanswerable} unanswerable questions, which SQuAD v1.1 does "
-                         "not allow; use the squad_v2 task for it")
+        raise ValueError(
+            f"SQuAD data {source!r} holds {unanswerable} unanswerable questions, which SQuAD v1.1 does "
+            "not allow; use the squad_v2 task for it"
+        )
     kept, skipped_answers, skipped_questions = [], 0, 0
     for example in examples:
         answers = example["answers"]
-        pairs = [(text, start) for text, start in zip(answers["text"], answers["answer_start"])
-                 if answer_matches(example["context"], text, start)]
+        pairs = [
+            (text, start)
+            for text, start in zip(answers["text"], answers["answer_start"], strict=True)
+            if answer_matches(example["context"], text, start)
+        ]
         skipped_answers += len(answers["text"]) - len(pairs)
         if answers["text"] and not pairs:
             skipped_questions += 1
             continue
-        kept.append({"id": example["id"], "title": example.get("title", ""), "context": example["context"],
-                     "question": example["question"],
-                     "answers": {"text": [text for text, _ in pairs], "answer_start": [start for _, start in pairs]}})
+        kept.append(
+            {
+                "id": example["id"],
+                "title": example.get("title", ""),
+                "context": example["context"],
+                "question": example["question"],
+                "answers": {"text": [text for text, _ in pairs], "answer_start": [start for _, start in pairs]},
+            }
+        )
     if skipped_answers:
-        logger.warning("%s: skipped %d answers whose answer_start does not point at their text (%d questions left "
-                       "without an answer skipped too)", source, skipped_answers, skipped_questions)
+        logger.warning(
+            "%s: skipped %d answers whose answer_start does not point at their text (%d questions left "
+            "without an answer skipped too)",
+            source,
+            skipped_answers,
+            skipped_questions,
+        )
     return kept
 
 
@@ -144,15 +175,19 @@ def check_window_settings(max_length: int, doc_stride: int) -> None:
     check_int("data.max_length", max_length, 8)
     check_int("task_options.doc_stride", doc_stride, 0)
     if doc_stride >= max_length:
-        raise ValueError(f"task_options.doc_stride={doc_stride} must be smaller than data.max_length={max_length} "
-                         "(it is the number of context tokens shared by neighbouring windows)")
+        raise ValueError(
+            f"task_options.doc_stride={doc_stride} must be smaller than data.max_length={max_length} "
+            "(it is the number of context tokens shared by neighbouring windows)"
+        )
 
 
 def check_fast_tokenizer(tokenizer) -> None:
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"question answering needs a fast tokenizer (character offsets of every token); "
-                         f"got {type(tokenizer).__name__}, which has none. Load it with use_fast=True or convert it "
-                         "with the tokenizers library")
+        raise ValueError(
+            f"question answering needs a fast tokenizer (character offsets of every token); "
+            f"got {type(tokenizer).__name__}, which has none. Load it with use_fast=True or convert it "
+            "with the tokenizers library"
+        )
 
 
 def fitting_examples(examples: list[dict], tokenizer, max_length: int, doc_stride: int) -> list[dict]:
@@ -160,13 +195,19 @@ def fitting_examples(examples: list[dict], tokenizer, max_length: int, doc_strid
     skipped and counted (the question is never truncated)."""
     if not examples:
         return []
-    question_lengths = [len(ids) for ids in tokenizer([e["question"].lstrip() for e in examples],
-                                                      add_special_tokens=False)["input_ids"]]
+    question_lengths = [
+        len(ids) for ids in tokenizer([e["question"].lstrip() for e in examples], add_special_tokens=False)["input_ids"]
+    ]
     room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
-    kept = [example for example, length in zip(examples, question_lengths) if room - length > doc_stride]
+    kept = [example for example, length in zip(examples, question_lengths, strict=True) if room - length > doc_stride]
     if len(kept) < len(examples):
-        logger.warning("skipped %d questions too long to leave more than doc_stride=%d context tokens in a window "
-                       "of max_length=%d", len(examples) - len(kept), doc_stride, max_length)
+        logger.warning(
+            "skipped %d questions too long to leave more than doc_stride=%d context tokens in a window "
+            "of max_length=%d",
+            len(examples) - len(kept),
+            doc_stride,
+            max_length,
+        )
     return kept
 
 
@@ -192,9 +233,15 @@ def prepare_features(examples: dict, tokenizer, max_length: int, doc_stride: int
     from ...tokenization.windows import check_overflowing_windows  # here: `--help` must not import transformers
 
     check_overflowing_windows(tokenizer)  # a broken tokenizers release would keep only each context's first window
-    encoding = tokenizer([q.lstrip() for q in examples["question"]], examples["context"], truncation="only_second",
-                         max_length=max_length, stride=doc_stride, return_overflowing_tokens=True,
-                         return_offsets_mapping=True)
+    encoding = tokenizer(
+        [q.lstrip() for q in examples["question"]],
+        examples["context"],
+        truncation="only_second",
+        max_length=max_length,
+        stride=doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
     # token_type_ids only where the tokenizer emits them (a BERT folder); encoderlab's tokenizers do not.
     features = {key: encoding[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in encoding}
     features |= {"example_id": [], "offset_mapping": []}
@@ -206,12 +253,16 @@ def prepare_features(examples: dict, tokenizer, max_length: int, doc_stride: int
         sequence_ids = encoding.sequence_ids(window)
         context_tokens = [i for i, sequence in enumerate(sequence_ids) if sequence == 1]
         features["example_id"].append(examples["id"][example_index])
-        features["offset_mapping"].append([offset if sequence == 1 else None
-                                           for offset, sequence in zip(offsets, sequence_ids)])
+        features["offset_mapping"].append(
+            [offset if sequence == 1 else None for offset, sequence in zip(offsets, sequence_ids, strict=True)]
+        )
         if with_targets:
             answers = examples["answers"][example_index]
-            start, end = (answer_token_span(offsets, context_tokens, answers["answer_start"][0], answers["text"][0])
-                          if answers["text"] else (NULL_INDEX, NULL_INDEX))
+            start, end = (
+                answer_token_span(offsets, context_tokens, answers["answer_start"][0], answers["text"][0])
+                if answers["text"]
+                else (NULL_INDEX, NULL_INDEX)
+            )
             features["start_positions"].append(start)
             features["end_positions"].append(end)
     return features
@@ -228,8 +279,13 @@ def features_dataset(examples: list[dict], tokenizer, max_length: int, doc_strid
     if examples and "answers" in examples[0]:
         columns["answers"] = [example["answers"] for example in examples]
     raw = datasets.Dataset.from_dict(columns)
-    return raw.map(prepare_features, batched=True, remove_columns=raw.column_names, desc="SQuAD windows",
-                   fn_kwargs=dict(tokenizer=tokenizer, max_length=max_length, doc_stride=doc_stride))
+    return raw.map(
+        prepare_features,
+        batched=True,
+        remove_columns=raw.column_names,
+        desc="SQuAD windows",
+        fn_kwargs=dict(tokenizer=tokenizer, max_length=max_length, doc_stride=doc_stride),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +314,7 @@ def best_spans(start_logits, end_logits, offsets: list, max_answer_length: int, 
     flat = np.argpartition(-scores, count - 1, axis=None)[:count]
     flat = flat[np.argsort(-scores.ravel()[flat], kind="stable")]
     starts, columns = np.unravel_index(flat, scores.shape)
-    return [(float(scores[s, c]), int(s), int(s + c)) for s, c in zip(starts, columns)]
+    return [(float(scores[s, c]), int(s), int(s + c)) for s, c in zip(starts, columns, strict=True)]
 
 
 def char_span(context: str, offsets: list, start: int, end: int) -> tuple[int, int]:
@@ -269,8 +325,9 @@ def char_span(context: str, offsets: list, start: int, end: int) -> tuple[int, i
     return first, max(first, last - (len(text) - len(text.rstrip())))
 
 
-def example_answer(context: str, windows: list, version_2: bool, n_best: int, max_answer_length: int,
-                   null_threshold: float) -> dict:
+def example_answer(
+    context: str, windows: list, version_2: bool, n_best: int, max_answer_length: int, null_threshold: float
+) -> dict:
     """The answer of one example from its windows, each ``(start_logits, end_logits, offsets)``.
 
     Candidates of all windows are pooled (a span seen in two windows keeps its best score); ``score`` is the
@@ -289,8 +346,10 @@ def example_answer(context: str, windows: list, version_2: bool, n_best: int, ma
     pooled = [score for _, score in ranked] + ([null_score] if version_2 else [])
     top = max(pooled, default=0.0)
     normaliser = sum(math.exp(score - top) for score in pooled)
-    n_best_list = [{"text": context[a:b], "start": a, "end": b, "logit": score,
-                    "score": math.exp(score - top) / normaliser} for (a, b), score in ranked]
+    n_best_list = [
+        {"text": context[a:b], "start": a, "end": b, "logit": score, "score": math.exp(score - top) / normaliser}
+        for (a, b), score in ranked
+    ]
     best = n_best_list[0] if n_best_list else None
     no_answer_score = null_score - best["logit"] if best else math.inf
     answered = best is not None and not (version_2 and no_answer_score > null_threshold)
@@ -299,12 +358,24 @@ def example_answer(context: str, windows: list, version_2: bool, n_best: int, ma
     else:
         null_probability = math.exp(null_score - top) / normaliser if version_2 and pooled else 0.0
         answer = {"answer": "", "start": None, "end": None, "score": null_probability}
-    return answer | {"span_text": best["text"] if best else "", "no_answer_score": no_answer_score,
-                     "null_score": null_score, "n_best": n_best_list}
+    return answer | {
+        "span_text": best["text"] if best else "",
+        "no_answer_score": no_answer_score,
+        "null_score": null_score,
+        "n_best": n_best_list,
+    }
 
 
-def postprocess(examples: list[dict], features, start_logits, end_logits, version_2: bool, n_best: int = 20,
-                max_answer_length: int = 30, null_threshold: float = 0.0) -> list[dict]:
+def postprocess(
+    examples: list[dict],
+    features,
+    start_logits,
+    end_logits,
+    version_2: bool,
+    n_best: int = 20,
+    max_answer_length: int = 30,
+    null_threshold: float = 0.0,
+) -> list[dict]:
     """One answer per example (in the order of `examples`, see `example_answer`) from the logits of every window.
 
     `features` holds ``example_id`` and ``offset_mapping`` per window (a `datasets.Dataset` or a dict of lists);
@@ -312,13 +383,20 @@ def postprocess(examples: list[dict], features, start_logits, end_logits, versio
     check_int("task_options.n_best", n_best, 1)
     check_int("task_options.max_answer_length", max_answer_length, 1)
     if len(start_logits) != len(features["example_id"]) or len(end_logits) != len(start_logits):
-        raise ValueError(f"got {len(start_logits)} start and {len(end_logits)} end logit rows for "
-                         f"{len(features['example_id'])} windows; each window needs one of each")
+        raise ValueError(
+            f"got {len(start_logits)} start and {len(end_logits)} end logit rows for "
+            f"{len(features['example_id'])} windows; each window needs one of each"
+        )
     windows = defaultdict(list)
-    for row, (example_id, offsets) in enumerate(zip(features["example_id"], features["offset_mapping"])):
+    for row, (example_id, offsets) in enumerate(zip(features["example_id"], features["offset_mapping"], strict=True)):
         windows[example_id].append((start_logits[row], end_logits[row], offsets))
-    return [{"id": example["id"]} | example_answer(example["context"], windows[example["id"]], version_2, n_best,
-                                                   max_answer_length, null_threshold) for example in examples]
+    return [
+        {"id": example["id"]}
+        | example_answer(
+            example["context"], windows[example["id"]], version_2, n_best, max_answer_length, null_threshold
+        )
+        for example in examples
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,19 +422,22 @@ def score_answers(answers: list[dict], examples: list[dict], version_2: bool, nu
         for prediction in predictions:
             prediction["no_answer_score"] = by_id.get(prediction["id"], missing)["no_answer_score"]
     references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
-    return squad_metric(version_2).compute(predictions=predictions, references=references,
-                                           **({"no_answer_threshold": null_threshold} if version_2 else {}))
+    return squad_metric(version_2).compute(
+        predictions=predictions, references=references, **({"no_answer_threshold": null_threshold} if version_2 else {})
+    )
 
 
 def no_answer_baseline(examples: list[dict], version_2: bool) -> dict:
     """The metrics of answering "" to every question of `examples`, through the same metric as the model's answers:
     v2 scores each unanswerable question 1 and each answerable one 0, so ``exact`` = ``f1`` = the percentage of
     unanswerable questions, HasAns 0 and NoAns 100; v1 scores 0 (but for a gold answer that normalises to empty)."""
-    predictions = [{"id": e["id"], "prediction_text": ""} | ({"no_answer_score": 0.0} if version_2 else {})
-                   for e in examples]
+    predictions = [
+        {"id": e["id"], "prediction_text": ""} | ({"no_answer_score": 0.0} if version_2 else {}) for e in examples
+    ]
     references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
-    scores = squad_metric(version_2).compute(predictions=predictions, references=references,
-                                             **({"no_answer_threshold": None} if version_2 else {}))
+    scores = squad_metric(version_2).compute(
+        predictions=predictions, references=references, **({"no_answer_threshold": None} if version_2 else {})
+    )
     return {key: value for key, value in scores.items() if not key.startswith("best_")}  # no threshold to search
 
 
@@ -383,8 +464,11 @@ class QuestionAnsweringOptions:
         check_int("task_options.doc_stride", self.doc_stride, 0)
         check_int("task_options.max_answer_length", self.max_answer_length, 1)
         check_int("task_options.n_best", self.n_best, 1)
-        if isinstance(self.null_threshold, bool) or not isinstance(self.null_threshold, (int, float)) \
-                or not math.isfinite(self.null_threshold):
+        if (
+            isinstance(self.null_threshold, bool)
+            or not isinstance(self.null_threshold, (int, float))
+            or not math.isfinite(self.null_threshold)
+        ):
             raise ValueError(f"task_options.null_threshold must be a finite number, got {self.null_threshold!r}")
 
 
@@ -398,8 +482,7 @@ class QuestionAnsweringCollator:
         self.tokenizer = tokenizer
 
     def __call__(self, features: list[dict]) -> dict:
-        features = [{key: value for key, value in feature.items() if key in self.model_columns}
-                    for feature in features]
+        features = [{key: value for key, value in feature.items() if key in self.model_columns} for feature in features]
         return self.tokenizer.pad(features, padding=True, padding_side="right", return_tensors="pt")
 
 
@@ -424,22 +507,28 @@ class QuestionAnsweringKind(TaskKind):
         explicit = getattr(data, split, None)
         if explicit:
             if not Path(parse_source(explicit)[0]).is_file():
-                raise ValueError(f"data.{split}={explicit!r} does not exist; give an official SQuAD JSON file "
-                                 "(FILE.json[a:b]: only its articles a..b-1)")
+                raise ValueError(
+                    f"data.{split}={explicit!r} does not exist; give an official SQuAD JSON file "
+                    "(FILE.json[a:b]: only its articles a..b-1)"
+                )
             return str(explicit), split
         path = getattr(data, "path", None) or task.default_path
         if Path(path).is_dir():
             name = LOCAL_FILES[self.version_2(task)][split]
             if not (Path(path) / name).is_file():
-                raise ValueError(f"data.path={path!r} has no {name} (the official {split} file); give the file as "
-                                 f"data.{split}=FILE, or a JSON file or a Hub dataset id as data.path")
+                raise ValueError(
+                    f"data.path={path!r} has no {name} (the official {split} file); give the file as "
+                    f"data.{split}=FILE, or a JSON file or a Hub dataset id as data.path"
+                )
             return str(Path(path) / name), split
         return str(path), split
 
     def local_files_hint(self, task) -> str:
         train, validation = LOCAL_FILES[self.version_2(task)].values()
-        return (f"--set data.train={train} --set data.validation={validation} (the official JSON files), or "
-                "--set data.path=FOLDER holding them")
+        return (
+            f"--set data.train={train} --set data.validation={validation} (the official JSON files), or "
+            "--set data.path=FOLDER holding them"
+        )
 
     def load(self, task, data):
         """(DatasetDict, {split: `SplitSource`}) of train, validation and one ``test_<stem>`` split per
@@ -460,11 +549,18 @@ class QuestionAnsweringKind(TaskKind):
             except OSError as error:  # a Hub dataset offline, unreachable or not found
                 raise hub_dataset_error(task, path, error, self.local_files_hint(task)) from None
             if path.endswith(".json") or Path(path).exists():
-                origin = dict(origin="local", name=public_file_name(Path(path), getattr(data, "path", None)),
-                              articles=None if articles == slice(None) else str(source)[len(path) + 1:-1])
+                origin = dict(
+                    origin="local",
+                    name=public_file_name(Path(path), getattr(data, "path", None)),
+                    articles=None if articles == slice(None) else str(source)[len(path) + 1 : -1],
+                )
             else:
-                origin = dict(origin="hub", name=path, config=task.hub.config if path == task.hub.dataset else None,
-                              hub_split=hub_split)
+                origin = dict(
+                    origin="hub",
+                    name=path,
+                    config=task.hub.config if path == task.hub.dataset else None,
+                    hub_split=hub_split,
+                )
             kept, provenance[split] = kept_rows(examples, data, split, text=str(source), **origin)
             splits[split] = datasets.Dataset.from_list(kept)
             logger.info("%s: %d of %d questions from %s", split, len(kept), len(examples), source)
@@ -487,8 +583,11 @@ class QuestionAnsweringKind(TaskKind):
         apply by default."""
         if not self.version_2(task):
             return {}
-        thresholds = [value for key, value in metrics.items()  # "best_f1_thresh", or prefixed: "eval_best_f1_thresh"
-                      if key == "best_f1_thresh" or key.endswith("_best_f1_thresh")]
+        thresholds = [
+            value
+            for key, value in metrics.items()  # "best_f1_thresh", or prefixed: "eval_best_f1_thresh"
+            if key == "best_f1_thresh" or key.endswith("_best_f1_thresh")
+        ]
         if not thresholds or not math.isfinite(thresholds[0]):
             return {}
         return {"qa_null_threshold": float(thresholds[0])}
@@ -499,8 +598,9 @@ class QuestionAnsweringKind(TaskKind):
         return no_answer_baseline(raw_split.to_list(), self.version_2(task))
 
     def preprocess(self, raw_split, tokenizer, task, settings):
-        return features_dataset(raw_split.to_list(), tokenizer, settings.data.max_length,
-                                settings.task_options.doc_stride)
+        return features_dataset(
+            raw_split.to_list(), tokenizer, settings.data.max_length, settings.task_options.doc_stride
+        )
 
     def collator(self, tokenizer):
         return QuestionAnsweringCollator(tokenizer)
@@ -511,8 +611,16 @@ class QuestionAnsweringKind(TaskKind):
 
         def compute(eval_prediction) -> dict:
             start_logits, end_logits = eval_prediction.predictions[:2]
-            answers = postprocess(examples, window_columns, start_logits, end_logits, version_2, options.n_best,
-                                  options.max_answer_length, options.null_threshold)
+            answers = postprocess(
+                examples,
+                window_columns,
+                start_logits,
+                end_logits,
+                version_2,
+                options.n_best,
+                options.max_answer_length,
+                options.null_threshold,
+            )
             return score_answers(answers, examples, version_2, options.null_threshold)
 
         return compute

@@ -159,6 +159,7 @@ class TaskKind(abc.ABC):
 
     def check_settings(self, task: Task, settings: KindSettings) -> None:
         """Checks across sections, before any data is read (QA: ``doc_stride < max_length``); none by default."""
+        return None
 
     def eval_splits(self, task: Task, data, raw) -> list[str]:
         """The splits of `raw` scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's)
@@ -260,8 +261,21 @@ GLUE_CPU_DEFAULTS = {"train.max_steps": 300, "train.batch_size": 32, "train.lr":
 TRAIN_DEV = {"train": "train.tsv", "validation": "dev.tsv"}
 
 
-def _glue(name, folder, local_columns, hub_columns, problem_type, label_names, main_metric, *,
-          columns=(), files=TRAIN_DEV, hub_splits=None, eval_splits=(), description=""):
+def _glue(
+    name,
+    folder,
+    local_columns,
+    hub_columns,
+    problem_type,
+    label_names,
+    main_metric,
+    *,
+    columns=(),
+    files=TRAIN_DEV,
+    hub_splits=None,
+    eval_splits=(),
+    description="",
+):
     text_columns, label_column = local_columns[:-1], local_columns[-1]
     return register_task(Task(
         name=name, kind="sequence", description=description, problem_type=problem_type, metric="glue",
@@ -276,28 +290,100 @@ def _glue(name, folder, local_columns, hub_columns, problem_type, label_names, m
 
 SINGLE = "single_label_classification"
 ENTAILMENT = ("entailment", "not_entailment")
-_glue("cola", "CoLA", ("sentence", "label"), ("sentence", "label"), SINGLE, ("unacceptable", "acceptable"),
-      "matthews_correlation", columns=("source", "label", "original_label", "sentence"),
-      description="grammatical acceptability (Matthews correlation)")
-_glue("sst2", "SST-2", ("sentence", "label"), ("sentence", "label"), SINGLE, ("negative", "positive"), "accuracy",
-      description="sentiment (accuracy)")
-_glue("mrpc", "MRPC", ("#1 String", "#2 String", "Quality"), ("sentence1", "sentence2", "label"), SINGLE,
-      ("not_equivalent", "equivalent"), "f1", description="paraphrase (F1, accuracy)")
-_glue("qqp", "QQP", ("question1", "question2", "is_duplicate"), ("question1", "question2", "label"), SINGLE,
-      ("not_duplicate", "duplicate"), "f1", description="question paraphrase (F1, accuracy)")
-_glue("stsb", "STS-B", ("sentence1", "sentence2", "score"), ("sentence1", "sentence2", "label"), "regression",
-      None, "spearmanr", description="semantic similarity 0-5 (Pearson, Spearman; regression)")
-_glue("mnli", "MNLI", ("sentence1", "sentence2", "gold_label"), ("premise", "hypothesis", "label"), SINGLE,
-      ("entailment", "neutral", "contradiction"), "accuracy",
-      files={"train": "train.tsv", "validation": "dev_matched.tsv", "validation_mismatched": "dev_mismatched.tsv"},
-      hub_splits={"validation": "validation_matched"}, eval_splits=("validation_mismatched",),
-      description="natural language inference (matched and mismatched accuracy)")
-_glue("qnli", "QNLI", ("question", "sentence", "label"), ("question", "sentence", "label"), SINGLE, ENTAILMENT,
-      "accuracy", description="question-answer entailment (accuracy)")
-_glue("rte", "RTE", ("sentence1", "sentence2", "label"), ("sentence1", "sentence2", "label"), SINGLE, ENTAILMENT,
-      "accuracy", description="textual entailment (accuracy)")
-_glue("wnli", "WNLI", ("sentence1", "sentence2", "label"), ("sentence1", "sentence2", "label"), SINGLE,
-      ("not_entailment", "entailment"), "accuracy", description="Winograd NLI (accuracy; not in the GLUE average)")
+_glue(
+    "cola",
+    "CoLA",
+    ("sentence", "label"),
+    ("sentence", "label"),
+    SINGLE,
+    ("unacceptable", "acceptable"),
+    "matthews_correlation",
+    columns=("source", "label", "original_label", "sentence"),
+    description="grammatical acceptability (Matthews correlation)",
+)
+_glue(
+    "sst2",
+    "SST-2",
+    ("sentence", "label"),
+    ("sentence", "label"),
+    SINGLE,
+    ("negative", "positive"),
+    "accuracy",
+    description="sentiment (accuracy)",
+)
+_glue(
+    "mrpc",
+    "MRPC",
+    ("#1 String", "#2 String", "Quality"),
+    ("sentence1", "sentence2", "label"),
+    SINGLE,
+    ("not_equivalent", "equivalent"),
+    "f1",
+    description="paraphrase (F1, accuracy)",
+)
+_glue(
+    "qqp",
+    "QQP",
+    ("question1", "question2", "is_duplicate"),
+    ("question1", "question2", "label"),
+    SINGLE,
+    ("not_duplicate", "duplicate"),
+    "f1",
+    description="question paraphrase (F1, accuracy)",
+)
+_glue(
+    "stsb",
+    "STS-B",
+    ("sentence1", "sentence2", "score"),
+    ("sentence1", "sentence2", "label"),
+    "regression",
+    None,
+    "spearmanr",
+    description="semantic similarity 0-5 (Pearson, Spearman; regression)",
+)
+_glue(
+    "mnli",
+    "MNLI",
+    ("sentence1", "sentence2", "gold_label"),
+    ("premise", "hypothesis", "label"),
+    SINGLE,
+    ("entailment", "neutral", "contradiction"),
+    "accuracy",
+    files={"train": "train.tsv", "validation": "dev_matched.tsv", "validation_mismatched": "dev_mismatched.tsv"},
+    hub_splits={"validation": "validation_matched"},
+    eval_splits=("validation_mismatched",),
+    description="natural language inference (matched and mismatched accuracy)",
+)
+_glue(
+    "qnli",
+    "QNLI",
+    ("question", "sentence", "label"),
+    ("question", "sentence", "label"),
+    SINGLE,
+    ENTAILMENT,
+    "accuracy",
+    description="question-answer entailment (accuracy)",
+)
+_glue(
+    "rte",
+    "RTE",
+    ("sentence1", "sentence2", "label"),
+    ("sentence1", "sentence2", "label"),
+    SINGLE,
+    ENTAILMENT,
+    "accuracy",
+    description="textual entailment (accuracy)",
+)
+_glue(
+    "wnli",
+    "WNLI",
+    ("sentence1", "sentence2", "label"),
+    ("sentence1", "sentence2", "label"),
+    SINGLE,
+    ("not_entailment", "entailment"),
+    "accuracy",
+    description="Winograd NLI (accuracy; not in the GLUE average)",
+)
 
 # ---------------------------------------------------------------------------------------------
 # TAPE protein tasks: local CSV folders (id,sequence,ss3,resolved / seq,label)
@@ -315,8 +401,10 @@ register_task(Task(
                       text_columns=("sequence",), label_column="ss3"),
     eval_splits=("test_cb513",), cpu_defaults={**TAPE_CPU_DEFAULTS, "data.max_length": 512},
 ))  # fmt: skip
-for _name, _description in (("fluorescence", "GFP log-fluorescence (Spearman rho; MSE loss)"),
-                            ("stability", "protein stability (Spearman rho; MSE loss)")):
+for _name, _description in (
+    ("fluorescence", "GFP log-fluorescence (Spearman rho; MSE loss)"),
+    ("stability", "protein stability (Spearman rho; MSE loss)"),
+):
     register_task(Task(
         name=_name, kind="sequence", problem_type="regression", metric="regression", main_metric="spearmanr",
         description=_description,

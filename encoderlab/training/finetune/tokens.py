@@ -40,8 +40,11 @@ def word_windows(token_counts: list[int], budget: int) -> list[tuple[int, int, i
     for word in range(total):
         covering = [(abs(word + 0.5 - (s + e) / 2), index) for index, (s, e) in enumerate(windows) if s <= word < e]
         owner[word] = min(covering)[1]
-    return [(s, e, int(np.argmax(owner == i)), int(total - np.argmax(owner[::-1] == i)))
-            for i, (s, e) in enumerate(windows) if (owner == i).any()]
+    return [
+        (s, e, int(np.argmax(owner == i)), int(total - np.argmax(owner[::-1] == i)))
+        for i, (s, e) in enumerate(windows)
+        if (owner == i).any()
+    ]
 
 
 def first_token_words(encoded, offset: int = 0) -> list[int | None]:
@@ -61,15 +64,27 @@ def encode_words(tokenizer, words: list[str], max_length: int) -> list[dict]:
     # longer than model_max_length, which never reaches the model in one piece.
     encoded = tokenizer(words, is_split_into_words=True, add_special_tokens=True, verbose=False)
     if len(encoded["input_ids"]) <= max_length:
-        return [{"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
-                 "word_ids": first_token_words(encoded), "owned": (0, len(words))}]
+        return [
+            {
+                "input_ids": encoded["input_ids"],
+                "attention_mask": encoded["attention_mask"],
+                "word_ids": first_token_words(encoded),
+                "owned": (0, len(words)),
+            }
+        ]
     counts = np.bincount([word for word in encoded.word_ids() if word is not None], minlength=len(words))
     special = tokenizer.num_special_tokens_to_add(pair=False)
     windows = []
     for start, end, own_start, own_end in word_windows(counts.tolist(), max_length - special):
         part = tokenizer(words[start:end], is_split_into_words=True, add_special_tokens=True)
-        windows.append({"input_ids": part["input_ids"], "attention_mask": part["attention_mask"],
-                        "word_ids": first_token_words(part, start), "owned": (own_start, own_end)})
+        windows.append(
+            {
+                "input_ids": part["input_ids"],
+                "attention_mask": part["attention_mask"],
+                "word_ids": first_token_words(part, start),
+                "owned": (own_start, own_end),
+            }
+        )
     return windows
 
 
@@ -77,8 +92,7 @@ def as_words(value, column: str, source: str, number: int) -> list[str]:
     if isinstance(value, list):
         return [str(item) for item in value]
     if not isinstance(value, str):
-        raise ValueError(f"{record_name(source, number)}: column {column!r} must be a list or a string, got "
-                         f"{value!r}")
+        raise ValueError(f"{record_name(source, number)}: column {column!r} must be a list or a string, got {value!r}")
     return value.split() if " " in value.strip() else list(value.strip())
 
 
@@ -94,11 +108,14 @@ class TokenKind(TaskKind):
         def read_row(rows, source, from_hub):
             (text_column, *rest), label_column = layout_columns(task, data, from_hub, rows, source)
             if rest:
-                raise ValueError(f"data.text_columns={[text_column, *rest]}: token classification takes one "
-                                 "column of words")
+                raise ValueError(
+                    f"data.text_columns={[text_column, *rest]}: token classification takes one column of words"
+                )
             check_columns(rows, (text_column, label_column), source)
-            return [self.raw_example(row, text_column, label_column, source, number)
-                    for number, row in enumerate(rows, start=1)]
+            return [
+                self.raw_example(row, text_column, label_column, source, number)
+                for number, row in enumerate(rows, start=1)
+            ]
 
         return load_splits(task, data, read_row)
 
@@ -106,12 +123,17 @@ class TokenKind(TaskKind):
     def raw_example(row, text_column, label_column, source, number) -> dict:
         words = as_words(row[text_column], text_column, source, number)
         tags = as_words(row[label_column], label_column, source, number)
-        scored = as_words(row[RESOLVED_COLUMN], RESOLVED_COLUMN, source, number) if RESOLVED_COLUMN in row \
+        scored = (
+            as_words(row[RESOLVED_COLUMN], RESOLVED_COLUMN, source, number)
+            if RESOLVED_COLUMN in row
             else ["1"] * len(words)
+        )
         if not len(words) == len(tags) == len(scored):
-            raise ValueError(f"{record_name(source, number)}: {len(words)} words but {len(tags)} labels"
-                             f"{f' and {len(scored)} resolved flags' if RESOLVED_COLUMN in row else ''}")
-        return {"tokens": words, "tags": [tag if flag == "1" else "" for tag, flag in zip(tags, scored)]}
+            raise ValueError(
+                f"{record_name(source, number)}: {len(words)} words but {len(tags)} labels"
+                f"{f' and {len(scored)} resolved flags' if RESOLVED_COLUMN in row else ''}"
+            )
+        return {"tokens": words, "tags": [tag if flag == "1" else "" for tag, flag in zip(tags, scored, strict=True)]}
 
     def label_names(self, task, raw) -> list[str]:
         if task.label_names:
@@ -128,19 +150,25 @@ class TokenKind(TaskKind):
 
         names = list(task.label_names)
         features = {"input_ids": [], "attention_mask": [], "labels": []}
-        for number, (words, tags) in enumerate(zip(raw_split["tokens"], raw_split["tags"]), start=1):
+        for number, (words, tags) in enumerate(zip(raw_split["tokens"], raw_split["tags"], strict=True), start=1):
             unknown = sorted(set(tags) - set(names) - {""})
             if unknown:
-                raise ValueError(f"{task.name} example {number}: label(s) {unknown} are not among the label names "
-                                 f"{names} (num_labels={len(names)})")
+                raise ValueError(
+                    f"{task.name} example {number}: label(s) {unknown} are not among the label names "
+                    f"{names} (num_labels={len(names)})"
+                )
             for window in encode_words(tokenizer, words, settings.data.max_length):
                 own_start, own_end = window["owned"]
                 features["input_ids"].append(window["input_ids"])
                 features["attention_mask"].append(window["attention_mask"])
-                features["labels"].append([
-                    names.index(tags[word]) if word is not None and own_start <= word < own_end and tags[word]
-                    else IGNORE_INDEX for word in window["word_ids"]
-                ])
+                features["labels"].append(
+                    [
+                        names.index(tags[word])
+                        if word is not None and own_start <= word < own_end and tags[word]
+                        else IGNORE_INDEX
+                        for word in window["word_ids"]
+                    ]
+                )
         return datasets.Dataset.from_dict(features)
 
     def collator(self, tokenizer):
@@ -168,8 +196,7 @@ class TokenKind(TaskKind):
         def compute(eval_prediction) -> dict:
             predictions = np.asarray(eval_prediction.predictions).reshape(-1)
             references = np.asarray(eval_prediction.label_ids).reshape(-1)
-            return metric.compute(predictions=predictions, references=references,
-                                  num_labels=len(task.label_names))
+            return metric.compute(predictions=predictions, references=references, num_labels=len(task.label_names))
 
         return compute
 
