@@ -69,6 +69,10 @@ MISTAKES = {
     "pretrain: mistyped --set key": (f"{DEMO} --set train.seq_lenn=128", "Unknown key(s) ['train.seq_lenn']"),
     "pretrain: wrong type": (f"{DEMO} --set train.batch_size=many", "train.batch_size='many' must be a number"),
     "pretrain: out of range": (f"{DEMO} --set train.seq_len=0", "train.seq_len=0 must be >= 1"),
+    "pretrain: unknown kernel": (
+        f"{DEMO} --set train.attn_implementation=flash",
+        "train.attn_implementation='flash' is not supported; allowed values: 'eager'",
+    ),
     "pretrain: unknown section": (f"{DEMO} --set trian.seq_len=64", "Unknown config section(s) ['trian']"),
     "pretrain: missing config file": (
         "pretrain --config my_run.yaml",
@@ -105,6 +109,10 @@ MISTAKES = {
     "demo: output folder is a file": ("demo --output-dir {tmp}/a_file.txt", "is a file, not a folder"),
     "finetune: unknown task": ("finetune --task colaa --model {classifier}", "--task='colaa' is not a registered task"),
     "finetune: mistyped --set key": (f"{COLA} --set train.lrr=1e-4", "Unknown key(s) ['train.lrr']"),
+    "finetune: unknown kernel": (
+        f"{COLA} --set train.attn_implementation=flash",
+        "train.attn_implementation='flash' is not supported; allowed values: 'eager'",
+    ),
     "finetune: wrong type": (f"{COLA} --set data.max_length=long", "data.max_length='long' must be a number"),
     "finetune: unknown config": (
         f"{COLA} --config finetune_gridd",

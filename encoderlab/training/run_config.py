@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..configuration.choices import check_choice
+from ..configuration.choices import ATTENTION_IMPLEMENTATIONS, check_choice
 from .optimizer_settings import SCHEDULES, OptimizerSettings
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -162,15 +162,18 @@ class TrainSection:
     num_workers: int = 0
     eval_batch_size: int | None = None
     attn_implementation: str | None = None
-    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``; checked when the run
-    starts); None: chosen for the run (`encoderlab.modeling.attention.choose_attention`: varlen for packed rows on
-    a GPU where the model allows it, else sdpa), logged and written into results.json."""
+    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``: the name checked when the
+    config is read, whether the model can run it when the run starts); None: chosen for the run
+    (`encoderlab.modeling.attention.choose_attention`: varlen for packed rows on a GPU where the model allows it,
+    else sdpa), logged and written into results.json."""
     torch_compile: bool = False
     """Compile the model with ``torch.compile`` (the Trainer's ``torch_compile``); for GPU runs."""
 
     def __post_init__(self):
         check_choice("train.schedule", self.schedule, SCHEDULES)
         check_choice("train.precision", self.precision, PRECISIONS)
+        if self.attn_implementation is not None:
+            check_choice("train.attn_implementation", self.attn_implementation, ATTENTION_IMPLEMENTATIONS)
         for name in (
             "seq_len",
             "batch_size",

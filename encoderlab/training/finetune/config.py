@@ -6,7 +6,7 @@ folder (``run_config.yaml``)."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...configuration.choices import check_choice
+from ...configuration.choices import ATTENTION_IMPLEMENTATIONS, check_choice
 from ..run_config import (
     PRECISIONS,
     RunConfigSchema,
@@ -127,8 +127,8 @@ class FinetuneTrainSection:
     """Token and sequence classification: batches flattened into one row without padding, position_ids restarting at
     each sequence (transformers' `DataCollatorWithFlattening`); a sequence classifier pools each sequence alone."""
     attn_implementation: str | None = None
-    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``; checked against the
-    checkpoint when the run starts); None: chosen for the run as pretraining chooses it
+    """The model's attention kernel (``eager``, ``sdpa``, ``flex_attention``, ``varlen``: the name checked when the
+    config is read, against the checkpoint when the run starts); None: chosen for the run as pretraining chooses it
     (`encoderlab.modeling.attention.choose_attention`: varlen for padding-free batches on a GPU in bf16 where the
     model allows it, else sdpa; a checkpoint of another library keeps its own), and logged."""
 
@@ -148,6 +148,8 @@ class FinetuneTrainSection:
                 check_at_least(f"train.{name}", getattr(self, name), 1)
         check_fraction("train.warmup_fraction", self.warmup_fraction)
         check_choice("train.precision", self.precision, PRECISIONS)
+        if self.attn_implementation is not None:
+            check_choice("train.attn_implementation", self.attn_implementation, ATTENTION_IMPLEMENTATIONS)
         check_at_least("train.num_workers", self.num_workers, 0)
 
 
