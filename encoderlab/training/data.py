@@ -12,16 +12,14 @@ import itertools
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import datasets
+from transformers import PreTrainedTokenizerBase
 
+from ..tokenization.windows import check_overflowing_windows
 from .lengths import PretrainLengths
 from .sources import load_documents
-
-if TYPE_CHECKING:  # only for annotations: loading documents should not need to import transformers
-    from transformers import PreTrainedTokenizerBase
-
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +167,7 @@ def _check_positive_int(name: str, value: int) -> None:
 
 
 def select_long_documents(
-    docs: Iterable[str], tokenizer: "PreTrainedTokenizerBase", min_tokens: int, *, batch_size: int = 256
+    docs: Iterable[str], tokenizer: PreTrainedTokenizerBase, min_tokens: int, *, batch_size: int = 256
 ) -> Iterator[str]:
     """Keep the documents with at least `min_tokens` tokens (special tokens not counted).
 
@@ -183,7 +181,7 @@ def select_long_documents(
 
 
 def _long_documents(
-    docs: Iterable[str], tokenizer: "PreTrainedTokenizerBase", min_tokens: int, batch_size: int
+    docs: Iterable[str], tokenizer: PreTrainedTokenizerBase, min_tokens: int, batch_size: int
 ) -> Iterator[str]:
     for batch in _batched(docs, batch_size):
         # verbose=False: long documents are the point here, not a reason to warn.
@@ -216,7 +214,7 @@ class TokenizationStats:
 
 def tokenize_to_examples(
     docs: Iterable[str],
-    tokenizer: "PreTrainedTokenizerBase",
+    tokenizer: PreTrainedTokenizerBase,
     seq_len: int,
     *,
     mode: Literal["truncate", "chunk"] = "truncate",
@@ -276,7 +274,7 @@ def tokenize_to_examples(
 
 def document_windows(
     docs: list[str],
-    tokenizer: "PreTrainedTokenizerBase",
+    tokenizer: PreTrainedTokenizerBase,
     seq_len: int,
     mode: str = "chunk",
     counts: dict[str, int] | None = None,
@@ -294,15 +292,13 @@ def document_windows(
 
 def _tokenize_batch(
     batch: list[str],
-    tokenizer: "PreTrainedTokenizerBase",
+    tokenizer: PreTrainedTokenizerBase,
     seq_len: int,
     mode: str,
     num_special: int,
     counts: dict[str, int],
 ) -> list[list[int]]:
     """Examples of one batch of documents; updates `counts` in place."""
-    from encoderlab.tokenization.windows import check_overflowing_windows
-
     check_overflowing_windows(tokenizer)  # a broken tokenizers release would cut each document to one window
     encoded = tokenizer(
         batch,

@@ -24,6 +24,8 @@ from .pretrain_command import INTERRUPTED_EXIT_CODE, check_without_torch, format
 from .run_config import PretrainRunConfig, load_run_config
 from .run_folder import check_run_folder, last_checkpoint, run_owner
 
+# Imported inside functions (cost): transformers, so that --help and check() answer without it (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 EXAMPLE = "The return statement leaves the current function call with the expression list as return {mask}."

@@ -29,6 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils import FullyShardedDataParallelPlugin
+from accelerate.utils.fsdp_utils import fsdp2_apply_ac, fsdp2_prepare_model
+from accelerate.utils.launch import prepare_multi_gpu_env
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+from transformers.distributed.utils import gather_full_state_dict
+
+from .trainer import use_bf16
 
 FSDP_CHECKPOINT_DIR = "pytorch_model_fsdp_0"
 """Where accelerate's ``save_fsdp_model`` (called by the Trainer) puts a sharded model in a checkpoint."""
@@ -47,8 +55,6 @@ def check_launch(precision: str, build_meta_model, optimizer: str | None = None,
     `precision` is ``train.precision``; `build_meta_model` builds the run's model (called on the meta device, so
     it allocates nothing) for the block-name check; `optimizer` is ``optimizer.name`` (None: the Trainer's AdamW).
     """
-    from .trainer import use_bf16
-
     if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and optimizer == "muon":
         raise ValueError(
             "optimizer.name='muon' under DeepSpeed ZeRO: ZeRO hands the optimizer flat 1-D partitions of the "
@@ -119,7 +125,6 @@ def configure_trainer(trainer) -> None:
         return
     if plugin.fsdp_version != 2:
         raise ValueError(f"fsdp_version={plugin.fsdp_version}: encoderlab supports FSDP2 only")
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     if plugin.auto_wrap_policy is transformer_auto_wrap_policy:
         plugin.transformer_cls_names_to_wrap = wrap_block_names(trainer.model, plugin.transformer_cls_names_to_wrap)
@@ -143,8 +148,6 @@ def reshape_scalar_parameters(model: torch.nn.Module) -> torch.nn.Module:
 def gathered_state_dict(model: torch.nn.Module) -> dict:
     """The full, unsharded weights on CPU on the main process ({} elsewhere), in the model's own shapes.
     Collective: every rank calls it."""
-    from transformers.distributed.utils import gather_full_state_dict
-
     weights = gather_full_state_dict(model)
     for name in getattr(model, "_fsdp_scalar_parameters", []):
         if name in weights:
@@ -193,9 +196,6 @@ def check_resume(checkpoint: Path, world_size: int, fsdp: bool) -> None:
 def launch_environment(config_file: str | Path, launch_args: list[str] = ()) -> dict:
     """The ``ACCELERATE_*`` / ``FSDP_*`` variables `accelerate launch --config_file config_file *launch_args` gives
     its processes, computed by accelerate's own launch code (nothing is started)."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_multi_gpu_env
-
     if not Path(config_file).is_file():
         raise FileNotFoundError(f"accelerate config file {str(config_file)!r} does not exist")
     parser = launch_command_parser()
@@ -221,8 +221,6 @@ def environment(variables: dict):
 
 def fsdp_plugin(variables: dict):
     """accelerate's `FullyShardedDataParallelPlugin` as a process launched with `variables` builds it."""
-    from accelerate.utils import FullyShardedDataParallelPlugin
-
     with environment(variables):
         return FullyShardedDataParallelPlugin()
 
@@ -256,9 +254,6 @@ class ShardingContext:
 def shard_model(model: torch.nn.Module, context: ShardingContext) -> torch.nn.Module:
     """`model` sharded as accelerate's Accelerator shards it (``_prepare_fsdp2``): the plugin's wrap policy with the
     model's blocks (`wrap_block_names`), activation checkpointing if the plugin asks, then ``fsdp2_prepare_model``."""
-    from accelerate.utils.fsdp_utils import fsdp2_apply_ac, fsdp2_prepare_model
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
     plugin = context.plugin
     reshape_scalar_parameters(model)
     if plugin.auto_wrap_policy is transformer_auto_wrap_policy:

@@ -13,6 +13,9 @@ the default ``max_position_embeddings``), the evaluation sets' lengths, and the 
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+# Imported inside functions (cost): encoderlab.registry (transformers), so that --help and check() answer without it
+# (encoderlab/cli.py).
+
 
 @dataclass(frozen=True)
 class PretrainLengths:

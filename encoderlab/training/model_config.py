@@ -8,6 +8,9 @@ loads, against the families read from their source (`encoderlab.configuration.so
 
 import inspect
 
+# Imported inside functions (cost): encoderlab.registry (transformers), so that --help and check() answer without it
+# (encoderlab/cli.py).
+
 
 def family_classes(family: str) -> tuple[type, type]:
     """(config class, masked-LM class) of the registered family whose ``model_type`` is `family`."""

@@ -14,6 +14,9 @@ from .pretrain_command import add_config_arguments, check_without_torch
 from .run_config import load_run_config
 from .sources import check_local_source
 
+# Imported inside functions (cost): accelerate and .shards (datasets), so that --help and check() answer without them
+# (encoderlab/cli.py).
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
@@ -27,7 +30,7 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
-    from .shards import describe  # datasets: imported after `check`
+    from .shards import describe
 
     config = load_run_config(args.config, args.overrides)
     validate_run(config)

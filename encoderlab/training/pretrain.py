@@ -44,8 +44,11 @@ from .run_folder import (
     start_run_folder,
     write_results,
 )
-from .sources import check_source_exists
-from .tokenizer_cache import check_tokenizer_path
+from .sources import check_local_source, check_source_exists
+from .tokenizer_cache import check_tokenizer_path, load_or_build_tokenizer
+
+# Imported inside functions (cost): torch, transformers, datasets, accelerate and the modules of training/ that load
+# them, so that --help and check() answer without them (encoderlab/cli.py).
 
 __all__ = [
     "PretrainResult",
@@ -157,7 +160,6 @@ def run_tokenizer(run: RunConfig, tokenizer_dir: Path | None, state):
     """The run's tokenizer (`tokenizer_cache.load_or_build_tokenizer`): the one saved in `tokenizer_dir` (the folder
     of a resumed run), else the one cached for this corpus and tokenizer section, else built and cached."""
     from .shards import cache_root, cached_tokenizer_dir
-    from .tokenizer_cache import load_or_build_tokenizer
 
     corpus, max_length = run_corpus(run), run_lengths(run).long_seq_len
     cached = cached_tokenizer_dir(cache_root(run.data.cache_dir), corpus, run.tokenizer, max_length)
@@ -219,7 +221,6 @@ def pretrain(
     from ..modeling.attention import choose_attention
     from . import fsdp
     from .callbacks import drope_step
-    from .sources import check_local_source
     from .trainer import build_trainer, cpu_only, plan_steps, training_arguments, use_bf16
 
     validate_run(run)

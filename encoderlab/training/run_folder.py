@@ -34,6 +34,9 @@ from ..run_files import (
     read_run_config,
 )
 
+# Imported inside functions (cost): the training curves of .metrics (torch, matplotlib), so that --help and check()
+# answer without it (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = (

@@ -35,6 +35,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from accelerate import PartialState
 
 from .data import Corpus, document_windows, evaluation_sets
 from .lengths import PretrainLengths
@@ -185,8 +186,6 @@ def load_shards(directory: Path) -> Shards:
 def load_or_build_shards(spec: ShardSpec, tokenizer, root: Path, *, num_proc: int = 1, state=None) -> Shards:
     """The shards of `spec` and `tokenizer` in the cache `root`, built first (by `num_proc` processes) if it has
     none; the main process builds while the others wait."""
-    from accelerate import PartialState
-
     state = state or PartialState()
     directory = shard_directory(root, spec, tokenizer)
     with state.main_process_first():

@@ -16,10 +16,13 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePath
+from pydoc_data.topics import topics
 
 from huggingface_hub import is_offline_mode
 
 from .text_files import decoding_error, first_undecodable
+
+# Imported inside functions (cost): datasets, so that --help and check() answer without it (encoderlab/cli.py).
 
 EMBEDDED_SOURCE = "embedded"
 """Source name of the offline corpus: the English reference text in `pydoc_data.topics`."""
@@ -213,8 +216,6 @@ def _non_empty(texts: Iterable[str | None], limit: int | None) -> Iterator[str]:
 
 
 def _embedded_documents() -> Iterator[str]:
-    from pydoc_data.topics import topics
-
     return iter(topics.values())
 
 
@@ -307,7 +308,7 @@ def _literal_pattern(path: Path) -> str:
 
 def _file_lines(path: Path) -> Iterator[str]:
     """The lines of a text file (plain or ``.gz``) without their line breaks, streamed by `datasets`' text loader."""
-    import datasets  # here, not at the top: the command line checks a source's path without importing datasets
+    import datasets
 
     lines = datasets.load_dataset("text", data_files=_literal_pattern(path), split="train", streaming=True)
     return (row["text"] for row in lines)

@@ -13,6 +13,9 @@ from pathlib import Path
 from ..run_files import is_local_path
 from .run_folder import without_load_time_keys
 
+# Imported inside functions (cost): transformers and encoderlab.tokenization, so that --help and check() answer without
+# them (encoderlab/cli.py).
+
 
 def check_tokenizer_path(path: str | None) -> None:
     """A local tokenizer folder (``tokenizer.path``) that does not exist is named; a Hub id is left to the loader."""
