@@ -14,6 +14,8 @@ scikit-learn or scipy.
 
 from pathlib import Path
 
+import evaluate
+
 METRICS_DIR = Path(__file__).parent
 
 
@@ -31,6 +33,4 @@ def metric_path(name: str) -> str:
 
 def load_metric(name: str, config_name: str | None = None):
     """``evaluate.load`` of the packaged module `name` (offline; never the Hub)."""
-    import evaluate
-
     return evaluate.load(metric_path(name), config_name=config_name or "default")

@@ -16,7 +16,7 @@ from ..run_config import (
     config_from_dict,
     read_config_file,
 )
-from .data import is_local
+from .data import check_test_files, is_local
 from .squad import parse_source
 from .tasks import get_task
 
@@ -83,8 +83,6 @@ class FinetuneDataSection:
     """Keep the first examples of the test splits only; default: test splits are scored whole."""
 
     def __post_init__(self):
-        from .data import check_test_files
-
         if self.max_length is not None:
             check_at_least("data.max_length", self.max_length, 8)
         check_choice("data.unknown_residues", self.unknown_residues, ("error", "allow"))

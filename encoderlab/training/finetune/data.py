@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..text_files import decoding_error
 
+# Imported inside functions (cost): datasets, so that --help and check() answer without it (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")

@@ -10,6 +10,9 @@ import json
 from pathlib import Path
 
 from ...run_files import RESULTS_FILE, is_local_path
+from ..run_folder import run_owner
+
+# Imported inside functions (cost): transformers, so that --help and check() answer without it (encoderlab/cli.py).
 
 
 def check_model_path(path: str, key: str = "model.path") -> None:
@@ -53,8 +56,6 @@ HEADS = {
 def saved_task(path: str) -> str | None:
     """What a local run folder was trained for, in words: a fine-tuning task (results.json) or the command of a
     pretraining run (its marker file); None for any other checkpoint."""
-    from ..run_folder import run_owner
-
     folder = Path(path).expanduser()
     results = folder / RESULTS_FILE
     if results.is_file():

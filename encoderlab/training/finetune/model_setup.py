@@ -5,12 +5,17 @@ loading the checkpoint by it with the task's head, freezing (``model.freeze``) a
 import copy
 import logging
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...configuration.choices import pair_encoding
+from ..lengths import check_lengths_fit
 from .model_path import check_model_path, not_found_error
 from .tasks import Task, TaskKind
+
+# Imported inside functions (cost): torch, transformers, peft and the modules that load them, so that --help and check()
+# answer without them (encoderlab/cli.py).
 
 if TYPE_CHECKING:  # only for annotations: `encoderlab finetune --help` must not import torch
     from ...modeling.attention import AttentionChoice
@@ -196,8 +201,6 @@ def pair_encoding_changes_head(config, changes: dict, new_head: bool) -> bool:
 def check_length(config, max_length: int) -> None:
     """``data.max_length`` (every input, and every SQuAD window; the value the run chose when the run config gives
     none) fits the checkpoint's position limits."""
-    from ..lengths import check_lengths_fit
-
     check_lengths_fit(
         config, {"data.max_length": max_length}, limit_prefix="the checkpoint's ", remedy="lower data.max_length"
     )
@@ -292,8 +295,6 @@ def reinitialise(model, module_names: list[str]) -> set[str]:
 
 def freeze_parameters(model, patterns) -> None:
     """``requires_grad=False`` for the parameters whose names match one of `patterns` (model.freeze)."""
-    from fnmatch import fnmatchcase
-
     names = [name for name, _ in model.named_parameters()]
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in names):

@@ -26,12 +26,16 @@ from pathlib import Path
 
 from ..run_folder import check_run_folder, start_run_folder
 from .config import DEFAULT_OUTPUT_ROOT, FinetuneRunConfig, load_finetune_config
+from .data import is_local
 from .model_setup import check_fsdp_launch
 from .point import Recipe, grid_points, schedule, train_point
 from .prepare import prepare
 from .prepared import Prepared
 from .report import drop_point_model, glue_table, run_results, save_run
 from .tasks import tasks_in_group
+
+# Imported inside functions (cost): accelerate and ..trainer (torch, transformers), so that --help and check() answer
+# without them (encoderlab/cli.py).
 
 COMMAND = "finetune"
 
@@ -103,8 +107,6 @@ def point_recipe(run: FinetuneRunConfig) -> Recipe:
 
 def glue_tasks_found(data_path: str | None) -> list:
     """The GLUE tasks with train and dev files under a local `data_path`; every task for a Hub dataset."""
-    from .data import is_local
-
     tasks = tasks_in_group("glue")
     if data_path is None or not is_local(data_path):
         return tasks

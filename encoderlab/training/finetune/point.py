@@ -15,6 +15,9 @@ from pathlib import Path
 from .model_setup import load_model, with_lora
 from .prepared import Prepared
 
+# Imported inside functions (cost): transformers and the modules that load it (..trainer, ..fsdp, .layer_decay), so that
+# --help and check() answer without them (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 POINT_RESULTS = "point_results.json"

@@ -26,6 +26,9 @@ import numpy as np
 from .model_path import check_model_head, check_model_path, not_found_error
 from .tokens import as_words, encode_words
 
+# Imported inside functions (cost): torch, transformers and encoderlab.tokenization, so that --help and check() answer
+# without them (encoderlab/cli.py).
+
 AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
 COMMANDS = {"classify": "encoderlab predict classify", "token": "encoderlab predict tokens"}
 
@@ -79,7 +82,7 @@ def check_residues(
     (`encoderlab.tokenization.residues.ResidueChecker`; a list of words is read joined): an empty sequence, or with
     ``unknown_residues="error"`` one with a character outside the alphabet, is a ValueError naming the input
     (`names`, default ``input N``). Returns the counts, or None for a text tokenizer (not checked)."""
-    from ...tokenization.residues import ResidueChecker  # here: --help must not import transformers
+    from ...tokenization.residues import ResidueChecker
 
     checker = ResidueChecker(tokenizer, unknown_residues, setting)
     if not checker.active:

@@ -20,6 +20,9 @@ from pathlib import Path
 from .model_path import check_model_head, check_model_path, not_found_error
 from .squad import check_fast_tokenizer, check_window_settings, postprocess, prepare_features
 
+# Imported inside functions (cost): torch and transformers, so that --help and check() answer without them
+# (encoderlab/cli.py).
+
 NULL_THRESHOLD_ATTRIBUTE = "qa_null_threshold"
 """Model-config attribute of a model fine-tuned on SQuAD v2: the no-answer threshold chosen on its evaluation set.
 Without it (a SQuAD v1.1 model) every question gets a span unless `null_threshold` is given."""

@@ -27,6 +27,9 @@ from .model_setup import (
 from .prepared import Prepared
 from .tasks import KindSettings, Task, TaskKind, get_task
 
+# Imported inside functions (cost): transformers and encoderlab.tokenization, so that --help and check() answer without
+# them (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 
@@ -75,7 +78,7 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
     """Checks, then data read and turned into features, and the model plan; nothing is written."""
     from transformers import AutoTokenizer
 
-    from ...tokenization.residues import residue_alphabet  # here: --help must not import transformers
+    from ...tokenization.residues import residue_alphabet
 
     task = resolve_task(run.task, run.data.problem_type, run.data.label_names)
     kind = task.kind_object()
@@ -113,7 +116,7 @@ def prepare(run: FinetuneRunConfig) -> Prepared:
         task, kind, model_config, run.model.path, run.model.new_head
     ) or pair_encoding_changes_head(model_config, changes, run.model.new_head)
     if pair_encoding(model_config, changes) == "separate":  # the second text gets its own [CLS], as when alone
-        from ...tokenization.pairs import with_separate_pair_template  # here: --help must not import transformers
+        from ...tokenization.pairs import with_separate_pair_template
 
         tokenizer = with_separate_pair_template(tokenizer)
     residues = residue_counts(kind, raw, sources, tokenizer, run.data.unknown_residues)

@@ -11,6 +11,9 @@ from ..run_folder import base_model_record, write_results
 from .point import ADAPTER_DIR, point_name
 from .prepared import Prepared
 
+# Imported inside functions (cost): the model card (huggingface_hub) and ..metrics (torch, matplotlib), so that --help
+# and check() answer without them (encoderlab/cli.py).
+
 GRID_CSV, GRID_PLOT, DEV_CURVE = "grid.csv", "grid.png", "dev_curve.png"
 
 

@@ -12,6 +12,9 @@ import numpy as np
 from .data import SKIP_SETTING, check_columns, eval_split_names, label_id, layout_columns, record_name, split_rows
 from .tasks import TaskKind
 
+# Imported inside functions (cost): datasets, transformers, torch and encoderlab.metrics (evaluate), so that --help and
+# check() answer without them (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 

@@ -29,7 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from ..text_files import read_text_file
+from .data import hub_dataset_error, kept_rows, public_file_name, test_file_split
 from .tasks import HubLayout, Task, TaskKind, register_task
+
+# Imported inside functions (cost): datasets, encoderlab.tokenization (transformers) and encoderlab.metrics (evaluate),
+# so that --help and check() answer without them (encoderlab/cli.py).
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +234,7 @@ def prepare_features(examples: dict, tokenizer, max_length: int, doc_stride: int
     ``start_positions``/``end_positions`` (when the examples carry ``answers``; the first answer is the target),
     ``example_id`` and ``offset_mapping`` (character offsets of the context tokens, ``None`` for question and
     special tokens), unpadded."""
-    from ...tokenization.windows import check_overflowing_windows  # here: `--help` must not import transformers
+    from ...tokenization.windows import check_overflowing_windows
 
     check_overflowing_windows(tokenizer)  # a broken tokenizers release would keep only each context's first window
     encoding = tokenizer(
@@ -535,8 +539,6 @@ class QuestionAnsweringKind(TaskKind):
         ``data.test`` file; ``data.train_limit`` / ``data.eval_limit`` / ``data.test_limit`` keep the first
         questions of a split."""
         import datasets
-
-        from .data import hub_dataset_error, kept_rows, public_file_name, test_file_split
 
         sources = {split: self.split_source(task, data, split) for split in ("train", "validation")}
         for file in getattr(data, "test", None) or ():

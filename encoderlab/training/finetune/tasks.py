@@ -22,6 +22,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .data import eval_split_names
+
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression",
                  "token_classification", "question_answering")  # fmt: skip
 
@@ -164,8 +166,6 @@ class TaskKind(abc.ABC):
     def eval_splits(self, task: Task, data, raw) -> list[str]:
         """The splits of `raw` scored at the end besides ``validation``: ``data.eval_splits`` (default: the task's)
         and one ``test_<stem>`` per ``data.test`` file."""
-        from .data import eval_split_names
-
         return eval_split_names(task, data)
 
     def padding_free_collator(self, tokenizer) -> Callable:

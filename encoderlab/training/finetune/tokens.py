@@ -16,6 +16,9 @@ from .data import check_columns, layout_columns, record_name
 from .sequence import load_splits
 from .tasks import TaskKind
 
+# Imported inside functions (cost): datasets, transformers, encoderlab.modeling.heads (torch) and encoderlab.metrics
+# (evaluate), so that --help and check() answer without them (encoderlab/cli.py).
+
 RESOLVED_COLUMN = "resolved"
 """Secondary-structure CSVs: one 0/1 flag per residue; residues flagged 0 are not scored (as TAPE does)."""
 
