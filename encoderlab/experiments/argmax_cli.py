@@ -4,6 +4,9 @@ cycle."""
 
 from .argmax.options import add_arguments  # noqa: F401  (the command's options)
 
+# Imported inside functions (cost): the sweep's module (torch, transformers), so that --help and check() answer without
+# them (encoderlab/cli.py).
+
 
 def run(args):
     from .argmax.training import run as run_sweep

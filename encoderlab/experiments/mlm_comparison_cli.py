@@ -3,6 +3,9 @@
 
 from .mlm.options import add_arguments  # noqa: F401  (the command's options)
 
+# Imported inside functions (cost): the sweep's module (torch, transformers), so that --help and check() answer without
+# them (encoderlab/cli.py).
+
 
 def run(args):
     from .mlm.training import run as run_sweep

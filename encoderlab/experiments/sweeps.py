@@ -4,6 +4,9 @@ finished run is kept by `encoderlab.results.rows`."""
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+# Imported inside functions (cost): torch and transformers, so that --help and check() answer without them
+# (encoderlab/cli.py).
+
 
 def runs_in_this_process(workers, num_jobs):
     return workers == 1 or num_jobs <= 1
@@ -16,7 +19,7 @@ def run_jobs(fn, jobs, workers, worker_setup=None):
     if runs_in_this_process(workers, len(jobs)):
         yield from (fn(*job) for job in jobs)
         return
-    import torch  # here, not at the top: the experiments' command-line options import this module
+    import torch
 
     worker_setup = worker_setup or torch.set_num_threads
     threads = max(1, torch.get_num_threads() // workers)

@@ -5,9 +5,16 @@
 import logging
 from pathlib import Path
 
+import numpy as np
+
+from ...evaluation.dstg.documents import build_probe_documents
 from ...results.rows import read_results, write_rows
 from ...training.run_config import PretrainRunConfig as RunConfig
+from ...training.sources import load_documents
 from .arms import Arm
+
+# Imported inside functions (cost): the analyses of encoderlab.evaluation.dstg and encoderlab.training.data (torch,
+# transformers, datasets), so that --help and check() answer without them (encoderlab/cli.py).
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +30,6 @@ def probe_texts(run: RunConfig):
     """The run's held-out documents (validation + test, split as `pretrain` split them): probe documents the model
     never trained on."""
     from ...training.data import split_documents
-    from ...training.sources import load_documents
 
     documents = list(
         load_documents(
@@ -44,10 +50,7 @@ def analyse_arm(arm: Arm, run: RunConfig, out_dir: Path, num_documents=500):
     """Every analysis that applies to the arm's checkpoint, into ``out_dir/analysis/<run>``; an analysis whose
     CSV is there is skipped. Probes: every arm; AP table geometry: arms with a learned table; heads, component
     maps and AP hidden states: the disentangled arms."""
-    import numpy as np
-
     from ...evaluation.dstg import components, geometry, heads, probes
-    from ...evaluation.dstg.documents import build_probe_documents
     from ...evaluation.dstg.states import load_checkpoint
 
     folder = out_dir / "analysis" / arm.run_name

@@ -9,6 +9,9 @@ from ...training.run_config import PretrainRunConfig as RunConfig
 from ...training.run_config import load_run_config
 from .options import ABLATION, DEFAULT_CONFIG
 
+# Imported inside functions (cost): encoderlab.configuration (transformers), so that --help and check() answer without
+# it (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 WIKITEXT = Path("../shared/data/text/wikitext2_test.txt")
 

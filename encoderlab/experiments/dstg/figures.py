@@ -3,8 +3,13 @@ the AP table (appendix B.1), the AP hidden states (Figure 4) and the component m
 
 from pathlib import Path
 
+import numpy as np
+
 from .options import ABLATION
 from .summary import probe_means
+
+# Imported inside functions (cost): the figures and analyses of encoderlab.evaluation.dstg (torch, matplotlib), so that
+# --help and check() answer without them (encoderlab/cli.py).
 
 PROBE_LINES = (
     ("rope", "full", "RoPE"),
@@ -34,8 +39,6 @@ def line_series(means, lines):
 
 def write_figures(out_dir: Path, collected):
     """The figures of the summary, from the collected CSVs and the arrays saved per run (first seed)."""
-    import numpy as np
-
     from ...evaluation.dstg import components, heads
     from ...evaluation.dstg.figures import plot_ap_states, plot_maps, plot_probe_lines, plot_table, plot_ternary
 

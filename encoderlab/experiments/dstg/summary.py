@@ -4,6 +4,9 @@ the appendix B.2 ablation, head counts and the learned position table's variance
 from ...results.tables import markdown_lines
 from .options import ABLATION
 
+# Imported inside functions (cost): the analyses of encoderlab.evaluation.dstg (torch, transformers), so that --help and
+# check() answer without them (encoderlab/cli.py).
+
 PAPER_PROBES = {
     "position": {
         "rope": [0.10, 0.12, 0.32, 0.20, 0.18, 0.06],

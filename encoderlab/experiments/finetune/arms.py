@@ -6,6 +6,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from ...training.finetune.config import load_finetune_config
+from ...training.finetune.pipeline import glue_tasks_found
+
 RUNS_CSV = "finetune_runs.csv"
 UNTRAINED = "untrained:"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -69,9 +72,6 @@ def split_overrides(overrides, tasks) -> tuple[list[str], dict]:
 
 def expand_tasks(tasks, common_overrides, config) -> list[str]:
     """``glue`` -> every GLUE task with train and dev files in data.path (as ``encoderlab finetune --task glue``)."""
-    from ...training.finetune.config import load_finetune_config
-    from ...training.finetune.pipeline import glue_tasks_found
-
     expanded = []
     for task in tasks:
         if task == "glue":

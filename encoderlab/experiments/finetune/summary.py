@@ -6,6 +6,7 @@ import math
 
 from ...results.stats import mean_sd, mean_sd_cell, welch_entry
 from ...results.tables import markdown_lines
+from ...training.finetune.tasks import get_task
 
 GLUE_AVERAGE = "GLUE average"
 
@@ -85,8 +86,6 @@ def metric_table(rows, scores, models, tasks) -> list[dict]:
 
 
 def in_glue_average(task) -> bool:
-    from ...training.finetune.tasks import get_task
-
     return get_task(task).group == "glue" and task != "wnli"
 
 

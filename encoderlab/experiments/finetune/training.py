@@ -8,10 +8,21 @@ import shutil
 import time
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from ...results.rows import append_rows, read_results
+from ...run_files import MARKER_FILE, RESULTS_FILE
+from ...training.finetune import pipeline
+from ...training.finetune.config import load_finetune_config
+from ...training.finetune.report import GLUE_SCORE_METRICS
+from ...training.finetune.tasks import get_task
+from ...training.run_folder import RunFinished
 from ..sweeps import run_jobs
 from .arms import RUNS_CSV, ModelArm, expand_tasks, parse_model, parse_models, setup_hash, split_overrides
 from .report import write_outputs
+
+# Imported inside functions (cost): torch and transformers, so that --help and check() answer without them
+# (encoderlab/cli.py).
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +55,6 @@ def untrained_checkpoint(arm: ModelArm, seed: int, out_dir: Path, trust_remote_c
 
 def task_score(task, metrics: dict) -> float:
     """100 x the GLUE leaderboard metric for a GLUE task, else the task's main metric."""
-    from ...training.finetune.report import GLUE_SCORE_METRICS
-
     if task.group == "glue":
         keys = GLUE_SCORE_METRICS.get(task.name, ("accuracy",))
         return 100 * sum(metrics[key] for key in keys) / len(keys)
@@ -54,19 +63,13 @@ def task_score(task, metrics: dict) -> float:
 
 def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, config, overrides, setup):
     """Fine-tune one (model, task, seed) through the job (resuming its interrupted run) and return its CSV row."""
-    from ...run_files import MARKER_FILE, RESULTS_FILE
-    from ...training.finetune.config import load_finetune_config
-    from ...training.finetune.pipeline import finetune
-    from ...training.finetune.tasks import get_task
-    from ...training.run_folder import RunFinished
-
     run_dir = Path(run_dir)
     run = load_finetune_config(
         task_name, str(checkpoint), config, [*overrides, f"train.seed={seed}", f"output_dir={run_dir}"]
     )
     start = time.perf_counter()
     try:
-        results = finetune(run, resume=(run_dir / MARKER_FILE).is_file()).results
+        results = pipeline.finetune(run, resume=(run_dir / MARKER_FILE).is_file()).results
     except RunFinished:  # finished earlier, but the sweep stopped before writing its row
         results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
     metrics = {
@@ -96,8 +99,6 @@ def run_one(arm_name, checkpoint, checkpoint_label, task_name, seed, run_dir, co
 def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
     """The jobs not yet in the CSV, every run config checked (by the job's own loader) before anything is
     written; rows of the CSV made with another checkpoint or other settings are an error."""
-    from ...training.finetune.config import load_finetune_config
-
     common, per_task = split_overrides(overrides, tasks)
     task_overrides = {task: [*common, *per_task[task]] for task in tasks}
     for arm in arms:
@@ -124,10 +125,6 @@ def plan(arms, tasks, seeds, out_dir: Path, config, overrides) -> list[tuple]:
 
 def sweep(arms, tasks, seeds, out_dir: Path, config=None, overrides=(), workers=1) -> list[dict]:
     """Train every (model, task, seed) missing from the CSV; returns the rows appended."""
-    from tqdm.auto import tqdm
-
-    from ...training.finetune.config import load_finetune_config
-
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = plan(arms, tasks, seeds, out_dir, config, overrides)
     logger.info("%d of %d runs to train", len(jobs), len(arms) * len(tasks) * len(seeds))

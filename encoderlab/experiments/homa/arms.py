@@ -6,7 +6,12 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ...training.finetune.config import load_finetune_config
+from ...training.run_config import apply_overrides, config_from_dict, read_config_file
 from ...training.run_folder import flatten_keys
+
+# Imported inside functions (cost): encoderlab.configuration (transformers), so that --help and check() answer without
+# it (encoderlab/cli.py).
 
 RUNS_CSV = "homa_runs.csv"
 TASKS = {"ss3": "secondary_structure", "fluorescence": "fluorescence", "stability": "stability"}
@@ -113,8 +118,6 @@ def check_values(name, values, allowed=None):
 def load_sweep_config(config="homa_cpu", overrides=None, set_overrides=()) -> HomaSweepConfig:
     """The YAML file (or bundled name), then ``--set`` strings (``finetune.train.max_steps=20``), then `overrides`
     ({field: value}: the command line's axes)."""
-    from ...training.run_config import apply_overrides, config_from_dict, read_config_file
-
     raw = {} if config is None else read_config_file(config)
     raw = apply_overrides(raw, list(set_overrides))
     raw.update({key: value for key, value in (overrides or {}).items() if value is not None})
@@ -260,7 +263,6 @@ def setup_hash(settings: HomaSweepConfig, task: str) -> str:
 def check_arm(settings: HomaSweepConfig, arm: Arm) -> None:
     """The arm's model config and run config, checked before anything is trained."""
     from ...configuration.homa import HOMAConfig
-    from ...training.finetune.config import load_finetune_config
 
     try:
         HOMAConfig(**model_options(settings, arm))

@@ -5,8 +5,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ...results.plots import pyplot
 from ...results.stats import mean_sd
+from ..finetune import plot_bars
 from .arms import COLUMNS, arm_label
 from .summary import column_values, memory_note
 
@@ -14,7 +17,6 @@ from .summary import column_values, memory_note
 def plot_validation_loss(settings, tables, path: Path) -> None:
     """Figure 3a: validation loss against the optimizer step, per task, mean over seeds (band: min to max)."""
     plt = pyplot()
-    import numpy as np
 
     tasks = [task for task in settings.tasks if any(arm.task == task for arm in tables["main"])]
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.6), squeeze=False, layout="constrained")
@@ -74,8 +76,6 @@ def plot_efficiency(settings, tables, path: Path) -> None:
 
 def plot_table2(settings, tables, path: Path) -> None:
     """Table 2 as bars per column (finetune's bar figure): one bar per arm, Welch marks against Blockwise-2D."""
-    from ..finetune import plot_bars
-
     scores = {}
     for cell_arm in tables["main"]:
         label = arm_label(settings, cell_arm)

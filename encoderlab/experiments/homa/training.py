@@ -5,11 +5,20 @@ is its own) and appends its row to ``homa_runs.csv``; warm-started arms train af
 import json
 import logging
 import math
+import multiprocessing
+import resource
 import shutil
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
+from safetensors import safe_open
+from tqdm.auto import tqdm
+
 from ...results.rows import append_rows, read_results
+from ...training.finetune.point import POINT_RESULTS, point_name
+from ...training.finetune.tasks import get_task
+from ..finetune import NOT_REPORTED, ModelArm, run_one, untrained_checkpoint
 from .arms import (
     RUNS_CSV,
     TASKS,
@@ -24,6 +33,9 @@ from .arms import (
 )
 from .options import AXES
 from .report import write_outputs
+
+# Imported inside functions (cost): torch, transformers and the encoderlab modules that load them, so that --help and
+# check() answer without them (encoderlab/cli.py).
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +61,6 @@ def warm_checkpoint(settings: HomaSweepConfig, arm: Arm, seed: int, source_dir: 
     import transformers
 
     from ...modeling.homa import HOMA_AUTO_CLASSES
-    from ...training.finetune.tasks import get_task
 
     folder = out_dir / "warm" / f"{arm.name}-s{seed}"
     if (folder / "config.json").is_file():
@@ -75,8 +86,6 @@ def resident_mb() -> float:
 
 
 def peak_resident_mb() -> float:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
@@ -113,8 +122,6 @@ def validation_curve(log_history: list) -> list:
 def train_arm(settings_dict: dict, arm_dict: dict, seed: int, out_dir: str, source_dir: str | None) -> dict:
     """Train one (arm, seed) through the finetune job and return its CSV row (runs in its own process)."""
     import torch
-
-    from ..finetune import NOT_REPORTED, ModelArm, run_one, untrained_checkpoint
 
     settings, arm, out_dir = HomaSweepConfig(**settings_dict), Arm(**arm_dict), Path(out_dir)
     if source_dir is not None:
@@ -180,16 +187,12 @@ def train_arm(settings_dict: dict, arm_dict: dict, seed: int, out_dir: str, sour
 
 def best_point_log(run_dir: Path, results: dict) -> list:
     """The Trainer log of the run's best grid point (``grid/<point>/point_results.json``)."""
-    from ...training.finetune.point import POINT_RESULTS, point_name
-
     path = run_dir / "grid" / point_name(results["best_point"]) / POINT_RESULTS
     return json.loads(path.read_text(encoding="utf-8"))["log_history"]
 
 
 def parameter_count(model_dir: Path) -> int:
     """Parameters of the saved model, task head included."""
-    from safetensors import safe_open
-
     total = 0
     for path in model_dir.glob("*.safetensors"):
         with safe_open(path, framework="pt") as handle:
@@ -203,8 +206,6 @@ def run_in_fresh_processes(jobs, workers, isolate=True):
     if not isolate:
         yield from (train_arm(*job) for job in jobs)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     import torch
 
@@ -246,8 +247,6 @@ def plan(settings: HomaSweepConfig, out_dir: Path) -> tuple[list, list]:
 
 def sweep(settings: HomaSweepConfig, out_dir: Path, workers=1, isolate=True) -> list[dict]:
     """Train every (arm, seed) missing from the CSV, warm starts after their blockwise sources; returns new rows."""
-    from tqdm.auto import tqdm
-
     out_dir.mkdir(parents=True, exist_ok=True)
     first, warm = plan(settings, out_dir)
     total = len(expand_grid(settings)) * len(settings.seeds)

@@ -7,11 +7,17 @@ import logging
 import time
 from pathlib import Path
 
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments
+
 from ...results.rows import append_rows, read_results, write_rows
 from ...run_files import METRICS_FILE, RESULTS_FILE
-from ...training.metrics import METRIC_NAMES
+from ...training.collator import MLMCollator
+from ...training.data import evaluation_sets, split_documents
+from ...training.metrics import METRIC_NAMES, compute_metrics, preprocess_logits_for_metrics
 from ...training.pretrain import RunConfig, load_run_config, pretrain, run_lengths
 from ...training.run_folder import RunFinished
+from ...training.sources import load_documents
+from ...training.trainer import cpu_only, use_bf16
 from ..sweeps import quiet_worker, run_jobs
 from .arms import (
     ARM_FIELDS,
@@ -95,8 +101,6 @@ def floor_of(results: dict, length: str):
 
 def finished_run(run_dir: Path):
     """Results, model and training log of a finished run, read back from its folder."""
-    from transformers import AutoModelForMaskedLM
-
     results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
     model = AutoModelForMaskedLM.from_pretrained(run_dir)
     log_history = []
@@ -113,11 +117,6 @@ def finished_run(run_dir: Path):
 def test_sets_of(run: RunConfig):
     """The run's test windows at 1x and 4x, rebuilt exactly as `pretrain` built them (same documents, split seed
     and tokenizer, which is loaded from the run folder)."""
-    from transformers import AutoTokenizer
-
-    from ...training.data import evaluation_sets, split_documents
-    from ...training.sources import load_documents
-
     tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
     documents = list(
         load_documents(
@@ -149,8 +148,6 @@ def scaling_fields(scaling: str, factor: float, train_len: int):
 def load_scaled_model(run_dir, scaling: str, factor: float, train_len: int):
     """The trained model of `run_dir` with RoPE scaling `scaling` (factor `factor`); the weights are the saved
     ones, the saved config is not changed. The config is rebuilt so that its own checks run on the new fields."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-
     saved = AutoConfig.from_pretrained(run_dir)
     if saved.position_embedding_type != "rope" and scaling != "none":
         raise ValueError(
@@ -165,12 +162,6 @@ def evaluate_scaled(run: RunConfig, scaling: str, factor: float, test_sets=None)
     """Test metrics at 1x and 4x of the finished run in `run.output_dir` evaluated with RoPE scaling `scaling`:
     {"short": {metric: value}, "long": {...}}. The masks are the ones `pretrain` scored (same collator seed), so
     ``scaling="none"`` reproduces the run's own test metrics."""
-    from transformers import AutoTokenizer, Trainer, TrainingArguments
-
-    from ...training.collator import MLMCollator
-    from ...training.metrics import compute_metrics, preprocess_logits_for_metrics
-    from ...training.trainer import cpu_only, use_bf16
-
     model = load_scaled_model(run.output_dir, scaling, factor, run.train.seq_len)
     test_sets = test_sets_of(run) if test_sets is None else test_sets
     tokenizer = AutoTokenizer.from_pretrained(run.output_dir)
