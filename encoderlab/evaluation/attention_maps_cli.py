@@ -4,6 +4,9 @@
 import logging
 from pathlib import Path
 
+# Imported inside functions (cost): the maps (torch, transformers), so that --help and check() answer without them
+# (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 
@@ -15,7 +18,6 @@ def add_arguments(parser):
 
 
 def run(args):
-    # torch and transformers come with the maps: imported here, so that `--help` stays light (encoderlab/cli.py)
     from .attention_figures import plot_attention
 
     for path in plot_attention(args.checkpoint, args.text, args.out_dir, args.layers):

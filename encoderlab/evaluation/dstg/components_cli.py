@@ -5,6 +5,9 @@ from ...results.rows import write_rows
 from .documents import load_texts
 from .options import add_common_arguments, check_at_least
 
+# Imported inside functions (cost): the analysis and its figures (torch, transformers, matplotlib), so that --help and
+# check() answer without them (encoderlab/cli.py).
+
 
 def add_arguments(parser):
     add_common_arguments(parser, "dstg_components")
@@ -22,7 +25,6 @@ def check(args):
 
 
 def run(args):
-    # torch comes with the analysis: imported here, so that `--help` stays light (encoderlab/cli.py)
     from .components import components_checkpoint
     from .figures import plot_maps
     from .states import load_checkpoint

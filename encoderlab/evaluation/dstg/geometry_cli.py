@@ -3,8 +3,11 @@ table's PCA and DCT-II summary (ap_table.csv, ap_table.png) and, for DSTG, the A
 (ap_states.png)."""
 
 from ...results.rows import write_rows
-from .documents import load_texts
+from .documents import build_probe_documents, load_texts
 from .options import add_common_arguments
+
+# Imported inside functions (cost): the analysis and its figures (torch, transformers, scipy, matplotlib), so that
+# --help and check() answer without them (encoderlab/cli.py).
 
 
 def add_arguments(parser):
@@ -12,8 +15,6 @@ def add_arguments(parser):
 
 
 def run(args):
-    # torch comes with the analysis: imported here, so that `--help` stays light (encoderlab/cli.py)
-    from .documents import build_probe_documents
     from .figures import plot_ap_states, plot_table
     from .geometry import LOW_BINS, SHOWN_COMPONENTS, ap_state_projections, geometry_rows, position_table
     from .states import is_disentangled, load_checkpoint, model_length

@@ -5,6 +5,9 @@ from ...results.rows import write_rows
 from .documents import PAPER_DOCUMENTS, SPLIT_SEEDS, load_texts
 from .options import add_batch_size, add_common_arguments, check_at_least
 
+# Imported inside functions (cost): the analysis and its figures (torch, transformers, scikit-learn, matplotlib), so
+# that --help and check() answer without them (encoderlab/cli.py).
+
 
 def add_arguments(parser):
     add_common_arguments(parser, "dstg_probes")
@@ -29,7 +32,6 @@ def check(args):
 
 
 def run(args):
-    # torch and scikit-learn come with the analysis: imported here, so that `--help` stays light (encoderlab/cli.py)
     from .figures import checkpoint_series, plot_probe_lines
     from .probes import SPACE_LABELS, mean_table, probe_checkpoint
     from .states import load_checkpoint
