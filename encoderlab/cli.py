@@ -22,6 +22,9 @@ import logging
 import sys
 from collections.abc import Callable
 
+# Imported inside functions (cost): datasets and transformers, to switch their progress bars off once a command runs, so
+# that --help and a subcommand's check() answer without them.
+
 SUBCOMMANDS = {
     "pretrain": ("encoderlab.training.pretrain_command", "pretrain a masked-language model from a run config"),
     "prepare-data": ("encoderlab.training.prepare_data", "tokenize a run config's corpus into cached shards, only"),

@@ -5,6 +5,9 @@ from pathlib import Path
 
 from .configuration.choices import DUAL_TRIANGLE_ROUTINGS
 
+# Imported inside functions (cost): torch, transformers and the model's modules, so that --help and check() answer
+# without them (encoderlab/cli.py).
+
 
 def add_arguments(parser):
     parser.add_argument("checkpoint", type=Path, help="a saved DTA-BERT folder (save_pretrained)")
@@ -25,7 +28,6 @@ def check(args):
 
 def load_checkpoint(path):
     """The DTA-BERT model saved in `path`, as the class it was saved from (``config.architectures``)."""
-    # torch and transformers: imported here, so that `--help` stays light (encoderlab/cli.py)
     from transformers import AutoConfig
 
     from .configuration.dta import DTABertConfig

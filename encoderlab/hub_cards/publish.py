@@ -35,6 +35,9 @@ from ..run_files import (
     record_publication,
 )
 
+# Imported inside functions (cost): huggingface_hub and the model card (encoderlab.hub_cards.card), so that --help and
+# check() answer without them (encoderlab/cli.py).
+
 logger = logging.getLogger(__name__)
 
 UPLOAD_PATTERNS = (
@@ -125,7 +128,7 @@ def base_model_warning(run_dir: str | Path) -> str | None:
 
 def stage_run(run_dir: str | Path, out_dir: str | Path, repo_id: str) -> Path:
     """Write the folder to upload into `out_dir` (created; must not exist or be empty) and return it."""
-    from .card import build_model_card, validate_model_card  # huggingface_hub: imported here, `--help` stays light
+    from .card import build_model_card, validate_model_card
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_run_dir(run_dir)

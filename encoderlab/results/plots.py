@@ -1,5 +1,7 @@
 """The plotting set-up of every figure encoderlab draws: matplotlib on its file-only backend, chosen in one place."""
 
+# Imported inside functions (cost): matplotlib, so that --help and check() answer without it (encoderlab/cli.py).
+
 
 def pyplot():
     """``matplotlib.pyplot`` on the Agg backend: figures go to files, so a machine without a display can draw them.

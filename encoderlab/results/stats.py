@@ -2,6 +2,8 @@
 
 import statistics
 
+# Imported inside functions (cost): scipy, so that --help and check() answer without it (encoderlab/cli.py).
+
 SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 """(p threshold, mark), strictest first."""
 

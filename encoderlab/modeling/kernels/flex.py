@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from .common import (
     TRIANGLES,
@@ -66,7 +67,6 @@ def _flex_attention_fn(query):
     """flex_attention, compiled unless tests switched that off or the compiled CPU kernel lacks ``query``'s dtype
     (float64: then the uncompiled one, which is exact but materialises the scores, after a warning)."""
     global _compiled_flex_attention
-    from torch.nn.attention.flex_attention import flex_attention
 
     if not FLEX_COMPILE:
         return flex_attention
@@ -157,7 +157,6 @@ def _create_block_mask(mask_mod_of, triangles, heads_per_triangle, batch_size, p
     and repeated over its ``heads_per_triangle`` heads, rather than evaluating the routed mask_mod on all 2H heads:
     H times less mask building.
     """
-    from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
     def build(group):
         return create_block_mask(mask_mod_of(group), batch_size, None, padded_len, padded_len, device)
