@@ -191,6 +191,16 @@ def test_fsdp2_config_gives_the_plugin_and_trainer_settings_expected(monkeypatch
     assert not fsdp.fsdp_requested(ddp) and ddp["ACCELERATE_MIXED_PRECISION"] == "bf16"
 
 
+def test_the_launch_is_read_from_the_environment_of_the_call(monkeypatch):
+    """datasets' multi-process map puts a copy in place of os.environ when it ends: the checks read the environment
+    the process has when they run, not the object it had when encoderlab was imported."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    fsdp_launch(monkeypatch)
+    assert fsdp.fsdp_requested()
+    with pytest.raises(ValueError, match="distributed_type=FSDP needs GPUs"):
+        fsdp.check_launch("bf16", lambda: None)
+
+
 @pytest.mark.parametrize(
     "case,blocks",
     [

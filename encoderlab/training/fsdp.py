@@ -44,17 +44,21 @@ TRANSFORMER_BASED_WRAP = "TRANSFORMER_BASED_WRAP"
 LAUNCH_PREFIXES = ("ACCELERATE_", "FSDP_")
 
 
-def fsdp_requested(env=os.environ) -> bool:
-    """Whether the launcher asked for FSDP (`accelerate launch` with ``distributed_type: FSDP`` sets this)."""
+def fsdp_requested(env=None) -> bool:
+    """Whether the launcher asked for FSDP (`accelerate launch` with ``distributed_type: FSDP`` sets this). `env`:
+    the process's environment, read when called (None), or a mapping of launch variables."""
+    env = os.environ if env is None else env  # not a default: os.environ may be rebound after this module loads
     return env.get("ACCELERATE_USE_FSDP", "false").lower() in ("true", "1", "yes")
 
 
-def check_launch(precision: str, build_meta_model, optimizer: str | None = None, env=os.environ) -> None:
+def check_launch(precision: str, build_meta_model, optimizer: str | None = None, env=None) -> None:
     """Raise, naming the setting, if this launch would not train as configured (call before any work).
 
     `precision` is ``train.precision``; `build_meta_model` builds the run's model (called on the meta device, so
-    it allocates nothing) for the block-name check; `optimizer` is ``optimizer.name`` (None: the Trainer's AdamW).
+    it allocates nothing) for the block-name check; `optimizer` is ``optimizer.name`` (None: the Trainer's AdamW);
+    `env` as in `fsdp_requested`.
     """
+    env = os.environ if env is None else env
     if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and optimizer == "muon":
         raise ValueError(
             "optimizer.name='muon' under DeepSpeed ZeRO: ZeRO hands the optimizer flat 1-D partitions of the "
