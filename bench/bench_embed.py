@@ -46,9 +46,11 @@ PROTEINS = DATA / "proteins" / "uniprot_sample_20k.fasta.gz"
 SENTENCES = DATA / "glue" / "SST-2" / "train.tsv"
 CSV_PATH = HERE / "figures" / "embed" / "embed.csv"
 TITLE = "Embedding: encoderlab embed against the pipeline and sorted padded batches"
-SIZES = {"realistic": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536),
-         "small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512),
-         "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)}
+SIZES = {
+    "realistic": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536),
+    "small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128),
+}
 MAX_LENGTH = {"protein": 1024, "text": 128}
 METHODS = ("pipeline", "sorted", "packed", "no-pack")
 
@@ -81,7 +83,7 @@ def protein_input(folder, count):
 
 
 def text_input(folder, count):
-    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[1:count + 1]
+    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[1 : count + 1]
     path = folder / f"sentences_{count}.tsv"
     path.write_text("sentence\n" + "".join(line.split("\t")[0].strip() + "\n" for line in lines))
     return path
@@ -99,8 +101,12 @@ def save_model(folder, kind, size):
         texts = [line.split("\t")[0] for line in SENTENCES.read_text(encoding="utf-8").splitlines()[1:]]
         tokenizer = train_wordpiece_tokenizer(texts, vocab_size=8192, model_max_length=MAX_LENGTH[kind])
     torch.manual_seed(0)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                           max_position_embeddings=MAX_LENGTH[kind], **SIZES[size])
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        max_position_embeddings=MAX_LENGTH[kind],
+        **SIZES[size],
+    )
     DTABertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -132,8 +138,13 @@ def run_pipeline(model_dir, path, out, device, max_tokens):
     from transformers import AutoModel, AutoTokenizer, pipeline
 
     model, tokenizer = AutoModel.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
-    extract = pipeline("feature-extraction", model=model, tokenizer=tokenizer, device=device,
-                       tokenize_kwargs=dict(truncation=True, max_length=tokenizer.model_max_length))
+    extract = pipeline(
+        "feature-extraction",
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        tokenize_kwargs=dict(truncation=True, max_length=tokenizer.model_max_length),
+    )
     _, sequences = read_input(path)
     vectors = []
     with autocast(device):
@@ -166,10 +177,11 @@ def run_sorted(model_dir, path, out, device, max_tokens):
             input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, index in enumerate(batch):
-                input_ids[row, :len(ids[index])] = torch.tensor(ids[index])
-                mask[row, 1:len(ids[index]) - 1] = 1  # real tokens without <cls> and <eos>, for the mean
-            hidden = model(input_ids=input_ids.to(device), attention_mask=(input_ids != tokenizer.pad_token_id)
-                           .long().to(device)).last_hidden_state.float()
+                input_ids[row, : len(ids[index])] = torch.tensor(ids[index])
+                mask[row, 1 : len(ids[index]) - 1] = 1  # real tokens without <cls> and <eos>, for the mean
+            hidden = model(
+                input_ids=input_ids.to(device), attention_mask=(input_ids != tokenizer.pad_token_id).long().to(device)
+            ).last_hidden_state.float()
             weights = mask.to(device).unsqueeze(-1).float()
             vectors[batch] = ((hidden * weights).sum(1) / weights.sum(1)).cpu().numpy()
     np.save(out, vectors)
@@ -178,13 +190,26 @@ def run_sorted(model_dir, path, out, device, max_tokens):
 def run_embed(model_dir, path, out, device, max_tokens, pack=True):
     from encoderlab.embedding import embed, read_pooled
 
-    embed(model_dir, str(path), Path(out).with_suffix(""), long="truncate", max_tokens=max_tokens, pack=pack,
-          device=device, overwrite=True, progress=False)
+    embed(
+        model_dir,
+        str(path),
+        Path(out).with_suffix(""),
+        long="truncate",
+        max_tokens=max_tokens,
+        pack=pack,
+        device=device,
+        overwrite=True,
+        progress=False,
+    )
     np.save(out, read_pooled(Path(out).with_suffix(""), "mean")[1])
 
 
-RUNNERS = {"pipeline": run_pipeline, "sorted": run_sorted, "packed": run_embed,
-           "no-pack": lambda *args: run_embed(*args, pack=False)}
+RUNNERS = {
+    "pipeline": run_pipeline,
+    "sorted": run_sorted,
+    "packed": run_embed,
+    "no-pack": lambda *args: run_embed(*args, pack=False),
+}
 
 
 def worker(args):
@@ -199,8 +224,22 @@ def worker(args):
 
 def run_worker(method, model_dir, path, folder, device, max_tokens):
     out = folder / f"{method}_{Path(model_dir).name}_{Path(path).stem}.npy"
-    command = [sys.executable, __file__, "--worker", method, "--model", str(model_dir), "--input", str(path),
-               "--out", str(out), "--device", device, "--max-tokens", str(max_tokens)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        method,
+        "--model",
+        str(model_dir),
+        "--input",
+        str(path),
+        "--out",
+        str(out),
+        "--device",
+        device,
+        "--max-tokens",
+        str(max_tokens),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if result.returncode != 0:
         raise RuntimeError(f"{method} on {path.name} failed:\n{result.stderr[-3000:]}")
@@ -232,20 +271,29 @@ def compare(datasets, methods, rounds, folder, device, max_tokens):
                 result = run_worker(method, model_dir, path, folder, device, max_tokens)
                 times[method].append(result["seconds"])
                 found[method] = result
-                print(f"{name} round {round_number + 1}: {method} {result['seconds']:.1f} s, peak RSS "
-                      f"{result['peak_rss_mib']:.0f} MiB", flush=True)
+                print(
+                    f"{name} round {round_number + 1}: {method} {result['seconds']:.1f} s, peak RSS "
+                    f"{result['peak_rss_mib']:.0f} MiB",
+                    flush=True,
+                )
         reference = found[methods[0]]["vectors"]
         for method in methods:
-            rows.append({
-                "data": name, "method": method, "sequences": sequences, "tokens": tokens,
-                "seconds": statistics.median(times[method]),
-                "sequences_per_s": sequences / statistics.median(times[method]),
-                "tokens_per_s": tokens / statistics.median(times[method]),
-                "peak_rss_mib": found[method]["peak_rss_mib"],
-                "vs_pipeline": ratio(times, "pipeline", method), "vs_sorted": ratio(times, "sorted", method),
-                "max_abs_diff": float(np.abs(found[method]["vectors"] - reference).max()),
-                "seconds_per_round": " ".join(f"{t:.1f}" for t in times[method]),
-            })
+            rows.append(
+                {
+                    "data": name,
+                    "method": method,
+                    "sequences": sequences,
+                    "tokens": tokens,
+                    "seconds": statistics.median(times[method]),
+                    "sequences_per_s": sequences / statistics.median(times[method]),
+                    "tokens_per_s": tokens / statistics.median(times[method]),
+                    "peak_rss_mib": found[method]["peak_rss_mib"],
+                    "vs_pipeline": ratio(times, "pipeline", method),
+                    "vs_sorted": ratio(times, "sorted", method),
+                    "max_abs_diff": float(np.abs(found[method]["vectors"] - reference).max()),
+                    "seconds_per_round": " ".join(f"{t:.1f}" for t in times[method]),
+                }
+            )
     return rows
 
 
@@ -253,7 +301,7 @@ def ratio(times, baseline, method):
     """Median over rounds of baseline time / method time (how many times faster `method` is)."""
     if baseline not in times:
         return None
-    return statistics.median(b / m for b, m in zip(times[baseline], times[method]))
+    return statistics.median(b / m for b, m in zip(times[baseline], times[method], strict=True))
 
 
 def rss_check(folder, device, counts, size):
@@ -262,8 +310,11 @@ def rss_check(folder, device, counts, size):
     for count in counts:
         path = protein_input(folder, count)
         found[count] = run_worker("packed", model_dir, path, folder, device, 8192)
-        print(f"rss check: {count} proteins, peak RSS {found[count]['peak_rss_mib']:.0f} MiB, "
-              f"{found[count]['seconds']:.0f} s", flush=True)
+        print(
+            f"rss check: {count} proteins, peak RSS {found[count]['peak_rss_mib']:.0f} MiB, "
+            f"{found[count]['seconds']:.0f} s",
+            flush=True,
+        )
     return found
 
 
@@ -271,31 +322,44 @@ def markdown(rows, rss):
     def times(value):
         return "" if value is None else f"{value:.2f}x"
 
-    lines = ["| data | method | sequences/s | real tokens/s | peak RSS (MiB) | vs pipeline | vs sorted padded | "
-             "max abs diff |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data | method | sequences/s | real tokens/s | peak RSS (MiB) | vs pipeline | vs sorted padded | "
+        "max abs diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['data']} | {row['method']} | {row['sequences_per_s']:,.1f} | "
-                     f"{row['tokens_per_s']:,.0f} | {row['peak_rss_mib']:,.0f} | {times(row['vs_pipeline'])} | "
-                     f"{times(row['vs_sorted'])} | {row['max_abs_diff']:.1e} |")
+        lines.append(
+            f"| {row['data']} | {row['method']} | {row['sequences_per_s']:,.1f} | "
+            f"{row['tokens_per_s']:,.0f} | {row['peak_rss_mib']:,.0f} | {times(row['vs_pipeline'])} | "
+            f"{times(row['vs_sorted'])} | {row['max_abs_diff']:.1e} |"
+        )
     body = "\n".join(lines)
     if rss:
         small, large = sorted(rss)
-        body += (f"\n\nPeak RSS of `encoderlab embed` (model: 2 layers of 128) on {small:,} proteins: "
-                 f"{rss[small]['peak_rss_mib']:,.0f} MiB; on {large:,}: {rss[large]['peak_rss_mib']:,.0f} MiB "
-                 f"({rss[large]['peak_rss_mib'] / rss[small]['peak_rss_mib']:.2f}x).")
+        body += (
+            f"\n\nPeak RSS of `encoderlab embed` (model: 2 layers of 128) on {small:,} proteins: "
+            f"{rss[small]['peak_rss_mib']:,.0f} MiB; on {large:,}: {rss[large]['peak_rss_mib']:,.0f} MiB "
+            f"({rss[large]['peak_rss_mib'] / rss[small]['peak_rss_mib']:.2f}x)."
+        )
     return body
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny models, 60 sequences of each kind, "
-                        "one round, the RSS check on 100 and 1,000 proteins")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: tiny models, 60 sequences of each kind, one round, the RSS check on 100 and 1,000 proteins",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--sequences", type=int, default=400, help="proteins (default: %(default)s)")
     parser.add_argument("--sentences", type=int, default=2000, help="SST-2 sentences (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, help="positions per batch of sorted and packed (default: "
-                        "encoderlab embed's for the device)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="positions per batch of sorted and packed (default: encoderlab embed's for the device)",
+    )
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=["pipeline", "sorted", "packed"])
     parser.add_argument("--no-rss-check", dest="rss_check", action="store_false")
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
@@ -313,8 +377,10 @@ def main():
     max_tokens = args.max_tokens or (65536 if args.device == "cuda" else 8192)
     with tempfile.TemporaryDirectory(prefix="bench_embed_") as temporary:
         folder = Path(temporary)
-        datasets = {"uniprot": (save_model(folder / "protein", "protein", size), protein_input(folder, proteins)),
-                    "sst2": (save_model(folder / "text", "text", size), text_input(folder, sentences))}
+        datasets = {
+            "uniprot": (save_model(folder / "protein", "protein", size), protein_input(folder, proteins)),
+            "sst2": (save_model(folder / "text", "text", size), text_input(folder, sentences)),
+        }
         rows = compare(datasets, args.methods, 1 if args.quick else args.rounds, folder, args.device, max_tokens)
         counts = (100, 1000) if args.quick else (2000, 20000)
         rss = rss_check(folder, args.device, counts, "tiny" if args.quick else "small") if args.rss_check else {}

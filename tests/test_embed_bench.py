@@ -33,7 +33,17 @@ def test_every_method_computes_the_same_vectors(bench, shared_data, tmp_path):
         assert found["pipeline"].shape[0] == count
         for method, vectors in found.items():
             np.testing.assert_allclose(vectors, found["pipeline"], atol=1e-5, rtol=0, err_msg=f"{kind} {method}")
-    rows = [{"data": "uniprot", "method": "packed", "sequences_per_s": 2.0, "tokens_per_s": 900.0,
-             "peak_rss_mib": 600.0, "vs_pipeline": 2.1, "vs_sorted": 1.1, "max_abs_diff": 1e-7}]
+    rows = [
+        {
+            "data": "uniprot",
+            "method": "packed",
+            "sequences_per_s": 2.0,
+            "tokens_per_s": 900.0,
+            "peak_rss_mib": 600.0,
+            "vs_pipeline": 2.1,
+            "vs_sorted": 1.1,
+            "max_abs_diff": 1e-7,
+        }
+    ]
     table = bench.markdown(rows, {})
     assert "| uniprot | packed | 2.0 | 900 | 600 | 2.10x | 1.10x | 1.0e-07 |" in table

@@ -9,17 +9,23 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_packing_model import reference_varlen_attn
 from transformers import AutoModel
 
 import encoderlab.embedding.run as run_module
 import encoderlab.modeling.kernels.varlen as varlen_module
-from encoderlab import DSTGNeoBERTConfig, DSTGNeoBERTForMaskedLM, DTABertConfig, DTABertForMaskedLM, HOMAConfig
-from encoderlab import HOMAForMaskedLM
+from encoderlab import (
+    DSTGNeoBERTConfig,
+    DSTGNeoBERTForMaskedLM,
+    DTABertConfig,
+    DTABertForMaskedLM,
+    HOMAConfig,
+    HOMAForMaskedLM,
+)
 from encoderlab.embedding import embed, read_pooled
 from encoderlab.embedding.storage import vectors
 from encoderlab.modeling.attention import AttentionChoice
 from encoderlab.tokenization import esm2_tokenizer
-from test_packing_model import reference_varlen_attn
 
 pytestmark = pytest.mark.usefixtures("one_thread", "uncompiled_flex")
 
@@ -32,8 +38,10 @@ POOLINGS = ["mean", "cls", "max"]
 
 # (family, name, config overrides): attention types and position schemes of each family.
 MODELS = {
-    "dta-dual-rope-unet": ("dta", dict(attention_type="dual_triangle", position_embedding_type="rope", unet=True,
-                                       value_embeddings=True)),
+    "dta-dual-rope-unet": (
+        "dta",
+        dict(attention_type="dual_triangle", position_embedding_type="rope", unet=True, value_embeddings=True),
+    ),
     "dta-bidirectional-absolute": ("dta", dict(attention_type="bidirectional", position_embedding_type="absolute")),
     "dta-causal-alibi": ("dta", dict(attention_type="causal", position_embedding_type="alibi")),
     "homa-pairwise": ("homa", dict(attention_type="pairwise")),
@@ -44,23 +52,41 @@ MODELS = {
 }
 BIASED = {"dta-causal-alibi", "dstg-dstg"}  # an additive attention bias: varlen refuses them
 BLOCK_TYPES = {"homa-homa", "homa-linformer"}  # HOMA's own kernels, whatever attn_implementation says
-CASES = [(name, backend) for name in MODELS for backend in ("eager", "sdpa", "flex_attention", "varlen")
-         if not (backend == "varlen" and name in BIASED) and not (name in BLOCK_TYPES and backend != "sdpa")]
+CASES = [
+    (name, backend)
+    for name in MODELS
+    for backend in ("eager", "sdpa", "flex_attention", "varlen")
+    if not (backend == "varlen" and name in BIASED) and not (name in BLOCK_TYPES and backend != "sdpa")
+]
 
 
 def family_model(family, overrides, tokenizer):
-    sizes = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_hidden_layers=2,
-                 num_attention_heads=2, max_position_embeddings=MAX_LENGTH)
+    sizes = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=MAX_LENGTH,
+    )
     if family == "dta":
         return DTABertForMaskedLM(DTABertConfig(**sizes, hidden_size=16, intermediate_size=32, **overrides))
     if family == "homa":
-        return HOMAForMaskedLM(HOMAConfig(**sizes, hidden_size=16, intermediate_size=32, u_rank=4,
-                                          fusion_hidden_size=8, **overrides))
+        return HOMAForMaskedLM(
+            HOMAConfig(**sizes, hidden_size=16, intermediate_size=32, u_rank=4, fusion_hidden_size=8, **overrides)
+        )
     stream = dict(hidden_size=32, ap_size=8) if overrides["preset"] == "dstg" else dict(hidden_size=24)
-    return DSTGNeoBERTForMaskedLM(DSTGNeoBERTConfig(
-        **sizes, **stream, intermediate_size=48, cls_token_id=tokenizer.cls_token_id,
-        sep_token_id=tokenizer.sep_token_id, relative_attention_num_buckets=8, relative_attention_max_distance=6,
-        **overrides))
+    return DSTGNeoBERTForMaskedLM(
+        DSTGNeoBERTConfig(
+            **sizes,
+            **stream,
+            intermediate_size=48,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=6,
+            **overrides,
+        )
+    )
 
 
 def save_model(folder, name, tokenizer=None):
@@ -85,8 +111,12 @@ def random_sequences(lengths, seed=0):
 def write_fasta(path, sequences, ids=None):
     ids = ids or [f"seq{index}" for index in range(len(sequences))]
     # Multi-line records: 10 residues a line.
-    path.write_text("".join(f">{name} a description\n" + "\n".join(seq[i:i + 10] for i in range(0, len(seq), 10))
-                            + "\n" for name, seq in zip(ids, sequences)))
+    path.write_text(
+        "".join(
+            f">{name} a description\n" + "\n".join(seq[i : i + 10] for i in range(0, len(seq), 10)) + "\n"
+            for name, seq in zip(ids, sequences, strict=True)
+        )
+    )
     return path
 
 
@@ -96,8 +126,10 @@ def alone(model, tokenizer, sequence):
     with torch.no_grad():
         output = model(input_ids=ids, output_hidden_states=True)
     layers = model.config.num_hidden_layers
-    return {layer: (output.last_hidden_state if layer == layers else output.hidden_states[layer])[0]
-            for layer in range(layers + 1)}
+    return {
+        layer: (output.last_hidden_state if layer == layers else output.hidden_states[layer])[0]
+        for layer in range(layers + 1)
+    }
 
 
 def windows_alone(model, tokenizer, sequence, width, overlap):
@@ -108,13 +140,16 @@ def windows_alone(model, tokenizer, sequence, width, overlap):
     starts = list(range(0, max(length - width, 0), width - overlap)) + [max(length - width, 0)]
     if length <= width:
         starts = [0]
-    runs = [alone(model, tokenizer, sequence[start:start + width]) for start in starts]
+    runs = [alone(model, tokenizer, sequence[start : start + width]) for start in starts]
     layers = list(runs[0])
     tokens = {layer: [] for layer in layers}
     cls = {layer: 0 for layer in layers}
     for position in range(length):
-        covering = [(abs(position - (start + min(start + width, length) - 1) / 2), k)
-                    for k, start in enumerate(starts) if start <= position < start + width]
+        covering = [
+            (abs(position - (start + min(start + width, length) - 1) / 2), k)
+            for k, start in enumerate(starts)
+            if start <= position < start + width
+        ]
         owner = min(covering)[1]
         for layer in layers:
             tokens[layer].append(runs[owner][layer][1 + position - starts[owner]])
@@ -134,8 +169,17 @@ def expected_outputs(model, tokenizer, sequences, width=None, overlap=0, truncat
             hidden = alone(model, tokenizer, sequence)
             tokens = {layer: states[1:-1] for layer, states in hidden.items()}
             cls = {layer: states[0] for layer, states in hidden.items()}
-        found.append({layer: {"tokens": tokens[layer], "mean": tokens[layer].mean(0), "max": tokens[layer].amax(0),
-                              "cls": cls[layer]} for layer in tokens})
+        found.append(
+            {
+                layer: {
+                    "tokens": tokens[layer],
+                    "mean": tokens[layer].mean(0),
+                    "max": tokens[layer].amax(0),
+                    "cls": cls[layer],
+                }
+                for layer in tokens
+            }
+        )
     return found
 
 
@@ -149,8 +193,13 @@ def assert_output_matches(folder, ids, expected, layers):
             found_ids, found = read_pooled(folder, column(pooling, layer, layers))
             assert found_ids == ids
             want = torch.stack([record[layer][pooling] for record in expected])
-            torch.testing.assert_close(torch.from_numpy(found), want, atol=TOLERANCE, rtol=0,
-                                       msg=lambda m: f"{pooling} of layer {layer}: {m}")
+            torch.testing.assert_close(
+                torch.from_numpy(found),
+                want,
+                atol=TOLERANCE,
+                rtol=0,
+                msg=lambda m: f"{pooling} of layer {layer}: {m}",  # noqa: B023 (called in this iteration)
+            )
     table = pq.read_table(folder / "tokens")
     index = table.column("index").to_numpy()
     assert np.all(np.diff(index) >= 0)  # rows in input order
@@ -160,8 +209,13 @@ def assert_output_matches(folder, ids, expected, layers):
         for record, want in enumerate(expected):
             rows = index == record
             assert table.column("position").to_numpy()[rows].tolist() == list(range(len(want[layer]["tokens"])))
-            torch.testing.assert_close(torch.from_numpy(found[rows]), want[layer]["tokens"], atol=TOLERANCE, rtol=0,
-                                       msg=lambda m: f"tokens of record {record}, layer {layer}: {m}")
+            torch.testing.assert_close(
+                torch.from_numpy(found[rows]),
+                want[layer]["tokens"],
+                atol=TOLERANCE,
+                rtol=0,
+                msg=lambda m: f"tokens of record {record}, layer {layer}: {m}",  # noqa: B023 (called in this iteration)
+            )
 
 
 @pytest.fixture(scope="module")
@@ -177,18 +231,30 @@ def test_vectors_equal_each_sequence_alone(name, backend, pack, checkpoints, tmp
         pytest.skip("padded batches through flex_attention: covered by the model tests; packed rows are embed's path")
     monkeypatch.setattr(varlen_module, "varlen_attn", reference_varlen_attn)
     if backend == "varlen":  # torch has no CPU varlen kernel, so the choice refuses it; the reference kernel runs it
-        monkeypatch.setattr(run_module, "choose_attention",
-                            lambda *args: AttentionChoice("varlen", "the reference kernel on CPU"))
+        monkeypatch.setattr(
+            run_module, "choose_attention", lambda *args: AttentionChoice("varlen", "the reference kernel on CPU")
+        )
     sequences = random_sequences(LENGTHS)
     fasta = write_fasta(tmp_path / "in.fasta", sequences)
-    manifest = embed(str(checkpoints[name]), str(fasta), tmp_path / "out", pooling=POOLINGS, per_token=True,
-                     layers=["all"], attention=backend, pack=pack, max_tokens=2 * MAX_LENGTH, progress=False)
+    manifest = embed(
+        str(checkpoints[name]),
+        str(fasta),
+        tmp_path / "out",
+        pooling=POOLINGS,
+        per_token=True,
+        layers=["all"],
+        attention=backend,
+        pack=pack,
+        max_tokens=2 * MAX_LENGTH,
+        progress=False,
+    )
     assert manifest["complete"] and manifest["attention"]["implementation"] == backend
     model = AutoModel.from_pretrained(checkpoints[name], attn_implementation="eager").eval()
     tokenizer = esm2_tokenizer(model_max_length=MAX_LENGTH)
     expected = expected_outputs(model, tokenizer, sequences)
-    assert_output_matches(tmp_path / "out", [f"seq{i}" for i in range(len(sequences))], expected,
-                          model.config.num_hidden_layers)
+    assert_output_matches(
+        tmp_path / "out", [f"seq{i}" for i in range(len(sequences))], expected, model.config.num_hidden_layers
+    )
 
 
 WINDOW_LENGTHS = [3, 14, 15, 29, 40, 57, 16]
@@ -199,23 +265,43 @@ WINDOW_MAX_LENGTH, OVERLAP = 16, 5  # 14 residues a window, windows every 9
 def test_windows_stitch_each_token_from_its_most_central_window(name, checkpoints, tmp_path):
     sequences = random_sequences(WINDOW_LENGTHS, seed=1)
     fasta = write_fasta(tmp_path / "in.fasta", sequences)
-    manifest = embed(str(checkpoints[name]), str(fasta), tmp_path / "out", pooling=POOLINGS, per_token=True,
-                     layers=["all"], long="windows", overlap=OVERLAP, max_length=WINDOW_MAX_LENGTH,
-                     max_tokens=48, progress=False)
+    manifest = embed(
+        str(checkpoints[name]),
+        str(fasta),
+        tmp_path / "out",
+        pooling=POOLINGS,
+        per_token=True,
+        layers=["all"],
+        long="windows",
+        overlap=OVERLAP,
+        max_length=WINDOW_MAX_LENGTH,
+        max_tokens=48,
+        progress=False,
+    )
     assert manifest["counts"]["windowed"] == sum(length > WINDOW_MAX_LENGTH - 2 for length in WINDOW_LENGTHS)
     model = AutoModel.from_pretrained(checkpoints[name], attn_implementation="eager").eval()
     tokenizer = esm2_tokenizer(model_max_length=MAX_LENGTH)
     expected = expected_outputs(model, tokenizer, sequences, width=WINDOW_MAX_LENGTH - 2, overlap=OVERLAP)
-    assert_output_matches(tmp_path / "out", [f"seq{i}" for i in range(len(sequences))], expected,
-                          model.config.num_hidden_layers)
+    assert_output_matches(
+        tmp_path / "out", [f"seq{i}" for i in range(len(sequences))], expected, model.config.num_hidden_layers
+    )
 
 
 def test_truncation_keeps_the_first_tokens_and_says_which(checkpoints, tmp_path):
     name = "dta-bidirectional-absolute"
     sequences = random_sequences(WINDOW_LENGTHS, seed=2)
     fasta = write_fasta(tmp_path / "in.fasta", sequences)
-    manifest = embed(str(checkpoints[name]), str(fasta), tmp_path / "out", pooling=POOLINGS, per_token=True,
-                     layers=["all"], long="truncate", max_length=WINDOW_MAX_LENGTH, progress=False)
+    manifest = embed(
+        str(checkpoints[name]),
+        str(fasta),
+        tmp_path / "out",
+        pooling=POOLINGS,
+        per_token=True,
+        layers=["all"],
+        long="truncate",
+        max_length=WINDOW_MAX_LENGTH,
+        progress=False,
+    )
     cut = [length > WINDOW_MAX_LENGTH - 2 for length in WINDOW_LENGTHS]
     assert manifest["counts"]["truncated"] == sum(cut)
     table = pq.read_table(tmp_path / "out" / "pooled")
@@ -242,16 +328,18 @@ def test_ids_and_order_survive_the_length_sort(checkpoints, tmp_path, monkeypatc
     sequences = random_sequences(lengths, seed=3)
     ids = ["zeta", "alpha", "P12345", "x|y", "mid", "b2", "a1", "last"]
     fasta = write_fasta(tmp_path / "in.fasta", sequences, ids)
-    embed(str(checkpoints["dta-dual-rope-unet"]), str(fasta), tmp_path / "out", pack=False, max_tokens=128,
-          progress=False)
+    embed(
+        str(checkpoints["dta-dual-rope-unet"]), str(fasta), tmp_path / "out", pack=False, max_tokens=128, progress=False
+    )
     assert ran == sorted(ran) and ran != [n + 2 for n in lengths]
     found_ids, found = read_pooled(tmp_path / "out", "mean")
     assert found_ids == ids
     assert pq.read_table(tmp_path / "out" / "pooled").column("index").to_pylist() == list(range(len(ids)))
     model = AutoModel.from_pretrained(checkpoints["dta-dual-rope-unet"]).eval()
     expected = expected_outputs(model, esm2_tokenizer(), sequences)
-    torch.testing.assert_close(torch.from_numpy(found), torch.stack([record[2]["mean"] for record in expected]),
-                               atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(
+        torch.from_numpy(found), torch.stack([record[2]["mean"] for record in expected]), atol=TOLERANCE, rtol=0
+    )
 
 
 def test_a_model_of_another_library_runs_padded_batches_only(tmp_path):
@@ -261,9 +349,17 @@ def test_a_model_of_another_library_runs_padded_batches_only(tmp_path):
 
     tokenizer = esm2_tokenizer(model_max_length=MAX_LENGTH)
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=MAX_LENGTH,
-                         pad_token_id=tokenizer.pad_token_id)).save_pretrained(tmp_path / "bert")
+    BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=MAX_LENGTH,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    ).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
     sequences = random_sequences([5, 40, 17, 1], seed=8)
     fasta = write_fasta(tmp_path / "in.fasta", sequences)
@@ -273,5 +369,9 @@ def test_a_model_of_another_library_runs_padded_batches_only(tmp_path):
     model = AutoModel.from_pretrained(tmp_path / "bert", attn_implementation="eager").eval()
     expected = expected_outputs(model, tokenizer, sequences)
     for pooling in ("mean", "cls"):
-        torch.testing.assert_close(torch.from_numpy(read_pooled(tmp_path / "out", pooling)[1]),
-                                   torch.stack([record[2][pooling] for record in expected]), atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(
+            torch.from_numpy(read_pooled(tmp_path / "out", pooling)[1]),
+            torch.stack([record[2][pooling] for record in expected]),
+            atol=TOLERANCE,
+            rtol=0,
+        )

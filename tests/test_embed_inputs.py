@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 import pytest
+from test_embed_equality import MAX_LENGTH, save_model, write_fasta
 
 from encoderlab import cli
 from encoderlab.embedding import embed, read_pooled
 from encoderlab.embedding.inputs import open_source
-from test_embed_equality import MAX_LENGTH, save_model, write_fasta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,12 +52,14 @@ def test_tables_with_inferred_columns(kind, protein_model, reference, tmp_path):
     ids, vectors = reference
     path = tmp_path / f"in.{kind}"
     if kind == "jsonl":
-        path.write_text("".join(json.dumps({"name": name, "seq": seq, "label": 1}) + "\n"
-                                for name, seq in SEQUENCES.items()))
+        path.write_text(
+            "".join(json.dumps({"name": name, "seq": seq, "label": 1}) + "\n" for name, seq in SEQUENCES.items())
+        )
     else:
         sep = "," if kind == "csv" else "\t"
-        path.write_text(f"label{sep}sequence{sep}id\n" + "".join(f"0{sep}{seq}{sep}{name}\n"
-                                                                 for name, seq in SEQUENCES.items()))
+        path.write_text(
+            f"label{sep}sequence{sep}id\n" + "".join(f"0{sep}{seq}{sep}{name}\n" for name, seq in SEQUENCES.items())
+        )
     found_ids, found = embedded(protein_model, path, tmp_path)
     assert found_ids == ids and np.array_equal(found, vectors)
 
@@ -74,8 +76,9 @@ def test_a_dataset_streamed_with_its_columns(protein_model, reference, tmp_path)
     offline)."""
     folder = tmp_path / "dataset"
     folder.mkdir()
-    (folder / "train.jsonl").write_text("".join(json.dumps({"accession": name, "protein": seq}) + "\n"
-                                                for name, seq in SEQUENCES.items()))
+    (folder / "train.jsonl").write_text(
+        "".join(json.dumps({"accession": name, "protein": seq}) + "\n" for name, seq in SEQUENCES.items())
+    )
     source = open_source(str(folder), kind="hub", split="train")
     assert (source.column, source.id_column) == ("protein", "accession")
     found_ids, found = embedded(protein_model, folder, tmp_path, input_format="hub")
@@ -115,23 +118,48 @@ def test_columns_named_when_they_cannot_be_inferred(tmp_path):
 
 BAD_INPUTS = {
     "empty file": ("in.fasta", "", {}, r"in.fasta holds no record to embed \(an empty input\)"),
-    "header without sequence": ("in.fasta", ">P1\nMKV\n>P2 nothing here\n>P3\nMKT\n", {},
-                                r"record 'P2' \(line 3 of in.fasta\): no sequence"),
+    "header without sequence": (
+        "in.fasta",
+        ">P1\nMKV\n>P2 nothing here\n>P3\nMKT\n",
+        {},
+        r"record 'P2' \(line 3 of in.fasta\): no sequence",
+    ),
     "blank line of a text file": ("in.txt", "MKV\n\nMKT\n", {}, r"record '2' \(line 2 of in.txt\): no sequence"),
     "empty cell": ("in.csv", "id,sequence\nA,MKV\nB,\n", {}, r"record 'B' \(line 3 of in.csv\): no sequence"),
-    "stop codon": ("in.fasta", ">P1\nMKV\n>P2\nMKV*\n", {},
-                   r"record 'P2' \(line 3 of in.fasta\): 1 character\(s\) outside the tokenizer's residue alphabet: "
-                   r"'\*' at 3; .* set --unknown-residues allow"),
+    "stop codon": (
+        "in.fasta",
+        ">P1\nMKV\n>P2\nMKV*\n",
+        {},
+        r"record 'P2' \(line 3 of in.fasta\): 1 character\(s\) outside the tokenizer's residue alphabet: "
+        r"'\*' at 3; .* set --unknown-residues allow",
+    ),
     "J and digits": ("in.fasta", ">P1\nMJK1\n", {}, r"record 'P1' .*'J' at 1, '1' at 3"),
-    "gaps": ("in.fasta", ">P1\nMK--V.T\n", {}, r"record 'P1' \(line 1 of in.fasta\): 3 gap character\(s\) .*"
-             r"--gaps remove"),
-    "duplicate ids": ("in.fasta", ">P1\nMKV\n>P2\nMKT\n>P1 again\nMKA\n", {},
-                      r"record 'P1' \(line 5 of in.fasta\): the id 'P1' is used by record 1 already"),
-    "missing column": ("in.csv", "id,sequence\nA,MKV\n", {"column": "protein"},
-                       r"--column='protein' is not a column of in.csv; its columns: \['id', 'sequence'\]"),
-    "too long": ("in.fasta", f">short\nMKV\n>long\n{'A' * 70}\n", {},
-                 rf"record 'long' \(line 3 of in.fasta\): 70 tokens \(72 with the special tokens\), more than the "
-                 rf"{MAX_LENGTH} the model takes .*--long truncate .*--long windows"),
+    "gaps": (
+        "in.fasta",
+        ">P1\nMK--V.T\n",
+        {},
+        r"record 'P1' \(line 1 of in.fasta\): 3 gap character\(s\) .*"
+        r"--gaps remove",
+    ),
+    "duplicate ids": (
+        "in.fasta",
+        ">P1\nMKV\n>P2\nMKT\n>P1 again\nMKA\n",
+        {},
+        r"record 'P1' \(line 5 of in.fasta\): the id 'P1' is used by record 1 already",
+    ),
+    "missing column": (
+        "in.csv",
+        "id,sequence\nA,MKV\n",
+        {"column": "protein"},
+        r"--column='protein' is not a column of in.csv; its columns: \['id', 'sequence'\]",
+    ),
+    "too long": (
+        "in.fasta",
+        f">short\nMKV\n>long\n{'A' * 70}\n",
+        {},
+        rf"record 'long' \(line 3 of in.fasta\): 70 tokens \(72 with the special tokens\), more than the "
+        rf"{MAX_LENGTH} the model takes .*--long truncate .*--long windows",
+    ),
     "header without id": ("in.fasta", ">P1\nMKV\n>\nMKT\n", {}, r"line 3 of in.fasta: a FASTA header without an id"),
     "not FASTA": ("in.fasta", "MKV\n>P1\nMKT\n", {}, r"line 1 of in.fasta: sequence text before the first '>'"),
 }
@@ -155,8 +183,12 @@ def test_bad_input_is_one_line_naming_the_record(case, protein_model, tmp_path, 
 def test_unknown_residues_allowed_are_counted(protein_model, tmp_path):
     path = write_fasta(tmp_path / "in.fasta", ["MKV*", "mkvJJ", "MKV"], ["a", "b", "c"])
     manifest = embed(protein_model, str(path), tmp_path / "out", unknown_residues="allow", progress=False)
-    assert manifest["residues"] == {"lowercase_records": 1, "unknown_characters": 3, "unknown_records": 2,
-                                    "gapped_records": 0}
+    assert manifest["residues"] == {
+        "lowercase_records": 1,
+        "unknown_characters": 3,
+        "unknown_records": 2,
+        "gapped_records": 0,
+    }
     assert manifest["counts"]["unknown_tokens"] == 3
 
 
@@ -182,16 +214,29 @@ def test_text_model_embeds_sentences(tmp_path):
 
     sentences = ["the film is a charming delight", "a dull , lifeless mess", "the cast is wonderful"] * 4
     tokenizer = train_wordpiece_tokenizer(sentences * 10, vocab_size=64, min_frequency=1, model_max_length=32)
-    config = DTABertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=16,
-                           num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    config = DTABertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     DTABertForMaskedLM(config).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "in.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t1\n" for s in sentences[:3]))
-    manifest = embed(str(tmp_path / "model"), str(tmp_path / "in.tsv"), tmp_path / "out", per_token=True,
-                     pooling=["mean", "cls"], progress=False)
+    manifest = embed(
+        str(tmp_path / "model"),
+        str(tmp_path / "in.tsv"),
+        tmp_path / "out",
+        per_token=True,
+        pooling=["mean", "cls"],
+        progress=False,
+    )
     assert manifest["residues"] == {} and manifest["counts"]["records"] == 3
     import pyarrow.parquet as pq
 
     tokens = pq.read_table(tmp_path / "out" / "tokens").column("token").to_pylist()
     first = tokenizer.tokenize(sentences[0])
-    assert tokens[:len(first)] == first and len(tokens) == sum(len(tokenizer.tokenize(s)) for s in sentences[:3])
+    assert tokens[: len(first)] == first and len(tokens) == sum(len(tokenizer.tokenize(s)) for s in sentences[:3])

@@ -4,6 +4,7 @@
 datasets and numpy."""
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -11,19 +12,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_embed_equality import random_sequences, save_model, write_fasta
 
 import encoderlab.embedding.model_pass as model_pass
 import encoderlab.embedding.writer as writer
 from encoderlab import cli
 from encoderlab.embedding import embed, read_manifest, read_pooled, read_token_vectors
 from encoderlab.embedding.option_checks import layer_numbers
-from test_embed_equality import random_sequences, save_model, write_fasta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LENGTHS = [17, 1, 40, 3, 33, 2, 29, 7, 31, 12, 50, 5, 21, 9, 44, 60, 11, 26]
-OPTIONS = dict(pooling=["mean", "cls", "max"], per_token=True, layers=[-1, 0], shard_tokens=60, max_tokens=128,
-               progress=False)
+OPTIONS = dict(
+    pooling=["mean", "cls", "max"], per_token=True, layers=[-1, 0], shard_tokens=60, max_tokens=128, progress=False
+)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +116,10 @@ def test_ctrl_c_on_the_command_line_says_how_to_resume(model, fasta, tmp_path, m
     assert cli.main(argv) == 130
     manifest = read_manifest(tmp_path / "out")
     assert not manifest["complete"] and manifest["counts"]["written"] > 0
-    assert (f"stopped: {manifest['counts']['written']} sequences are written, in whole shards; the same command with "
-            "--resume completes") in caplog.text
+    assert (
+        f"stopped: {manifest['counts']['written']} sequences are written, in whole shards; the same command with "
+        "--resume completes"
+    ) in caplog.text
 
 
 def test_resume_of_a_complete_output_computes_nothing(model, fasta, tmp_path, monkeypatch):
@@ -173,9 +177,10 @@ def test_storage_dtypes_read_back_as_stored(model, fasta, tmp_path):
         found_ids, found = read_pooled(tmp_path / dtype, "mean")
         rounded = torch.from_numpy(full).to(getattr(torch, dtype)).float().numpy()
         assert found_ids == ids and found.dtype == np.float32 and np.array_equal(found, rounded), dtype
-        assert np.array_equal(read_token_vectors(tmp_path / dtype, ids[2]),
-                              torch.from_numpy(read_token_vectors(tmp_path / "f32", ids[2]))
-                              .to(getattr(torch, dtype)).float().numpy())
+        assert np.array_equal(
+            read_token_vectors(tmp_path / dtype, ids[2]),
+            torch.from_numpy(read_token_vectors(tmp_path / "f32", ids[2])).to(getattr(torch, dtype)).float().numpy(),
+        )
     schema = pq.read_schema(next((tmp_path / "bfloat16" / "pooled").iterdir()))
     assert schema.field("mean").type == pa.list_(pa.uint16(), 16)
     assert schema.field("mean").metadata[b"encoderlab.dtype"] == b"bfloat16"
@@ -198,8 +203,7 @@ def test_output_opens_in_pandas_datasets_and_pyarrow(model, fasta, tmp_path):
     ids, vectors = read_pooled(tmp_path / "out", "mean")
     frame = pd.read_parquet(tmp_path / "out" / "pooled")
     assert frame["id"].tolist() == ids and np.array_equal(np.stack(frame["mean"]), vectors)
-    loaded = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pooled" / "*.parquet"),
-                                   split="train")
+    loaded = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pooled" / "*.parquet"), split="train")
     assert loaded["id"] == ids and np.array_equal(np.asarray(loaded["mean"], dtype=np.float32), vectors)
     tokens = ds.dataset(tmp_path / "out" / "tokens", format="parquet").to_table(filter=ds.field("index") == 4)
     assert tokens.num_rows == LENGTHS[4] == len(read_token_vectors(tmp_path / "out", ids[4]))
@@ -214,7 +218,7 @@ def test_reading_one_sequence_reads_only_its_row_groups(model, tmp_path, monkeyp
     # The index column's statistics: each row group holds a range of sequences after the previous one's, so a
     # filter on the index reads one or two row groups.
     statistics = [pq.ParquetFile(shard).metadata.row_group(k).column(0).statistics for k in range(38)]
-    assert all(a.max <= b.min for a, b in zip(statistics, statistics[1:]))
+    assert all(a.max <= b.min for a, b in pairwise(statistics))
     assert all(s.max - s.min <= 2 for s in statistics)
 
 

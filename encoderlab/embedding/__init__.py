@@ -12,14 +12,14 @@ The command line imports `options` only, so this package's ``__init__`` stays li
 when first used.
 """
 
+import importlib
+
 LAZY = {"embed": "run", "read_pooled": "storage", "read_token_vectors": "storage", "read_manifest": "storage"}
 
 
 def __getattr__(name):
     if name not in LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f"{__name__}.{LAZY[name]}"), name)
 
 

@@ -38,7 +38,7 @@ def packed_groups(lengths: list[int], row_length: int, max_tokens: int) -> list[
     batch (at least one)."""
     rows = best_fit_rows(lengths, row_length)
     rows_per_batch = max(1, max_tokens // row_length)
-    return [rows[start:start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
+    return [rows[start : start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
 
 
 def padded_groups(lengths: list[int], max_tokens: int) -> list[list[list[int]]]:
@@ -61,10 +61,10 @@ def collate(group: list[list[int]], ids: list[np.ndarray], pad_token_id: int, pa
     input_ids = torch.full((len(group), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(group), width), dtype=torch.long)
     pieces, rows, starts = [], [], []
-    for row, (indices, used) in enumerate(zip(group, row_lengths)):
+    for row, (indices, used) in enumerate(zip(group, row_lengths, strict=True)):
         start = 0
         for index in indices:
-            input_ids[row, start:start + len(ids[index])] = torch.from_numpy(ids[index])
+            input_ids[row, start : start + len(ids[index])] = torch.from_numpy(ids[index])
             pieces.append(index)
             rows.append(row)
             starts.append(start)

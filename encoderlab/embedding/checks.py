@@ -32,14 +32,18 @@ class RecordChecks:
             raise ValueError(f"{record.label}: no sequence (an empty record); remove it or give it its sequence")
         first = self.first_index_of.setdefault(record.id, record.index)
         if first != record.index:
-            raise ValueError(f"{record.label}: the id {record.id!r} is used by record {first + 1} already; ids must "
-                             "be unique, so each row of the output names one sequence")
+            raise ValueError(
+                f"{record.label}: the id {record.id!r} is used by record {first + 1} already; ids must "
+                "be unique, so each row of the output names one sequence"
+            )
         if self.residues.active:
             gaps = sum(record.sequence.count(gap) for gap in GAP_CHARACTERS)
             if gaps and self.gaps == "error":
-                raise ValueError(f"{record.label}: {gaps} gap character(s) ('-' or '.'): it looks like a row of an "
-                                 "alignment, whose embedding depends on where the gaps were put; pass --gaps remove "
-                                 "to embed the sequence without them")
+                raise ValueError(
+                    f"{record.label}: {gaps} gap character(s) ('-' or '.'): it looks like a row of an "
+                    "alignment, whose embedding depends on where the gaps were put; pass --gaps remove "
+                    "to embed the sequence without them"
+                )
             self.gapped_records += bool(gaps)
         sequence = self.cleaned(record.sequence)
         if not sequence:

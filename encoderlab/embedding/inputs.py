@@ -20,9 +20,18 @@ from ..run_files import is_local_path, public_name
 from ..training.text_files import decoding_error
 from .choices import INPUT_KINDS
 
+# Imported inside functions (cost): datasets, so that --help and check() answer without it (encoderlab/cli.py).
+
 FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fna", ".ffn", ".mpfa")
-KIND_OF_SUFFIX = {**{suffix: "fasta" for suffix in FASTA_SUFFIXES}, ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl",
-                  ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
+KIND_OF_SUFFIX = {
+    **{suffix: "fasta" for suffix in FASTA_SUFFIXES},
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "text",
+}
 """A file's kind by its suffix (after ``.gz``, which any of them may carry)."""
 SEQUENCE_NAMES = ("sequence", "seq", "protein", "aa_seq", "primary", "text", "sentence")
 ID_NAMES = ("id", "name", "identifier", "accession", "entry", "protein_id", "seq_id")
@@ -62,8 +71,14 @@ class InputSource:
         return public_name(self.path)
 
     def records(self) -> Iterator[Record]:
-        readers = {"fasta": fasta_records, "csv": table_records, "tsv": table_records, "jsonl": table_records,
-                   "text": text_records, "hub": hub_records}
+        readers = {
+            "fasta": fasta_records,
+            "csv": table_records,
+            "tsv": table_records,
+            "jsonl": table_records,
+            "text": text_records,
+            "hub": hub_records,
+        }
         records = readers[self.kind](self)
         if self.kind == "hub":
             yield from records
@@ -74,15 +89,27 @@ class InputSource:
             raise decoding_error(self.path) from None
 
 
-def open_source(path: str, kind: str | None = None, column: str | None = None, id_column: str | None = None,
-                split: str = "train", subset: str | None = None) -> InputSource:
+def open_source(
+    path: str,
+    kind: str | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    split: str = "train",
+    subset: str | None = None,
+) -> InputSource:
     """The `InputSource` of `path`: a local file of the kind its suffix names (or `kind`), or else a Hub dataset id.
     Columns are checked, or inferred, here: a ValueError names what is missing and what there is."""
     return with_columns(locate_source(path, kind, column, id_column, split, subset), column, id_column)
 
 
-def locate_source(path: str, kind: str | None = None, column: str | None = None, id_column: str | None = None,
-                  split: str = "train", subset: str | None = None) -> InputSource:
+def locate_source(
+    path: str,
+    kind: str | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    split: str = "train",
+    subset: str | None = None,
+) -> InputSource:
     """The `InputSource` of `path` without its columns: what is known without reading it (and without `datasets`)."""
     if kind is not None and kind not in INPUT_KINDS:
         raise ValueError(f"--input-format={kind!r} is not one of {list(INPUT_KINDS)}")
@@ -93,16 +120,20 @@ def locate_source(path: str, kind: str | None = None, column: str | None = None,
     elif kind == "hub" or (not is_local_path(path) and suffix_of(local) not in KIND_OF_SUFFIX):
         source = InputSource(path, "hub", split=split, subset=subset)
     elif local.is_dir():
-        raise ValueError(f"INPUT={path!r} is a folder; give a FASTA, CSV, TSV, JSON lines or text file, or a Hub "
-                         "dataset id")
+        raise ValueError(
+            f"INPUT={path!r} is a folder; give a FASTA, CSV, TSV, JSON lines or text file, or a Hub dataset id"
+        )
     else:
-        raise ValueError(f"INPUT={path!r} does not exist: no such file here (and not a Hub dataset id, which has no "
-                         "file suffix and names no local folder)")
+        raise ValueError(
+            f"INPUT={path!r} does not exist: no such file here (and not a Hub dataset id, which has no "
+            "file suffix and names no local folder)"
+        )
     if source.kind in ("fasta", "text"):
         for option, value in (("--column", column), ("--id-column", id_column)):
             if value is not None:
-                raise ValueError(f"{option}={value!r} is for tables and Hub datasets; a {source.kind} file has no "
-                                 "columns")
+                raise ValueError(
+                    f"{option}={value!r} is for tables and Hub datasets; a {source.kind} file has no columns"
+                )
     return source
 
 
@@ -127,13 +158,16 @@ def suffix_of(path: Path) -> str:
 def kind_of(path: Path) -> str:
     suffix = suffix_of(path)
     if suffix not in KIND_OF_SUFFIX:
-        raise ValueError(f"INPUT={path.name!r} has suffix {suffix!r}, which names no input kind; allowed suffixes: "
-                         f"{sorted(KIND_OF_SUFFIX)} (optionally .gz), or name the kind with --input-format")
+        raise ValueError(
+            f"INPUT={path.name!r} has suffix {suffix!r}, which names no input kind; allowed suffixes: "
+            f"{sorted(KIND_OF_SUFFIX)} (optionally .gz), or name the kind with --input-format"
+        )
     return KIND_OF_SUFFIX[suffix]
 
 
-def pick_column(names: list[str], given: str | None, expected: tuple[str, ...], option: str, source: InputSource,
-                required: bool) -> str | None:
+def pick_column(
+    names: list[str], given: str | None, expected: tuple[str, ...], option: str, source: InputSource, required: bool
+) -> str | None:
     """`given` if it is a column; else the one column named as `expected` (or the only column, for the sequences);
     None for an id column that nothing names (row numbers become the ids)."""
     if given is not None:
@@ -184,11 +218,14 @@ def json_object(line: str, number: int, source: InputSource) -> dict:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as error:
-        raise ValueError(f"line {number} of {source.name}: not JSON ({error.msg}); JSON lines hold one object per "
-                         "line") from None
+        raise ValueError(
+            f"line {number} of {source.name}: not JSON ({error.msg}); JSON lines hold one object per line"
+        ) from None
     if not isinstance(row, dict):
-        raise ValueError(f"line {number} of {source.name}: a JSON {type(row).__name__}, not an object of named "
-                         "fields (JSON lines hold one object per line)")
+        raise ValueError(
+            f"line {number} of {source.name}: a JSON {type(row).__name__}, not an object of named "
+            "fields (JSON lines hold one object per line)"
+        )
     return row
 
 
@@ -205,13 +242,15 @@ def fasta_records(source: InputSource) -> Iterator[Record]:
                     index += 1
                 words = line[1:].split()
                 if not words:
-                    raise ValueError(f"line {number} of {name}: a FASTA header without an id ('>' and nothing "
-                                     "after it)")
+                    raise ValueError(
+                        f"line {number} of {name}: a FASTA header without an id ('>' and nothing after it)"
+                    )
                 header, header_line, parts = words[0], number, []
             elif line.strip():
                 if header is None:
-                    raise ValueError(f"line {number} of {name}: sequence text before the first '>' header; is this "
-                                     "a FASTA file?")
+                    raise ValueError(
+                        f"line {number} of {name}: sequence text before the first '>' header; is this a FASTA file?"
+                    )
                 parts.append("".join(line.split()))
     if header is not None:
         yield Record(index, header, "".join(parts), f"line {header_line} of {name}")
@@ -230,13 +269,15 @@ def table_records(source: InputSource) -> Iterator[Record]:
     name, index = source.name, 0
     with open_text(source.path) as handle:
         if source.kind == "jsonl":
-            rows = ((number, json_object(line, number, source)) for number, line in enumerate(handle, start=1)
-                    if line.strip())
+            rows = (
+                (number, json_object(line, number, source))
+                for number, line in enumerate(handle, start=1)
+                if line.strip()
+            )
         else:
             reader = delimited(handle, source.kind)
             header = next(reader)
-            rows = ((reader.line_num, row_of(fields, header, reader.line_num, source)) for fields in reader
-                    if fields)
+            rows = ((reader.line_num, row_of(fields, header, reader.line_num, source)) for fields in reader if fields)
         for number, row in rows:
             where = f"line {number} of {name}"
             yield Record(index, row_id(row, source, index, where), cell(row, source.column, where), where)
@@ -245,9 +286,10 @@ def table_records(source: InputSource) -> Iterator[Record]:
 
 def row_of(fields: list[str], header: list[str], number: int, source: InputSource) -> dict:
     if len(fields) != len(header):
-        raise ValueError(f"line {number} of {source.name}: {len(fields)} fields where the header has {len(header)} "
-                         f"({header})")
-    return dict(zip(header, fields))
+        raise ValueError(
+            f"line {number} of {source.name}: {len(fields)} fields where the header has {len(header)} ({header})"
+        )
+    return dict(zip(header, fields, strict=True))
 
 
 def cell(row: dict, column: str, where: str) -> str:
@@ -268,9 +310,11 @@ def hub_dataset(source: InputSource):
     try:
         return datasets.load_dataset(source.path, source.subset, split=source.split, streaming=True)
     except Exception as error:  # the Hub's errors are many (offline, no such dataset, split or subset)
-        raise ValueError(f"INPUT={source.path!r} is not a local file and could not be opened as a Hub dataset "
-                         f"(subset {source.subset!r}, split {source.split!r}): {type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else ''}") from None
+        raise ValueError(
+            f"INPUT={source.path!r} is not a local file and could not be opened as a Hub dataset "
+            f"(subset {source.subset!r}, split {source.split!r}): {type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}"
+        ) from None
 
 
 def hub_records(source: InputSource) -> Iterator[Record]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 from ..modeling import attention
 from ..modeling.attention import AttentionChoice
@@ -29,8 +31,6 @@ WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
 def load_checkpoint(path: str):
     """(config, tokenizer) of a checkpoint folder or Hub id: all the checks of the input need, before any weight
     is read."""
-    from transformers import AutoConfig, AutoTokenizer
-
     check_model_path(path, key="MODEL")
     try:
         return AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -43,9 +43,6 @@ def load_checkpoint(path: str):
 def load_encoder(path: str, config):
     """The bare encoder of a checkpoint, in eval mode. A checkpoint saved with a task head loads without it, quietly
     (transformers would list the head's weights as unexpected)."""
-    from transformers import AutoModel
-    from transformers.utils import logging as transformers_logging
-
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()
     try:
@@ -76,8 +73,9 @@ def choose_attention(config, device_type: str, packed: bool, bf16: bool, named: 
     """The kernel embedding runs: the one choice pretraining and fine-tuning make
     (`encoderlab.modeling.attention.choose_attention`), for inference: varlen for packed rows on a GPU in bf16 where
     the model allows it, else sdpa; a kernel named with ``--attention`` is kept once checked."""
-    return attention.choose_attention(config, device_type, packed=packed, half_precision=bf16, training=False,
-                                      requested=named, setting="--attention")
+    return attention.choose_attention(
+        config, device_type, packed=packed, half_precision=bf16, training=False, requested=named, setting="--attention"
+    )
 
 
 @dataclass
@@ -112,14 +110,18 @@ class Encoder:
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with torch.inference_mode(), autocast:
             outputs = self.model(**inputs, output_hidden_states=inner)
-        return {layer: outputs.last_hidden_state if layer == self.num_layers else outputs.hidden_states[layer]
-                for layer in self.layers}
+        return {
+            layer: outputs.last_hidden_state if layer == self.num_layers else outputs.hidden_states[layer]
+            for layer in self.layers
+        }
 
     def run(self, batch: Batch, owned: np.ndarray, prefix: int, per_token: bool) -> dict[int, PieceStats]:
         """Layer number -> the `PieceStats` of `batch`'s pieces; ``owned`` (P, 2) holds each piece's owned content
         range, `prefix` the special tokens before a piece's content."""
-        return {layer: reduce_batch(hidden, batch, owned, prefix, per_token)
-                for layer, hidden in self.hidden_states(batch).items()}
+        return {
+            layer: reduce_batch(hidden, batch, owned, prefix, per_token)
+            for layer, hidden in self.hidden_states(batch).items()
+        }
 
 
 def reduce_batch(hidden: torch.Tensor, batch: Batch, owned: np.ndarray, prefix: int, per_token: bool) -> PieceStats:
@@ -136,11 +138,19 @@ def reduce_batch(hidden: torch.Tensor, batch: Batch, owned: np.ndarray, prefix: 
     piece = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(flat.device)
     sums = torch.zeros(len(counts), size, device=flat.device).index_add_(0, piece, tokens)
     maxima = torch.full((len(counts), size), -torch.inf, device=flat.device).scatter_reduce_(
-        0, piece[:, None].expand(-1, size), tokens, reduce="amax")
+        0, piece[:, None].expand(-1, size), tokens, reduce="amax"
+    )
     first = flat[torch.from_numpy(first_token).to(flat.device)].float()
     token_rows = np.split(tokens.cpu().numpy(), np.cumsum(counts)[:-1]) if per_token else None
     return PieceStats(sums.cpu().numpy(), maxima.cpu().numpy(), first.cpu().numpy(), counts, token_rows)
 
 
-__all__ = ["Encoder", "PieceStats", "choose_attention", "load_checkpoint", "load_encoder",
-           "reduce_batch", "revision_of"]
+__all__ = [
+    "Encoder",
+    "PieceStats",
+    "choose_attention",
+    "load_checkpoint",
+    "load_encoder",
+    "reduce_batch",
+    "revision_of",
+]

@@ -16,7 +16,6 @@ from .option_checks import check_overlap
 from .windows import owned_ranges, window_starts
 
 
-
 @dataclass(frozen=True)
 class Framing:
     """The special-token ids the tokenizer puts before and after a sequence."""
@@ -28,8 +27,8 @@ class Framing:
     def of(cls, tokenizer) -> "Framing":
         probe = tokenizer("A", add_special_tokens=False)["input_ids"]
         framed = tokenizer("A", add_special_tokens=True)["input_ids"]
-        start = next(i for i in range(len(framed) - len(probe) + 1) if framed[i:i + len(probe)] == probe)
-        return cls(tuple(framed[:start]), tuple(framed[start + len(probe):]))
+        start = next(i for i in range(len(framed) - len(probe) + 1) if framed[i : i + len(probe)] == probe)
+        return cls(tuple(framed[:start]), tuple(framed[start + len(probe) :]))
 
     @property
     def size(self) -> int:
@@ -61,8 +60,10 @@ class LengthPolicy:
         if self.long not in LONG_CHOICES:
             raise ValueError(f"--long={self.long!r} is not one of {list(LONG_CHOICES)}")
         if self.width < 1:
-            raise ValueError(f"--max-length={self.max_length} leaves no room for a token beside the "
-                             f"{self.framing.size} special tokens")
+            raise ValueError(
+                f"--max-length={self.max_length} leaves no room for a token beside the "
+                f"{self.framing.size} special tokens"
+            )
         if self.long == "windows":
             check_overlap(self.overlap, self.max_length, self.framing.size)
 
@@ -79,7 +80,8 @@ class LengthPolicy:
             raise ValueError(
                 f"{label}: {num_tokens} tokens ({num_tokens + self.framing.size} with the special tokens), more than "
                 f"the {self.max_length} the model takes (--max-length); pass --long truncate to keep its first "
-                f"{self.width}, or --long windows to embed it in overlapping windows")
+                f"{self.width}, or --long windows to embed it in overlapping windows"
+            )
 
     def embedded_tokens(self, num_tokens: int) -> int:
         """How many of a record's content tokens its output holds (per-token rows, pooling)."""
@@ -92,10 +94,16 @@ class LengthPolicy:
         if len(content) <= self.width:
             return [Piece(slot, np.concatenate([prefix, content, suffix]), 0, (0, len(content)))]
         starts = window_starts(len(content), self.width, self.overlap)
-        return [Piece(slot, np.concatenate([prefix, content[start:start + self.width], suffix]), start,
-                      (begin - start, end - start))
-                for start, (begin, end) in zip(starts, owned_ranges(len(content), self.width, starts))
-                if end > begin]
+        return [
+            Piece(
+                slot,
+                np.concatenate([prefix, content[start : start + self.width], suffix]),
+                start,
+                (begin - start, end - start),
+            )
+            for start, (begin, end) in zip(starts, owned_ranges(len(content), self.width, starts), strict=True)
+            if end > begin
+        ]
 
 
 def content_ids(tokenizer, sequences: list[str]) -> list[list[int]]:

@@ -32,14 +32,15 @@ class ShardPooling:
         for layer, found in stats.items():
             if layer not in self.stats:
                 size = found.sums.shape[1]
-                self.stats[layer] = {name: np.zeros((len(self.slots), size), np.float32)
-                                     for name in ("sums", "maxima", "first")}
+                self.stats[layer] = {
+                    name: np.zeros((len(self.slots), size), np.float32) for name in ("sums", "maxima", "first")
+                }
                 self.stats[layer]["counts"] = np.zeros(len(self.slots), np.int64)
             held = self.stats[layer]
             held["sums"][pieces], held["maxima"][pieces] = found.sums, found.maxima
             held["first"][pieces], held["counts"][pieces] = found.first, found.counts
             if self.per_token:
-                for piece, vectors in zip(pieces, found.tokens):
+                for piece, vectors in zip(pieces, found.tokens, strict=True):
                     self.tokens[layer][piece] = vectors
 
     def pooled(self, layer: int, pooling: str, normalize: bool) -> np.ndarray:

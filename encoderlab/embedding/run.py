@@ -69,13 +69,36 @@ class Plan:
         return {key: list(value) if isinstance(value, tuple) else value for key, value in vars(self).items()}
 
 
-def embed(model: str, input: str, output: str | Path, *, input_format: str | None = None, column: str | None = None,
-          id_column: str | None = None, split: str = "train", subset: str | None = None,
-          pooling=("mean",), per_token: bool = False, layers=(-1,), dtype: str = "float32", normalize: bool = False,
-          max_tokens: int | None = None, pack: bool = True, long: str = "error", overlap: int = 128,
-          max_length: int | None = None, unknown_residues: str = "error", gaps: str = "error", device: str = "auto",
-          precision: str = "auto", attention: str | None = None, shard_tokens: int | None = None,
-          resume: bool = False, overwrite: bool = False, progress: bool = True) -> dict:
+def embed(
+    model: str,
+    input: str,
+    output: str | Path,
+    *,
+    input_format: str | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    split: str = "train",
+    subset: str | None = None,
+    pooling=("mean",),
+    per_token: bool = False,
+    layers=(-1,),
+    dtype: str = "float32",
+    normalize: bool = False,
+    max_tokens: int | None = None,
+    pack: bool = True,
+    long: str = "error",
+    overlap: int = 128,
+    max_length: int | None = None,
+    unknown_residues: str = "error",
+    gaps: str = "error",
+    device: str = "auto",
+    precision: str = "auto",
+    attention: str | None = None,
+    shard_tokens: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict:
     """Embeds every sequence of `input` with `model` into the folder `output`; returns the manifest.
 
     Args:
@@ -106,17 +129,41 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
         progress: Show a progress bar.
     """
     pooling, layers = _as_tuple(pooling), _as_tuple(layers)
-    check_without_model(model, input, output, input_format=input_format, column=column, id_column=id_column,
-                        split=split, subset=subset, pooling=pooling, per_token=per_token, layers=layers, dtype=dtype,
-                        normalize=normalize, max_tokens=max_tokens, pack=pack, long=long, overlap=overlap,
-                        max_length=max_length, unknown_residues=unknown_residues, gaps=gaps, device=device,
-                        precision=precision, attention=attention, shard_tokens=shard_tokens, resume=resume,
-                        overwrite=overwrite)
+    check_without_model(
+        model,
+        input,
+        output,
+        input_format=input_format,
+        column=column,
+        id_column=id_column,
+        split=split,
+        subset=subset,
+        pooling=pooling,
+        per_token=per_token,
+        layers=layers,
+        dtype=dtype,
+        normalize=normalize,
+        max_tokens=max_tokens,
+        pack=pack,
+        long=long,
+        overlap=overlap,
+        max_length=max_length,
+        unknown_residues=unknown_residues,
+        gaps=gaps,
+        device=device,
+        precision=precision,
+        attention=attention,
+        shard_tokens=shard_tokens,
+        resume=resume,
+        overwrite=overwrite,
+    )
     source = open_source(input, input_format, column, id_column, split, subset)
     config, tokenizer = load_checkpoint(model)
     if pack and not isinstance(config, EncoderConfig):
-        raise ValueError(f"MODEL={model!r} is a {config.model_type!r} model, not of an encoderlab family: it does not "
-                         "take packed rows (its attention would cross from one sequence into the next); pass --no-pack")
+        raise ValueError(
+            f"MODEL={model!r} is a {config.model_type!r} model, not of an encoderlab family: it does not "
+            "take packed rows (its attention would cross from one sequence into the next); pass --no-pack"
+        )
     device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     if device_type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine has no CUDA device torch can use; pass --device cpu")
@@ -129,16 +176,38 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
     max_tokens = max_tokens or DEFAULT_MAX_TOKENS[device_type]
     check_fits(max_tokens, policy.max_length)
     if shard_tokens is None:
-        shard_tokens = (max(policy.max_length, TOKEN_SHARD_BYTES // (4 * config.hidden_size * len(numbers)))
-                        if per_token else POOLED_SHARD_TOKENS)
+        shard_tokens = (
+            max(policy.max_length, TOKEN_SHARD_BYTES // (4 * config.hidden_size * len(numbers)))
+            if per_token
+            else POOLED_SHARD_TOKENS
+        )
     choice = choose_attention(config, device_type, pack, bf16, attention)
-    plan = Plan(pooling, per_token, tuple(numbers), dtype, normalize, max_tokens, pack, long, overlap,
-                policy.max_length, unknown_residues, gaps, device_type, "bf16" if bf16 else "fp32",
-                choice.implementation, shard_tokens)
+    plan = Plan(
+        pooling,
+        per_token,
+        tuple(numbers),
+        dtype,
+        normalize,
+        max_tokens,
+        pack,
+        long,
+        overlap,
+        policy.max_length,
+        unknown_residues,
+        gaps,
+        device_type,
+        "bf16" if bf16 else "fp32",
+        choice.implementation,
+        shard_tokens,
+    )
 
     folder = Path(output).expanduser()
-    settings = {"model": public_name(model), "revision": revision_of(model, config), "input": source.name,
-                **plan.settings()}
+    settings = {
+        "model": public_name(model),
+        "revision": revision_of(model, config),
+        "input": source.name,
+        **plan.settings(),
+    }
     try:
         manifest = check_output(folder, resume, overwrite, settings)
     except OutputComplete as done:
@@ -150,8 +219,9 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
         check_same_input(manifest, found, folder)
     encoder_model = load_encoder(model, config)  # the last check: weights that load
     if manifest is None:
-        manifest = new_manifest({**settings, "fingerprint": found.fingerprint}, config, source, found, choice,
-                                tokenizer)
+        manifest = new_manifest(
+            {**settings, "fingerprint": found.fingerprint}, config, source, found, choice, tokenizer
+        )
         start_output(folder, manifest, overwrite)
     else:
         resume_output(folder, manifest)
@@ -168,9 +238,11 @@ def embed(model: str, input: str, output: str | Path, *, input_format: str | Non
 def check_same_input(manifest: dict, found: Survey, folder: Path) -> None:
     """``--resume`` reads the same records, in the same order, as the run that started the output."""
     if manifest["settings"]["fingerprint"] != found.fingerprint:
-        raise ValueError(f"--resume: the input's records differ from those the output in {str(folder)!r} was started "
-                         f"with (fingerprint {manifest['settings']['fingerprint']}, now {found.fingerprint}); resume "
-                         "with the same input, or pass --overwrite")
+        raise ValueError(
+            f"--resume: the input's records differ from those the output in {str(folder)!r} was started "
+            f"with (fingerprint {manifest['settings']['fingerprint']}, now {found.fingerprint}); resume "
+            "with the same input, or pass --overwrite"
+        )
 
 
 def _as_tuple(value) -> tuple:
@@ -182,25 +254,47 @@ def new_manifest(settings: dict, config, source, found: Survey, choice, tokenize
     return {
         "format": FORMAT,
         "complete": False,
-        "model": {"name": settings["model"], "revision": settings["revision"], "model_type": config.model_type,
-                  "num_hidden_layers": num_layers, "hidden_size": config.hidden_size},
-        "input": {"name": source.name, "kind": source.kind, "column": source.column, "id_column": source.id_column,
-                  "fingerprint": found.fingerprint},
+        "model": {
+            "name": settings["model"],
+            "revision": settings["revision"],
+            "model_type": config.model_type,
+            "num_hidden_layers": num_layers,
+            "hidden_size": config.hidden_size,
+        },
+        "input": {
+            "name": source.name,
+            "kind": source.kind,
+            "column": source.column,
+            "id_column": source.id_column,
+            "fingerprint": found.fingerprint,
+        },
         "settings": settings,
         "attention": {"implementation": choice.implementation, "reason": choice.reason},
         "counts": {**found.counts(), "written": 0},
         "residues": found.residues,
-        "columns": {"pooled": [*POOLED_KEYS, *(["truncated"] if settings["long"] == "truncate" else []),
-                               *(name for name, _, _ in pooled_columns(settings, num_layers))],
-                    "tokens": [*TOKEN_KEYS, *(name for name, _ in token_columns(settings, num_layers))]
-                    if settings["per_token"] else []},
-        "storage": {"dtype": settings["dtype"], "bfloat16_as": "uint16 bit patterns"
-                    if settings["dtype"] == "bfloat16" else None},
+        "columns": {
+            "pooled": [
+                *POOLED_KEYS,
+                *(["truncated"] if settings["long"] == "truncate" else []),
+                *(name for name, _, _ in pooled_columns(settings, num_layers)),
+            ],
+            "tokens": [*TOKEN_KEYS, *(name for name, _ in token_columns(settings, num_layers))]
+            if settings["per_token"]
+            else [],
+        },
+        "storage": {
+            "dtype": settings["dtype"],
+            "bfloat16_as": "uint16 bit patterns" if settings["dtype"] == "bfloat16" else None,
+        },
         "special_tokens_left_out": list(tokenizer.all_special_tokens),
         "plan": [[shard.start, shard.end] for shard in found.shards],
         "shards": [],
-        "versions": {"encoderlab": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "pyarrow": pa.__version__},
+        "versions": {
+            "encoderlab": __version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "pyarrow": pa.__version__,
+        },
     }
 
 
@@ -215,8 +309,11 @@ def column_name(base: str, layer: int, num_layers: int) -> str:
 
 def pooled_columns(settings: dict, num_layers: int) -> list[tuple[str, int, str]]:
     """(column, layer, pooling) of every pooled vector column."""
-    return [(column_name(pooling, layer, num_layers), layer, pooling)
-            for layer in reversed(settings["layers"]) for pooling in settings["pooling"]]
+    return [
+        (column_name(pooling, layer, num_layers), layer, pooling)
+        for layer in reversed(settings["layers"])
+        for pooling in settings["pooling"]
+    ]
 
 
 def token_columns(settings: dict, num_layers: int) -> list[tuple[str, int]]:
@@ -237,16 +334,27 @@ def summary_line(found: Survey, manifest: dict) -> str:
 # The second pass: shard after shard
 
 
-def write_shards(encoder: Encoder, tokenizer, source, checks: RecordChecks, policy: LengthPolicy, plan: Plan,
-                 found: Survey, folder: Path, manifest: dict, progress: bool) -> None:
+def write_shards(
+    encoder: Encoder,
+    tokenizer,
+    source,
+    checks: RecordChecks,
+    policy: LengthPolicy,
+    plan: Plan,
+    found: Survey,
+    folder: Path,
+    manifest: dict,
+    progress: bool,
+) -> None:
     done = len(manifest["shards"])
     remaining = found.shards[done:]
     if not remaining:
         return
     skipped = itertools.islice(source.records(), remaining[0].start, None)  # records of whole shards: not tokenized
     records = tokenized_blocks(skipped, checks, tokenizer, check=False)
-    meter = Progress(sum(shard.tokens for shard in remaining), sum(shard.end - shard.start for shard in remaining),
-                     progress)
+    meter = Progress(
+        sum(shard.tokens for shard in remaining), sum(shard.end - shard.start for shard in remaining), progress
+    )
     with meter:
         for number, shard in enumerate(remaining, start=done):
             items = list(itertools.islice(records, shard.end - shard.start))
@@ -258,8 +366,9 @@ def write_shards(encoder: Encoder, tokenizer, source, checks: RecordChecks, poli
             meter.shard_written(number + 1, len(found.shards))
 
 
-def embed_shard(encoder: Encoder, tokenizer, items: list, policy: LengthPolicy, plan: Plan, manifest: dict,
-                meter: "Progress") -> tuple[pa.Table, pa.Table | None]:
+def embed_shard(
+    encoder: Encoder, tokenizer, items: list, policy: LengthPolicy, plan: Plan, manifest: dict, meter: "Progress"
+) -> tuple[pa.Table, pa.Table | None]:
     """The pooled table (and per-token table) of one shard's (record, content ids), rows in input order."""
     pieces = [piece for slot, (_, ids) in enumerate(items) for piece in policy.pieces(slot, ids)]
     owned = np.array([piece.owned for piece in pieces], dtype=np.int64).reshape(-1, 2)
@@ -270,18 +379,21 @@ def embed_shard(encoder: Encoder, tokenizer, items: list, policy: LengthPolicy, 
     for batch in batches([piece.ids for piece in pieces], pad_id, plan.max_tokens, plan.max_length, plan.pack):
         pooling.add(batch.pieces, encoder.run(batch, owned[batch.pieces], len(policy.framing.prefix), plan.per_token))
         meter.update(int(np.diff(owned[batch.pieces]).sum()), int(ends_record[batch.pieces].sum()))
-    return pooled_table(items, policy, plan, pooling, manifest), token_table(items, policy, plan, pooling, tokenizer,
-                                                                             manifest)
+    return pooled_table(items, policy, plan, pooling, manifest), token_table(
+        items, policy, plan, pooling, tokenizer, manifest
+    )
 
 
 def pooled_table(items: list, policy: LengthPolicy, plan: Plan, pooling: ShardPooling, manifest: dict) -> pa.Table:
     settings, num_layers = manifest["settings"], manifest["model"]["num_hidden_layers"]
     lengths = [policy.embedded_tokens(len(ids)) for _, ids in items]
-    columns = {"index": pa.array([record.index for record, _ in items], pa.int64()),
-               "id": pa.array([record.id for record, _ in items], pa.string()),
-               "length": pa.array(lengths, pa.int32())}
+    columns = {
+        "index": pa.array([record.index for record, _ in items], pa.int64()),
+        "id": pa.array([record.id for record, _ in items], pa.string()),
+        "length": pa.array(lengths, pa.int32()),
+    }
     if plan.long == "truncate":
-        columns["truncated"] = pa.array([length < len(ids) for length, (_, ids) in zip(lengths, items)])
+        columns["truncated"] = pa.array([length < len(ids) for length, (_, ids) in zip(lengths, items, strict=True)])
     fields = [pa.field(name, array.type) for name, array in columns.items()]
     arrays = list(columns.values())
     for name, layer, kind in pooled_columns(settings, num_layers):
@@ -291,19 +403,26 @@ def pooled_table(items: list, policy: LengthPolicy, plan: Plan, pooling: ShardPo
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def token_table(items: list, policy: LengthPolicy, plan: Plan, pooling: ShardPooling, tokenizer,
-                manifest: dict) -> pa.Table | None:
+def token_table(
+    items: list, policy: LengthPolicy, plan: Plan, pooling: ShardPooling, tokenizer, manifest: dict
+) -> pa.Table | None:
     if not plan.per_token:
         return None
     settings, num_layers = manifest["settings"], manifest["model"]["num_hidden_layers"]
     kept = [ids[: policy.embedded_tokens(len(ids))] for _, ids in items]
     counts = [len(ids) for ids in kept]
-    fields = [pa.field("index", pa.int64()), pa.field("id", pa.string()), pa.field("position", pa.int32()),
-              pa.field("token", pa.string())]
-    arrays = [pa.array(np.repeat([record.index for record, _ in items], counts), pa.int64()),
-              pa.array(np.repeat(np.array([record.id for record, _ in items], dtype=object), counts), pa.string()),
-              pa.array(np.concatenate([np.arange(count) for count in counts]), pa.int32()),
-              pa.array(tokenizer.convert_ids_to_tokens([token for ids in kept for token in ids]), pa.string())]
+    fields = [
+        pa.field("index", pa.int64()),
+        pa.field("id", pa.string()),
+        pa.field("position", pa.int32()),
+        pa.field("token", pa.string()),
+    ]
+    arrays = [
+        pa.array(np.repeat([record.index for record, _ in items], counts), pa.int64()),
+        pa.array(np.repeat(np.array([record.id for record, _ in items], dtype=object), counts), pa.string()),
+        pa.array(np.concatenate([np.arange(count) for count in counts]), pa.int32()),
+        pa.array(tokenizer.convert_ids_to_tokens([token for ids in kept for token in ids]), pa.string()),
+    ]
     for name, layer in token_columns(settings, num_layers):
         vectors = pooling.token_vectors(layer)
         fields.append(vector_field(name, vectors.shape[1], plan.dtype))
@@ -319,8 +438,14 @@ class Progress:
         self.tokens, self.sequences = tokens, sequences
         self.done_tokens, self.done_sequences, self.start = 0, 0, time.perf_counter()
         self.lines = enabled and not sys.stderr.isatty() and "ipykernel" not in sys.modules
-        self.bar = tqdm(total=tokens, unit="tok", unit_scale=True, desc="embed", disable=not enabled or self.lines,
-                        dynamic_ncols=True)
+        self.bar = tqdm(
+            total=tokens,
+            unit="tok",
+            unit_scale=True,
+            desc="embed",
+            disable=not enabled or self.lines,
+            dynamic_ncols=True,
+        )
 
     def __enter__(self):
         return self
@@ -341,6 +466,13 @@ class Progress:
         if not self.lines:
             return
         rate = self.done_tokens / self.elapsed()
-        logger.info("shard %d/%d written: %d/%d sequences, %.1f seq/s, %.0f tok/s, about %.0f s left", number, total,
-                    self.done_sequences, self.sequences, self.done_sequences / self.elapsed(), rate,
-                    (self.tokens - self.done_tokens) / rate if rate else 0.0)
+        logger.info(
+            "shard %d/%d written: %d/%d sequences, %.1f seq/s, %.0f tok/s, about %.0f s left",
+            number,
+            total,
+            self.done_sequences,
+            self.sequences,
+            self.done_sequences / self.elapsed(),
+            rate,
+            (self.tokens - self.done_tokens) / rate if rate else 0.0,
+        )

@@ -87,5 +87,4 @@ def read_token_vectors(folder: str | Path, record_id: str, column: str = "vector
     return vectors(table.column(column), dataset.schema.field(column))[order]
 
 
-__all__ = ["read_manifest", "read_pooled", "read_token_vectors", "vector_array", "vector_field",
-           "vectors"]
+__all__ = ["read_manifest", "read_pooled", "read_token_vectors", "vector_array", "vector_field", "vectors"]

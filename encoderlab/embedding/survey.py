@@ -40,8 +40,13 @@ class Survey:
     residues: dict = field(default_factory=dict)
 
     def counts(self) -> dict:
-        return {"records": self.records, "tokens": self.tokens, "truncated": self.truncated,
-                "windowed": self.windowed, "unknown_tokens": self.unknown_tokens}
+        return {
+            "records": self.records,
+            "tokens": self.tokens,
+            "truncated": self.truncated,
+            "windowed": self.windowed,
+            "unknown_tokens": self.unknown_tokens,
+        }
 
 
 def tokenized_blocks(records, checks: RecordChecks, tokenizer, check: bool) -> Iterator[tuple[Record, list[int]]]:
@@ -51,10 +56,14 @@ def tokenized_blocks(records, checks: RecordChecks, tokenizer, check: bool) -> I
     for record in records:
         block.append((record, checks.check(record) if check else checks.cleaned(record.sequence)))
         if len(block) == TOKENIZE_BLOCK:
-            yield from zip((record for record, _ in block), content_ids(tokenizer, [text for _, text in block]))
+            yield from zip(
+                (record for record, _ in block), content_ids(tokenizer, [text for _, text in block]), strict=True
+            )
             block = []
     if block:
-        yield from zip((record for record, _ in block), content_ids(tokenizer, [text for _, text in block]))
+        yield from zip(
+            (record for record, _ in block), content_ids(tokenizer, [text for _, text in block]), strict=True
+        )
 
 
 def survey(source: InputSource, tokenizer, checks: RecordChecks, policy: LengthPolicy, shard_tokens: int) -> Survey:

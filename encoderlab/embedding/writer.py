@@ -46,11 +46,16 @@ def check_output(folder: Path, resume: bool, overwrite: bool, settings: dict) ->
     if not output_to_resume(folder, resume, overwrite):
         return None
     manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-    changed = [f"{key} (saved {manifest['settings'].get(key)!r}, now {value!r})"
-               for key, value in settings.items() if manifest["settings"].get(key) != value]
+    changed = [
+        f"{key} (saved {manifest['settings'].get(key)!r}, now {value!r})"
+        for key, value in settings.items()
+        if manifest["settings"].get(key) != value
+    ]
     if changed:
-        raise ValueError(f"--resume: the run differs from the one that started {str(folder)!r} at {'; '.join(changed)}"
-                         "; resume it with the same model, input and options, or pass --overwrite")
+        raise ValueError(
+            f"--resume: the run differs from the one that started {str(folder)!r} at {'; '.join(changed)}"
+            "; resume it with the same model, input and options, or pass --overwrite"
+        )
     if manifest["complete"]:
         raise OutputComplete(f"{str(folder)!r} is complete: {manifest['counts']['records']} sequences")
     return manifest
