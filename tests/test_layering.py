@@ -265,15 +265,20 @@ FINETUNE_RUN_CONFIG_READERS = ("config", "prepare", "pipeline", "run")
 down, `run` is the command. Every other module of training/finetune/ takes values and imports none of them."""
 
 
-def run_config_readers_imported(graph: dict, package=FINETUNE, readers=FINETUNE_RUN_CONFIG_READERS) -> list[str]:
-    """The imports of a module that reads the run config by another module of `package`."""
-    readers = {f"{package}.{name}" for name in readers}
+def imports_outside(graph: dict, package: str, targets: set, allowed: set) -> list[str]:
+    """``"A imports B"`` for each module A of `package` outside `allowed` that imports a module B of `targets`."""
     return [
         f"{module} imports {target}"
-        for module, targets in sorted(graph.items())
-        if module.startswith(package + ".") and module not in readers
-        for target in sorted(targets & readers)
+        for module, targets_of_module in sorted(graph.items())
+        if module.startswith(package + ".") and module not in allowed
+        for target in sorted(targets_of_module & targets)
     ]
+
+
+def run_config_readers_imported(graph: dict) -> list[str]:
+    """The imports of a fine-tuning module that reads the run config by another module of fine-tuning."""
+    readers = {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS}
+    return imports_outside(graph, FINETUNE, readers, readers)
 
 
 def test_finetune_leaf_modules_take_values_not_the_run_config(graph):
@@ -294,16 +299,11 @@ are commands. Every other module of training/ (data, shards, collator, Trainer, 
 values; so do fine-tuning's modules but its readers, which the test above names."""
 
 
-def run_config_importers(graph: dict, readers=PRETRAIN_RUN_CONFIG_READERS) -> list[str]:
-    """The modules of training/, but `readers` and fine-tuning's, that import the run-config module."""
-    allowed = {f"{TRAINING}.{name}" for name in readers} | {
-        f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS
-    }
-    return sorted(
-        module
-        for module, targets in graph.items()
-        if module.startswith(TRAINING + ".") and module not in allowed and f"{TRAINING}.run_config" in targets
-    )
+def run_config_importers(graph: dict) -> list[str]:
+    """The imports of the run-config module by a module of training/, but pretraining's and fine-tuning's readers."""
+    allowed = {f"{TRAINING}.{name}" for name in PRETRAIN_RUN_CONFIG_READERS}
+    allowed |= {f"{FINETUNE}.{name}" for name in FINETUNE_RUN_CONFIG_READERS}
+    return imports_outside(graph, TRAINING, {f"{TRAINING}.run_config"}, allowed)
 
 
 def test_training_leaf_modules_take_values_not_the_run_config(graph):
@@ -311,4 +311,4 @@ def test_training_leaf_modules_take_values_not_the_run_config(graph):
     assert {f"{TRAINING}.{name}" for name in PRETRAIN_RUN_CONFIG_READERS} <= graph.keys()
     assert run_config_importers(graph) == []
     planted = {f"{TRAINING}.trainer": {f"{TRAINING}.run_config"}, f"{TRAINING}.pretrain": {f"{TRAINING}.run_config"}}
-    assert run_config_importers(planted) == [f"{TRAINING}.trainer"]
+    assert run_config_importers(planted) == [f"{TRAINING}.trainer imports {TRAINING}.run_config"]
